@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Allocator: space in a pool's heap, with no leak across crashes.
+//
+// Crash semantics (docs/pool_format.md, "Allocation").  The allocator's state
+// lives in DRAM and is *reconstructable data* (NV-Tree's insight): allocating
+// or freeing writes nothing to persistent memory.  After a crash, the tree's
+// recovery walks everything it can reach and reports each block with
+// MarkUsed(); EndRebuild() makes the rest of the heap free.  So a node that was
+// allocated but not yet linked when the process died is simply not reached and
+// is free again: nothing leaks, and nothing is freed twice.  A clean Close()
+// saves the free list in the pool so the next Open restores it without a walk
+// (instant restart); a tree that walks anyway may call BeginRebuild() again.
+//
+// Rules for trees:
+//  1. Initialise and persist a new block before the store that links it.
+//  2. Free/Retire a block only after the store that unlinks it is persisted.
+//  3. Free() only what no concurrent operation can still read; otherwise
+//     Retire(), which defers the free until every operation that was running
+//     has finished (epoch-based reclamation, EpochManager below).
+//  4. Recovery reports every reachable block with the size it was allocated
+//     with.  MarkUsed() of overlapping blocks fails with Corruption (double
+//     use); Verify() compares the bytes it reaches with bytes_in_use().
+//
+// Sizes are rounded up to 64 B (one cache line); alignment is a power of two
+// of at least 64.  Allocation is thread-safe (one mutex: trees allocate on
+// splits and per variable-length key, not per lookup).
+
+#ifndef PMTREE_ALLOCATOR_H_
+#define PMTREE_ALLOCATOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "pmtree/status.h"
+
+namespace pmtree {
+
+inline constexpr uint64_t kAllocGranule = 64;
+
+// Epoch-based reclamation for memory that lock-free readers may still hold.
+// An operation that may read retired memory runs inside an EpochGuard; a
+// retired callback runs once every guard that was active at Retire() time has
+// been released.  Guards are cheap (two uncontended atomic stores) and nest.
+class EpochManager {
+ public:
+  EpochManager();
+  ~EpochManager();  // runs every pending callback
+  EpochManager(const EpochManager&) = delete;
+  EpochManager& operator=(const EpochManager&) = delete;
+
+  class Guard {
+   public:
+    explicit Guard(EpochManager& m) : m_(&m) { m_->Enter(); }
+    ~Guard() {
+      if (m_) m_->Exit();
+    }
+    Guard(Guard&& o) noexcept : m_(o.m_) { o.m_ = nullptr; }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    EpochManager* m_;
+  };
+
+  Guard Protect() { return Guard(*this); }
+  void Retire(std::function<void()> free_fn);
+  // Runs every callback whose epoch has passed; returns how many are pending.
+  size_t Reclaim();
+  // Runs every pending callback now.  Only when no guard is held anywhere.
+  void DrainAll();
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> epoch{0};  // 0 = idle, else the epoch entered + 1
+    std::atomic<uint32_t> depth{0};
+    std::atomic<bool> in_use{false};
+  };
+  static constexpr int kMaxThreads = 256;
+  Slot* MySlot();
+  void Enter();
+  void Exit();
+
+  const uint64_t id_;
+  std::atomic<uint64_t> global_epoch_{1};
+  Slot slots_[kMaxThreads];
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, std::function<void()>>> limbo_;  // (epoch retired, callback)
+};
+
+class Allocator {
+ public:
+  // Manages [heap_begin, heap_end) of a pool.  A new allocator has the whole
+  // heap free.
+  Allocator(uint64_t heap_begin, uint64_t heap_end);
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Returns the offset of at least `size` bytes aligned to `align`.
+  // Contents are unspecified.  OutOfSpace when no free extent fits.
+  Result<uint64_t> Allocate(uint64_t size, uint64_t align = kAllocGranule);
+  // Returns the block to the free space at once (rule 3).
+  void Free(uint64_t offset, uint64_t size);
+  // Frees the block once no operation that might read it is still running.
+  void Retire(uint64_t offset, uint64_t size);
+
+  // Recovery (rule 4).  BeginRebuild forgets all state; MarkUsed records one
+  // reachable block; EndRebuild makes the complement free.
+  void BeginRebuild();
+  Status MarkUsed(uint64_t offset, uint64_t size);
+  void EndRebuild();
+  bool rebuilding() const { return rebuilding_; }
+
+  // Serialised free list for a clean shutdown (see Pool::Close).
+  std::vector<std::pair<uint64_t, uint64_t>> FreeExtents() const;
+  Status LoadFreeExtents(const std::vector<std::pair<uint64_t, uint64_t>>& extents);
+
+  uint64_t bytes_in_use() const;
+  uint64_t bytes_free() const;
+  uint64_t heap_bytes() const { return heap_end_ - heap_begin_; }
+  uint64_t heap_begin() const { return heap_begin_; }
+  uint64_t heap_end() const { return heap_end_; }
+  // Checks that the free extents are disjoint, coalesced and inside the heap.
+  Status CheckConsistency() const;
+
+  EpochManager& epochs() { return epochs_; }
+
+  static uint64_t RoundUp(uint64_t size) { return (size + kAllocGranule - 1) & ~(kAllocGranule - 1); }
+
+ private:
+  void InsertFreeLocked(uint64_t offset, uint64_t size);  // coalescing
+  void RemoveFreeLocked(std::map<uint64_t, uint64_t>::iterator it);
+
+  const uint64_t heap_begin_;
+  const uint64_t heap_end_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, uint64_t> by_offset_;        // free extents: offset -> size
+  std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset), best fit
+  uint64_t free_bytes_ = 0;
+  bool rebuilding_ = false;
+  std::vector<std::pair<uint64_t, uint64_t>> used_;  // during rebuild
+  EpochManager epochs_;
+};
+
+}  // namespace pmtree
+
+#endif  // PMTREE_ALLOCATOR_H_

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Pool: a persistent-memory region holding one tree, and the only way a tree
+// writes to persistent memory.
+//
+// A pool is a file mapped with libpmem2 (a pool under /dev/shm, on a DAX
+// mount, or on any file system), or an anonymous region for tests and the
+// crash explorer.  It starts with a 4 KiB header (docs/pool_format.md) that
+// names the format version and the tree ("layout") it holds, records whether
+// the last close was clean, and carries eight root slots in which a tree
+// anchors its metadata.  The rest is the heap, managed by the Allocator.
+//
+// Persistent references are byte offsets from the pool base (0 = null), never
+// pointers, so a pool reopens at any address.
+//
+// Writing.  Trees never store to pool memory directly and never issue a flush
+// or fence instruction: they call Write/Store64/Flush/Fence/Persist on the
+// pool, which forwards to the backend chosen once at open (PMDK's design).
+// That single choke point is what makes counting, media-latency emulation and
+// crash tracing possible without a single `if` in tree code.  In crash-explorer
+// runs the tree's view of the pool is mapped read-only, so a store that
+// bypasses this API faults and is reported.
+//
+// Vocabulary (PMDK's): Flush starts the write-back of the cache lines of a
+// range; Fence orders (every earlier flush completes before any later store);
+// Persist = Flush + Fence.  The only failure-atomic unit is an aligned 8-byte
+// store, written with Store64.
+//
+// Durability of a /dev/shm pool: flush instructions really execute, but the
+// memory is DRAM, so data survives a process crash, not a power loss.  On a
+// DAX mount of real persistent memory the same code gives power-loss
+// durability; on a non-DAX disk file use the `msync` backend.
+//
+// Thread safety: all persistence calls are safe from any number of threads.
+// Open/Create/Close are not concurrent with anything else on the same pool.
+
+#ifndef PMTREE_POOL_H_
+#define PMTREE_POOL_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "pmtree/allocator.h"
+#include "pmtree/backend.h"
+#include "pmtree/status.h"
+
+namespace pmtree {
+
+// Which persistence mechanism a pool uses; chosen once at open.
+enum class BackendKind : uint8_t {
+  kHardware,  // cache-line flush instruction (clwb > clflushopt > clflush) + sfence
+  kEadr,      // caches are persistent: no flush, fences only
+  kMsync,     // libpmem2's flush for a page-granular mapping (msync): non-DAX files
+  kDram,      // no flush, no fence: the speed-of-light baseline, no durability
+  kCustom,    // a backend supplied by the caller (the crash explorer's tracer)
+};
+
+// The flush instruction of the hardware backend.
+enum class FlushInstruction : uint8_t { kAuto, kClwb, kClflushopt, kClflush };
+
+std::string_view BackendName(BackendKind kind);
+std::string_view FlushInstructionName(FlushInstruction f);
+// Parses "hardware", "eadr", "msync", "dram" (and "hardware:clwb" etc. with `flush`).
+Status ParseBackend(std::string_view text, BackendKind* kind, FlushInstruction* flush);
+// The best flush instruction this CPU offers (CPUID), never kAuto.
+FlushInstruction DetectFlushInstruction();
+
+// Factory for a kCustom backend.  `view` is the tree's (possibly read-only)
+// mapping, `alias` a writable mapping of the same bytes (== view when there is
+// no separate alias).
+using BackendFactory =
+    std::function<std::unique_ptr<PersistBackend>(char* view, char* alias, uint64_t size)>;
+
+struct PoolOptions {
+  BackendKind backend = BackendKind::kHardware;
+  FlushInstruction flush = FlushInstruction::kAuto;  // kHardware only
+  // Extra delay per flushed cache line, emulating slower media (the papers use
+  // 0/50/180/300/600 ns).  Spins on a calibrated clock.
+  uint32_t write_latency_ns = 0;
+  // Count flushes/fences/lines/blocks/bytes into the process-wide counters
+  // (pmtree/counters.h).  Cheap enough to stay on in benchmarks.
+  bool counting = true;
+  // Honour PMTREE_BACKEND ("hardware[:clwb|clflushopt|clflush]", "eadr",
+  // "msync", "dram") and PMTREE_WRITE_LATENCY_NS from the environment.
+  bool use_env = true;
+  // Map copy-on-write: recovery may write, the file is never changed
+  // (used by `pmtree inspect`).
+  bool private_mapping = false;
+  // Create only: refuse (kBusy) when the file exists, unless this is set.
+  bool overwrite = false;
+  // kCustom only.
+  BackendFactory backend_factory;
+};
+
+// Number of root slots in the header.
+inline constexpr int kRootSlots = 8;
+// Size of the pool header; the heap starts here.
+inline constexpr uint64_t kPoolHeaderSize = 4096;
+// Smallest pool we create (header + a little heap).
+inline constexpr uint64_t kMinPoolSize = 1 << 20;
+inline constexpr uint64_t kDefaultPoolSize = 4ull << 30;  // sparse on tmpfs: costs what is used
+inline constexpr size_t kLayoutNameMax = 31;
+
+class Pool {
+ public:
+  // Creates a pool file of `size` bytes for the tree `layout` (its registry
+  // name).  `layout_flags` is opaque to the pool (the tree layer records the
+  // key kind there).  The file is written header-last, so a crash during
+  // Create leaves a file that Open rejects as "not a pool".
+  static Result<std::unique_ptr<Pool>> Create(const std::string& path, uint64_t size,
+                                              std::string_view layout, uint64_t layout_flags,
+                                              const PoolOptions& options = {});
+  // Opens an existing pool.  When `expected_layout` is non-empty it must match.
+  // Fails with a clear Status, without changing a byte of the file, when the
+  // file is missing, not a pool, truncated, of another format version, or of
+  // another tree.
+  static Result<std::unique_ptr<Pool>> Open(const std::string& path, std::string_view expected_layout,
+                                            const PoolOptions& options = {});
+  // A pool in anonymous memory (memfd) for tests and the explorer.  With
+  // `read_only_view`, the tree's view is mapped read-only and writes go
+  // through a second, writable mapping owned by the backend.
+  static Result<std::unique_ptr<Pool>> CreateAnonymous(uint64_t size, std::string_view layout,
+                                                       uint64_t layout_flags, const PoolOptions& options = {},
+                                                       bool read_only_view = false);
+  // Re-opens an anonymous pool's bytes (e.g. a crash image) as a new Pool
+  // object.  `fd` is a memfd of `size` bytes; it is duplicated, not consumed.
+  static Result<std::unique_ptr<Pool>> OpenAnonymous(int fd, uint64_t size, std::string_view expected_layout,
+                                                     const PoolOptions& options = {},
+                                                     bool read_only_view = false);
+
+  // Unmaps without marking a clean shutdown: the next Open sees a crash.
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // Clean shutdown: saves the allocator state, sets the clean flag, unmaps.
+  // The tree must have been closed first (Tree::Close calls this).
+  Status Close();
+
+  // ---- identity -------------------------------------------------------------
+  std::string_view layout() const { return layout_; }
+  uint64_t layout_flags() const { return layout_flags_; }
+  const std::string& path() const { return path_; }  // empty when anonymous
+  uint64_t size() const { return size_; }
+  // True when the previous session closed cleanly (so the allocator state was
+  // restored and a tree may restart instantly).  A fresh pool counts as clean.
+  bool clean_shutdown() const { return clean_shutdown_; }
+  // Human description: backend, flush instruction, latency, mapping granularity.
+  std::string Describe() const;
+  BackendKind backend_kind() const { return backend_kind_; }
+  FlushInstruction flush_instruction() const { return flush_; }
+  uint32_t write_latency_ns() const { return write_latency_ns_; }
+  // "page", "cache line" or "byte": what libpmem2 reports for the mapping.
+  std::string_view granularity() const { return granularity_; }
+  int memfd() const { return memfd_; }  // -1 for file pools
+
+  // ---- addressing -----------------------------------------------------------
+  char* base() const { return base_; }
+  template <class T>
+  T* At(uint64_t offset) const {
+    return offset == 0 ? nullptr : reinterpret_cast<T*>(base_ + offset);
+  }
+  uint64_t OffsetOf(const void* p) const {
+    return p == nullptr ? 0 : static_cast<uint64_t>(static_cast<const char*>(p) - base_);
+  }
+  // True when [offset, offset+len) lies inside the heap.  Recovery and
+  // Verify() check every offset they follow with this.
+  bool InHeap(uint64_t offset, uint64_t len) const {
+    return offset >= kPoolHeaderSize && offset <= size_ && len <= size_ - offset;
+  }
+
+  // ---- writing (the only way to change pool bytes) ---------------------------
+  // Plain stores of n bytes; a crash may leave any 8-byte-aligned subset.
+  void Write(void* dst, const void* src, size_t n) { backend_->Write(dst, src, n); }
+  // One failure-atomic aligned 8-byte store with release ordering.
+  void Store64(void* dst, uint64_t value) { backend_->Store64(dst, value); }
+  // Writes n zero bytes.
+  void Zero(void* dst, size_t n) { backend_->Zero(dst, n); }
+  // Non-temporal stores (bypass the cache); ordered by the next Fence.
+  void NtWrite(void* dst, const void* src, size_t n) { backend_->NtWrite(dst, src, n); }
+  // Starts write-back of every cache line overlapping [p, p+n).
+  void Flush(const void* p, size_t n) { backend_->Flush(p, n); }
+  // Orders: earlier flushes complete before later stores.
+  void Fence() { backend_->Fence(); }
+  void Persist(const void* p, size_t n) {
+    Flush(p, n);
+    Fence();
+  }
+  // Typed convenience: Set(&node->count, 3).  8-byte fields use Store64.
+  template <class T>
+  void Set(T* field, const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if constexpr (sizeof(T) == 8 && alignof(T) == 8) {
+      uint64_t v;
+      std::memcpy(&v, &value, 8);
+      Store64(field, v);
+    } else {
+      Write(field, &value, sizeof(T));
+    }
+  }
+
+  // ---- root slots ------------------------------------------------------------
+  uint64_t root(int slot) const;
+  // Stores and persists root slot `slot` (one failure-atomic 8-byte store).
+  void SetRoot(int slot, uint64_t offset);
+
+  // ---- space -----------------------------------------------------------------
+  Allocator& allocator() { return *allocator_; }
+  EpochManager& epochs() { return allocator_->epochs(); }
+
+  PersistBackend& backend() { return *backend_; }
+
+ private:
+  Pool() = default;
+  struct Mapping;
+  static Result<std::unique_ptr<Pool>> Attach(std::unique_ptr<Mapping> m, std::string_view expected_layout,
+                                              const PoolOptions& options, bool creating, std::string_view layout,
+                                              uint64_t layout_flags);
+  Status InstallBackend(const PoolOptions& options);
+  Status LoadHeader(std::string_view expected_layout);
+  void InitHeader(std::string_view layout, uint64_t layout_flags);
+
+  std::unique_ptr<Mapping> map_;
+  char* base_ = nullptr;
+  uint64_t size_ = 0;
+  std::string path_;
+  std::string layout_;
+  uint64_t layout_flags_ = 0;
+  bool clean_shutdown_ = true;
+  bool closed_ = false;
+  int memfd_ = -1;
+  BackendKind backend_kind_ = BackendKind::kHardware;
+  FlushInstruction flush_ = FlushInstruction::kAuto;
+  uint32_t write_latency_ns_ = 0;
+  std::string_view granularity_ = "page";
+  std::unique_ptr<PersistBackend> backend_;
+  std::unique_ptr<Allocator> allocator_;
+};
+
+}  // namespace pmtree
+
+#endif  // PMTREE_POOL_H_

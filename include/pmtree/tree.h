@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The tree interface: what the benchmark, the crash explorer, the conformance
+// tests and (later) the KV store see of every B+-tree in pmtree.
+//
+// A tree maps keys to 8-byte values.  Keys are unsigned 64-bit integers
+// (`Tree`) or byte strings of 0..kMaxKeyBytes bytes (`BytesTree`, stored in
+// the pool through the shared mechanism of src/trees/common/keys.h).  Values
+// are 8 bytes: an inline payload or a reference to a record.
+//
+// DURABILITY CONTRACT (every persistent tree; the volatile baseline has none)
+//  1. When a mutating call (Insert, Update, Upsert, Remove, BulkLoad) returns,
+//     its effect is durable.
+//  2. A crash at any instant during a call recovers to the state before the
+//     call or the state after it, never anything else.
+//  3. Nothing a Lookup or Scan returns can be lost by a later crash: no tree
+//     returns data that is not yet persistent.
+//  4. Recovery (Registry `recover`) is one entry point for a clean shutdown
+//     and a crash; it is idempotent and a crash during it is itself
+//     recoverable.  Space allocated by an interrupted operation is reclaimed
+//     (pmtree/allocator.h).
+//  5. A failure (e.g. OutOfSpace) leaves the tree consistent and usable:
+//     lookups, scans and removes still work.
+// The crash explorer (src/crash, docs/crash_model.md) checks 1-5.
+//
+// CONCURRENCY: unless capabilities() lacks kConcurrent, every operation may be
+// called from any number of threads at once.  Verify(), Stats(), BulkLoad()
+// and Close() require that no other operation runs.
+//
+// OUTCOMES vs ERRORS: "absent" and "already present" are return values
+// (false); a Status is returned only for environmental failures.
+
+#ifndef PMTREE_TREE_H_
+#define PMTREE_TREE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pmtree/status.h"
+
+namespace pmtree {
+
+class Pool;
+
+// Longest byte-string key accepted; longer keys are InvalidArgument.
+inline constexpr uint32_t kMaxKeyBytes = 4096;
+
+enum class KeyKind : uint8_t { kU64 = 0, kBytes = 1 };
+
+// Capability flags of a tree (registry and Tree::capabilities()).
+enum Capability : uint32_t {
+  kCapPersistent = 1u << 0,       // lives in a pool and recovers
+  kCapConcurrent = 1u << 1,       // safe for concurrent readers and writers
+  kCapBytesKeys = 1u << 2,        // offers BytesTree
+  kCapBulkLoadFill = 1u << 3,     // BulkLoad honours the fill factor
+  kCapInstantRestart = 1u << 4,   // no structure walk after a clean shutdown
+  kCapParallelRecovery = 1u << 5, // recovery uses TreeOptions::recovery_threads
+  kCapTestOnly = 1u << 6,         // a deliberately flawed variant for the explorer
+};
+
+struct TreeOptions {
+  // Node size in bytes; 0 selects the design's default.  Each design
+  // documents its valid sizes and rejects others with InvalidArgument.
+  uint32_t node_size = 0;
+  KeyKind key_kind = KeyKind::kU64;
+  // Threads a design may use to rebuild volatile structures at recovery.
+  uint32_t recovery_threads = 1;
+  // Design-specific options ("strategy=balanced"); a tree rejects keys it
+  // does not know with InvalidArgument listing the ones it does.
+  std::map<std::string, std::string> extra;
+};
+
+struct TreeStats {
+  uint32_t height = 0;         // levels including the leaf level (0 = empty)
+  uint64_t entries = 0;        // live key/value pairs
+  uint64_t leaf_nodes = 0;
+  uint64_t inner_nodes = 0;
+  double leaf_fill = 0;        // live entries / leaf slots
+  uint64_t pm_bytes = 0;       // pool bytes the tree reaches (nodes, logs, key blobs)
+  uint64_t dram_bytes = 0;     // DRAM held by the tree (inner nodes, caches)
+  // Design-specific figures (rebuilds, splits, log size, ...).
+  std::vector<std::pair<std::string, double>> extra;
+};
+
+template <class K>
+struct KeyTraits;
+template <>
+struct KeyTraits<uint64_t> {
+  using Owned = uint64_t;
+  static constexpr KeyKind kKind = KeyKind::kU64;
+};
+template <>
+struct KeyTraits<std::string_view> {
+  using Owned = std::string;
+  static constexpr KeyKind kKind = KeyKind::kBytes;
+};
+
+template <class K>
+class BasicTree {
+ public:
+  using Key = K;                                        // passed by value
+  using OwnedKey = typename KeyTraits<K>::Owned;        // returned by Scan
+  using Entry = std::pair<OwnedKey, uint64_t>;
+  using InputEntry = std::pair<K, uint64_t>;
+
+  virtual ~BasicTree() = default;
+
+  // Registry name ("fastfair", "lbtree", ...).
+  virtual std::string_view name() const = 0;
+  virtual uint32_t capabilities() const = 0;
+
+  // ---- point operations --------------------------------------------------------
+  // True and *value set when `key` is present.
+  virtual bool Lookup(K key, uint64_t* value) = 0;
+  // Adds key -> value; false (nothing changed) when key is present.
+  virtual Result<bool> Insert(K key, uint64_t value) = 0;
+  // Replaces the value of key; false (nothing changed) when key is absent.
+  virtual Result<bool> Update(K key, uint64_t value) = 0;
+  // Insert or replace; true when the key was new.
+  virtual Result<bool> Upsert(K key, uint64_t value) = 0;
+  // Removes key; false when it was absent.
+  virtual Result<bool> Remove(K key) = 0;
+
+  // ---- range scan ----------------------------------------------------------------
+  // Fills `out` with the entries whose key is >= start (and <= *end when end
+  // is not null) in ascending key order, at most out.size() of them; returns
+  // how many.  Under concurrent writers each returned entry was present at
+  // some instant during the call, and no key is returned twice.
+  virtual size_t Scan(K start, const K* end, std::span<Entry> out) = 0;
+  size_t Scan(K start, std::span<Entry> out) { return Scan(start, nullptr, out); }
+  size_t ScanRange(K start, K end, std::span<Entry> out) { return Scan(start, &end, out); }
+
+  // ---- bulk load -------------------------------------------------------------------
+  // Loads strictly ascending `sorted` entries into an empty tree, filling
+  // leaves to `fill` (0 < fill <= 1) when the design honours it
+  // (kCapBulkLoadFill), else by ordinary inserts.
+  virtual Status BulkLoad(std::span<const InputEntry> sorted, double fill) {
+    if (fill <= 0 || fill > 1) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
+    for (size_t i = 0; i < sorted.size(); i++) {
+      if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
+        return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
+      auto r = Insert(sorted[i].first, sorted[i].second);
+      if (!r.ok()) return r.status();
+      if (!*r) return Status::InvalidArgument("bulk load: tree not empty (key present)");
+    }
+    return Status::Ok();
+  }
+
+  // ---- introspection ------------------------------------------------------------------
+  // Walks the whole structure and checks every invariant of the design; the
+  // Status names the invariant and the offset that failed.  Persistent trees
+  // also check that the pool bytes they reach equal the allocator's bytes in
+  // use (no leak, no double use).
+  virtual Status Verify() = 0;
+  virtual TreeStats Stats() = 0;
+
+  // ---- lifecycle ----------------------------------------------------------------------
+  // Clean shutdown: persists what an instant restart needs and closes the
+  // pool (Pool::Close).  The object may only be destroyed afterwards.
+  // Destroying a tree without Close() is a simulated crash.
+  virtual Status Close() = 0;
+};
+
+using Tree = BasicTree<uint64_t>;
+using BytesTree = BasicTree<std::string_view>;
+
+}  // namespace pmtree
+
+#endif  // PMTREE_TREE_H_
