@@ -1,0 +1,13 @@
+# SPDX-License-Identifier: Apache-2.0
+# The crash-state explorer (src/crash/README.md): depends on pm and the tree
+# interface; the registry only for the CLI and tests.
+add_library(pmtree_crash
+  src/crash/trace.cc
+  src/crash/shadow.cc
+  src/crash/check.cc
+  src/crash/explorer.cc)
+target_include_directories(pmtree_crash PUBLIC include src)
+target_link_libraries(pmtree_crash PUBLIC pmtree_trees PRIVATE nlohmann_json::nlohmann_json)
+list(APPEND PMTREE_TOOL_LIBS pmtree_crash)
+
+pmtree_test(crash_test src/crash/crash_test.cc src/crash/test_trees.cc)
