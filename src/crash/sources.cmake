@@ -5,7 +5,8 @@ add_library(pmtree_crash
   src/crash/trace.cc
   src/crash/shadow.cc
   src/crash/check.cc
-  src/crash/explorer.cc)
+  src/crash/explorer.cc
+  src/crash/kill.cc)
 target_include_directories(pmtree_crash PUBLIC include src)
 target_link_libraries(pmtree_crash PUBLIC pmtree_trees PRIVATE nlohmann_json::nlohmann_json)
 list(APPEND PMTREE_TOOL_LIBS pmtree_crash)

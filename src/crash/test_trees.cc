@@ -37,10 +37,18 @@ class CowArray : public Tree {
   uint32_t capabilities() const override { return kCapPersistent; }
 
   bool Lookup(uint64_t key, uint64_t* value) override {
-    auto v = Load();
-    auto it = std::lower_bound(v.begin(), v.end(), key, [](const auto& e, uint64_t k) { return e.first < k; });
-    if (it == v.end() || it->first != key) return false;
-    *value = it->second;
+    const Meta* m = pool_->At<Meta>(meta_);
+    if (m->array == 0) return false;
+    const auto* h = pool_->At<ArrayHeader>(m->array);
+    const auto* e = reinterpret_cast<const uint64_t*>(h + 1);
+    uint64_t lo = 0, hi = h->count;
+    while (lo < hi) {
+      uint64_t mid = (lo + hi) / 2;
+      if (e[2 * mid] < key) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo == h->count || e[2 * lo] != key) return false;
+    *value = e[2 * lo + 1];
     return true;
   }
   Result<bool> Insert(uint64_t key, uint64_t value) override { return Change(key, value, 0); }
