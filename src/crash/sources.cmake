@@ -12,3 +12,14 @@ target_link_libraries(pmtree_crash PUBLIC pmtree_trees PRIVATE nlohmann_json::nl
 list(APPEND PMTREE_TOOL_LIBS pmtree_crash)
 
 pmtree_test(crash_test src/crash/crash_test.cc src/crash/test_trees.cc)
+# Every registered persistent tree, bounded (a few minutes in all).
+pmtree_test(crash_all_trees_test tests/crash_all_trees_test.cc)
+
+# The nightly exploration: label "long", excluded from the default run
+# (ctest -L long runs it).
+if(BUILD_TESTING)
+  add_executable(crash_long_test tests/crash_long_test.cc)
+  target_link_libraries(crash_long_test PRIVATE pmtree_all GTest::gtest GTest::gtest_main)
+  target_include_directories(crash_long_test PRIVATE src tests)
+  gtest_discover_tests(crash_long_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "long" TIMEOUT 7200)
+endif()
