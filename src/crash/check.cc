@@ -130,7 +130,7 @@ int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::str
   return 0;
 }
 
-std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which) {
+std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check) {
   Status v = tree->Verify();
   if (!v.ok()) return "Verify() failed: " + v.ToString();
   const size_t room = e.m0->size() + 64;
@@ -171,6 +171,9 @@ std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which) {
   pool->epochs().DrainAll();
   Status a = pool->allocator().CheckConsistency();
   if (!a.ok()) return "allocator inconsistent after recovery: " + a.ToString();
+  // After operations a tree may hold reserved, unreachable blocks (its own
+  // Verify() accounts for them); right after recovery nothing may be.
+  if (!reachable_check) return "";
   const uint64_t in_use = pool->allocator().bytes_in_use();
   const uint64_t reached = tree->Stats().pm_bytes;
   if (in_use != reached)
@@ -226,7 +229,7 @@ std::string RunContinuation(Pool* pool, Tree* tree, Model* model, uint64_t cente
   e.m0 = model;
   e.focus_key = center;
   int which = 0;
-  std::string f = CheckTree(pool, tree, e, &which);
+  std::string f = CheckTree(pool, tree, e, &which, /*reachable_check=*/false);
   if (!f.empty()) return "after the continuation workload: " + f;
   return "";
 }

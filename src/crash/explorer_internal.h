@@ -42,9 +42,11 @@ struct Expect {
 // Compares a full scan with M0 / M1.  Returns 1 (M0), 2 (M1) or 0 with *why.
 int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::string* why);
 
-// Checks an open, recovered tree: Verify, scan, lookups, allocator.
-// Returns "" or the failure; *which = 1 (M0) or 2 (M1).
-std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which);
+// Checks an open tree: Verify, scan, lookups, allocator consistency, and
+// with `reachable_check` (right after recovery, before any operation could
+// reserve space) that bytes in use == Stats().pm_bytes.  Returns "" or the
+// failure; *which = 1 (M0) or 2 (M1).
+std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true);
 
 // Runs `n` deterministic operations around `center` on a recovered tree and
 // checks every result and the final state against `model` (updated).
