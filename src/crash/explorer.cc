@@ -481,7 +481,9 @@ class Worker {
       return "recovery failed: " + tree.status().ToString();
     }
     int which = 0;
-    std::string failure = CheckTree(pool->get(), tree->get(), e, &which);
+    std::string finding;
+    std::string failure = CheckTree(pool->get(), tree->get(), e, &which, true, &finding);
+    if (!finding.empty()) findings_[finding]++;
     if (failure.empty() && continuation && o_.continuation_ops > 0) {
       sh_->continuations.fetch_add(1);
       Model m = *e.m0;
@@ -743,6 +745,8 @@ class Worker {
     add("empty fence", shadow.lints().empty_fences);
     add("store after flush, before fence", shadow.lints().store_after_flush);
     add("store still pending at operation end", shadow.lints().pending_at_op_end);
+    for (const auto& [what, n] : findings_) lints.push_back({what, "(recovery)", n});
+    findings_.clear();
     Emit(json{{"sites", sites}, {"lints", lints}});
   }
 
@@ -753,6 +757,7 @@ class Worker {
   int results_fd_;
   double deadline_;
   ImageFile img_, rec_a_, rec_b_;
+  std::map<std::string, uint64_t> findings_;  // non-violation findings of this scenario
 };
 
 void InstallFaultHandlers(Shared* sh) {
