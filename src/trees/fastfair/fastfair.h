@@ -112,6 +112,7 @@ class FastFairTree final : public BasicTree<typename P::Arg> {
   Result<bool> Upsert(K key, uint64_t value) override { return Put(key, value, PutMode::kUpsert); }
   Result<bool> Remove(K key) override;
   size_t Scan(K start, const K* end, std::span<Entry> out) override;
+  using Base::Scan;
   Status BulkLoad(std::span<const InputEntry> sorted, double fill) override;
   Status Verify() override;
   TreeStats Stats() override;
