@@ -102,8 +102,9 @@ auto FastFairTree<P>::ReadStable(uint64_t off, F&& f) {
       continue;
     }
     auto r = f();
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (s.load(std::memory_order_relaxed) == v1) return r;
+    // f() reads node words with acquire loads (Ld), so this load cannot move
+    // before them: no separate fence is needed.
+    if (s.load(std::memory_order_acquire) == v1) return r;
   }
 }
 

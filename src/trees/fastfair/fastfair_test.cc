@@ -413,6 +413,7 @@ TEST(FastFairTest, InsertWithRoomFlushesOnlyTheLinesTheShiftTouchesPlusTheHeader
   // which is flushed twice; the lines below are untouched.
   Cost c3 = Measure([&] { ASSERT_TRUE(*h.tree().Insert(65, 0)); });
   EXPECT_EQ(c3.flushes, 3u);
+  EXPECT_EQ(c3.fences, 3u);
   EXPECT_EQ(c3.lines, 2u);
 }
 
@@ -427,6 +428,8 @@ TEST(FastFairTest, RemoveFlushesEachShiftedLineOnceThenTheHeader) {
   // Removing the last record moves nothing: only the count.
   Cost c2 = Measure([&] { ASSERT_TRUE(*h.tree().Remove(7)); });
   EXPECT_EQ(c2.flushes, 1u);
+  EXPECT_EQ(c2.fences, 1u);
+  EXPECT_EQ(c2.lines, 1u);
 }
 
 TEST(FastFairTest, UpdateFlushesOneLineOnce) {
@@ -445,6 +448,7 @@ TEST(FastFairTest, OrigRemoveFlushesALineWhenItsFirstRecordIsWrittenNotWhenItIsL
   for (uint64_t k = 0; k < 8; k++) ASSERT_TRUE(*h.tree().Insert(k, k));
   Cost c = Measure([&] { ASSERT_TRUE(*h.tree().Remove(1)); });
   EXPECT_EQ(c.flushes, 2u);
+  EXPECT_EQ(c.fences, 2u);
   EXPECT_EQ(c.lines, 2u);
   Harness<> fixed(512);
   for (uint64_t k = 0; k < 8; k++) ASSERT_TRUE(*fixed.tree().Insert(k, k));
@@ -463,6 +467,7 @@ TEST(FastFairTest, OrigCreationDoesNotFlushTheTreeHeader) {
       ASSERT_TRUE(t.ok());
     });
     EXPECT_EQ(c.flushes, orig ? 1u : 3u) << (orig ? "orig" : "fixed");
+    EXPECT_EQ(c.fences, orig ? 1u : 3u) << (orig ? "orig" : "fixed");
   }
 }
 
