@@ -802,8 +802,6 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Create(Pool* pool, con
                                                                   Flaws flaws) {
   if (pool == nullptr) return Status::InvalidArgument("fastfair: a persistent tree needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckNodeSize(options.node_size));
-  for (const auto& [k, v] : options.extra)
-    return Status::InvalidArgument("fastfair: unknown option '" + k + "'; fastfair accepts no extra options");
   if (options.key_kind != P::kKind)
     return Status::InvalidArgument("fastfair: key kind of the options does not match the tree's key type");
   if (pool->root(0) != 0) return Status::Busy("fastfair: pool root slot 0 is already in use");
@@ -828,7 +826,7 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Create(Pool* pool, con
   m.node_size = node_size;
   m.root = leaf;
   m.key_kind = static_cast<uint32_t>(P::kKind);
-  m.variant = flaws.any() ? 1 : 0;
+  m.variant = flaws.Bits();
   pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
   if (!flaws.header_flush) {
     // Persist the tree header before root slot 0 names it: flaw (3) of the
@@ -843,7 +841,7 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Create(Pool* pool, con
 
 template <class P>
 Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Recover(Pool* pool, const TreeOptions& /*options*/,
-                                                                   Flaws flaws) {
+                                                                   bool orig) {
   if (pool == nullptr) return Status::InvalidArgument("fastfair: a persistent tree needs a pool");
   const uint64_t meta_off = pool->root(0);
   if (meta_off == 0) return Status::NotFound("fastfair: pool root slot 0 is empty (no tree was committed)");
@@ -859,7 +857,9 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Recover(Pool* pool, co
     return Status::Corruption(where + "invariant 1 violated: node size " + std::to_string(m->node_size));
   if (m->key_kind != static_cast<uint32_t>(P::kKind))
     return Status::Incompatible(where + "the tree holds keys of another kind");
-  if (m->variant != (flaws.any() ? 1u : 0u))
+  if (m->variant > 7) return Status::Corruption(where + "invariant 1 violated: variant " + std::to_string(m->variant));
+  const Flaws flaws = Flaws::FromBits(m->variant);
+  if (flaws.any() != orig)
     return Status::Incompatible(where + "the tree was made by another variant (fastfair vs fastfair-orig)");
   if (m->root % kLine != 0 || !pool->InHeap(m->root, m->node_size))
     return Status::Corruption(where + "invariant 1 violated: root " + Hex(m->root) + " outside the heap");
@@ -1168,6 +1168,12 @@ TreeStats FastFairTree<P>::Stats() {
       }
     }
   }
+  {
+    // Spare nodes reserved for splits are allocated and held by the tree, so
+    // they count as its PM bytes (the allocator sees them in use).
+    std::lock_guard<std::mutex> g(spare_mu_);
+    st.pm_bytes += spares_.size() * Allocator::RoundUp(node_size_);
+  }
   st.leaf_fill = st.leaf_nodes ? static_cast<double>(st.entries) / (st.leaf_nodes * cap_) : 0;
   st.dram_bytes = kStripes * sizeof(std::atomic<uint64_t>);
   st.extra = {
@@ -1206,16 +1212,52 @@ template <class K>
 using PolicyOf = std::conditional_t<std::is_same_v<K, uint64_t>, U64Keys, BytesKeys>;
 }  // namespace
 
+Status Flaws::Parse(std::string_view text, Flaws* out) {
+  *out = Flaws{};
+  if (text == "all") {
+    *out = All();
+    return Status::Ok();
+  }
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string_view f = text.substr(pos, comma - pos);
+    if (f == "remove-flush") {
+      out->remove_flush = true;
+    } else if (f == "root-split") {
+      out->root_split = true;
+    } else if (f == "header-flush") {
+      out->header_flush = true;
+    } else {
+      return Status::InvalidArgument("fastfair-orig: unknown flaw '" + std::string(f) +
+                                     "'; valid: all, or a comma list of remove-flush, root-split, header-flush");
+    }
+    pos = comma + 1;
+  }
+  return Status::Ok();
+}
+
 template <class K, bool Orig>
 Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
-  auto r = FastFairTree<PolicyOf<K>>::Create(pool, options, Orig ? Flaws::All() : Flaws{});
+  Flaws flaws;
+  if (Orig) flaws = Flaws::All();
+  for (const auto& [key, value] : options.extra) {
+    if (Orig && key == "flaws") {
+      PMTREE_RETURN_IF_ERROR(Flaws::Parse(value, &flaws));
+      continue;
+    }
+    return Status::InvalidArgument(Orig ? "fastfair-orig: unknown option '" + key + "'; valid: flaws"
+                                        : "fastfair: unknown option '" + key + "'; fastfair accepts no extra options");
+  }
+  auto r = FastFairTree<PolicyOf<K>>::Create(pool, options, flaws);
   if (!r.ok()) return r.status();
   return std::unique_ptr<BasicTree<K>>(std::move(r).value());
 }
 
 template <class K, bool Orig>
 Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
-  auto r = FastFairTree<PolicyOf<K>>::Recover(pool, options, Orig ? Flaws::All() : Flaws{});
+  auto r = FastFairTree<PolicyOf<K>>::Recover(pool, options, Orig);
   if (!r.ok()) return r.status();
   return std::unique_ptr<BasicTree<K>>(std::move(r).value());
 }

@@ -65,6 +65,13 @@ struct Flaws {
 
   static Flaws All() { return Flaws{true, true, true}; }
   bool any() const { return remove_flush || root_split || header_flush; }
+  // Persistent form (Meta::variant): bit 0 remove_flush, 1 root_split,
+  // 2 header_flush; 0 is the corrected tree.
+  uint32_t Bits() const { return (remove_flush ? 1u : 0u) | (root_split ? 2u : 0u) | (header_flush ? 4u : 0u); }
+  static Flaws FromBits(uint32_t b) { return Flaws{(b & 1) != 0, (b & 2) != 0, (b & 4) != 0}; }
+  // Parses the `flaws` option of fastfair-orig: "all" or a comma list of
+  // remove-flush, root-split, header-flush.
+  static Status Parse(std::string_view text, Flaws* out);
 };
 
 // Points inside a structure modification where a test may stop the
@@ -98,8 +105,10 @@ class FastFairTree final : public BasicTree<typename P::Arg> {
   // Creates a tree on a fresh pool (root slot 0 empty).  node_size 0 means
   // 512; valid sizes are multiples of 64 from 256 to 4096.
   static Result<std::unique_ptr<FastFairTree>> Create(Pool* pool, const TreeOptions& options, Flaws flaws);
-  // Recovers the tree in `pool` (after a clean shutdown or a crash).
-  static Result<std::unique_ptr<FastFairTree>> Recover(Pool* pool, const TreeOptions& options, Flaws flaws);
+  // Recovers the tree in `pool` (after a clean shutdown or a crash).  The
+  // flaws are those recorded at creation; `orig` says which registry entry
+  // opens it (fastfair-orig trees have at least one flaw, fastfair none).
+  static Result<std::unique_ptr<FastFairTree>> Recover(Pool* pool, const TreeOptions& options, bool orig);
 
   ~FastFairTree() override;
 
@@ -200,7 +209,7 @@ class FastFairTree final : public BasicTree<typename P::Arg> {
   Flaws flaws_;
   std::unique_ptr<std::atomic<uint64_t>[]> locks_;
   std::mutex root_mu_;
-  std::mutex spare_mu_;
+  mutable std::mutex spare_mu_;
   std::vector<uint64_t> spares_;  // allocated, unlinked nodes reserved for splits
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> root_splits_{0};
@@ -210,7 +219,9 @@ class FastFairTree final : public BasicTree<typename P::Arg> {
 };
 
 // Registry entry points.  K is uint64_t or std::string_view; Orig selects
-// fastfair-orig.
+// fastfair-orig.  TreeOptions::extra: fastfair accepts no key; fastfair-orig
+// accepts `flaws` (Flaws::Parse; default "all"), so the explorer can be shown
+// each flaw on its own.
 template <class K, bool Orig>
 Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
 template <class K, bool Orig>

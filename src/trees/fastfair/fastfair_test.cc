@@ -87,7 +87,7 @@ class Harness {
  private:
   Status Reopen() {
     PMTREE_ASSIGN_OR_RETURN(pool_, Pool::Open(path_, layout()));
-    PMTREE_ASSIGN_OR_RETURN(tree_, Tree::Recover(pool_.get(), TreeOptions{}, flaws_));
+    PMTREE_ASSIGN_OR_RETURN(tree_, Tree::Recover(pool_.get(), TreeOptions{}, flaws_.any()));
     return Status::Ok();
   }
 
@@ -130,8 +130,27 @@ TEST(FastFairTest, NodeSizeAcceptsMultiplesOf64From256To4096AndRejectsOthers) {
   ASSERT_TRUE(pool.ok());
   TreeOptions o;
   o.extra["strategy"] = "x";
-  auto t = FastFairTree<U64Keys>::Create(pool->get(), o, {});
-  EXPECT_EQ(t.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ((Create<uint64_t, false>(pool->get(), o).status().code()), Status::Code::kInvalidArgument);
+  EXPECT_EQ((Create<uint64_t, true>(pool->get(), o).status().code()), Status::Code::kInvalidArgument);
+  o.extra = {{"flaws", "remove-flush"}};
+  EXPECT_EQ((Create<uint64_t, false>(pool->get(), o).status().code()), Status::Code::kInvalidArgument);
+  o.extra = {{"flaws", "no-such-flaw"}};
+  EXPECT_EQ((Create<uint64_t, true>(pool->get(), o).status().code()), Status::Code::kInvalidArgument);
+}
+
+TEST(FastFairTest, OrigFlawsCanBeChosenOneAtATimeAndAreRecordedInThePool) {
+  Flaws f;
+  ASSERT_TRUE(Flaws::Parse("root-split,header-flush", &f).ok());
+  EXPECT_FALSE(f.remove_flush);
+  EXPECT_TRUE(f.root_split);
+  EXPECT_TRUE(f.header_flush);
+  ASSERT_TRUE(Flaws::Parse("all", &f).ok());
+  EXPECT_EQ(f.Bits(), 7u);
+  Harness<> h(256, Flaws{true, false, false});
+  ASSERT_TRUE(*h.tree().Insert(1, 1));
+  ASSERT_TRUE(h.CloseAndReopen().ok());  // recovered as fastfair-orig with the same flaw
+  EXPECT_TRUE(h.tree().Lookup(1, nullptr));
+  EXPECT_EQ(h.tree().name(), "fastfair-orig");
 }
 
 TEST(FastFairTest, DefaultNodeIs512BytesWith28Records) {

@@ -33,7 +33,8 @@ inline constexpr uint64_t kLine = 64;
 //   16   8     root       offset of the root node; changed only by a root
 //                         split (one Store64: the commit point of the split)
 //   24   4     key_kind   KeyKind of the pool's keys (0 = u64, 1 = bytes)
-//   28   4     variant    0 = fastfair, 1 = fastfair-orig (test-only)
+//   28   4     variant    0 = fastfair; else fastfair-orig (test-only) and the
+//                         flaws it re-enables (Flaws::Bits, fastfair.h)
 //   32   32    reserved   zero
 struct Meta {
   uint64_t magic;
