@@ -643,6 +643,7 @@ class Worker {
     uint64_t last_gen = UINT64_MAX;
     std::unordered_set<uint64_t> seen;
     bool stop = false;
+    bool started = false;  // before the first operation: the pool's own header set-up, not counted
 
     auto crash_point = [&](const std::string& where, bool at_end, uint32_t fence_site) {
       if (!at_end && shadow.generation() == last_gen) return;  // same images as the last point
@@ -716,6 +717,7 @@ class Worker {
       switch (ev.kind) {
         case EventKind::kOpBegin:
           op = ev.off;
+          started = true;
           focus = op >= sc.check_from;
           seen.clear();
           last_gen = UINT64_MAX;
@@ -744,7 +746,7 @@ class Worker {
         case EventKind::kFlush:
           if (base) base->Flush(ev.off, ev.len, ev.site);
           if (!o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
-          cov[{log.sites.Name(ev.site), "flush"}].first++;
+          if (started) cov[{log.sites.Name(ev.site), "flush"}].first++;
           if (focus) {
             flushes_since_point.insert(ev.site);
             if (o_.mode == Mode::kEadr) cov[{log.sites.Name(ev.site), "flush"}].second = true;
@@ -756,7 +758,7 @@ class Worker {
             if (base) base->Fence(ev.site);
             break;
           }
-          cov[{log.sites.Name(ev.site), "fence"}].first++;
+          if (started) cov[{log.sites.Name(ev.site), "fence"}].first++;
           if (focus) {
             if (o_.mode != Mode::kEadr) crash_point("before the fence at " + log.sites.Name(ev.site), false, ev.site);
             else cov[{log.sites.Name(ev.site), "fence"}].second = true;
