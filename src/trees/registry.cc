@@ -10,6 +10,7 @@
 
 #include "trees/fptree/fptree.h"
 #include "trees/volatile/volatile_tree.h"
+#include "trees/wbtree/wbtree.h"
 
 namespace pmtree {
 namespace {
@@ -23,6 +24,9 @@ const std::vector<TreeFactory>& Table() {
       {"fptree", "FPTree: PM leaves with bitmap + fingerprints, DRAM inner nodes, micro-logged splits",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
        &CreateFpTree, &RecoverFpTree, &CreateFpTreeBytes, &RecoverFpTreeBytes},
+      {"wbtree", "wB+-Tree: PM leaves with bitmap + sorted slot array, DRAM inner nodes, logged splits",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
+       &CreateWbTree, &RecoverWbTree, &CreateWbTreeBytes, &RecoverWbTreeBytes},
   };
   return kTrees;
 }
