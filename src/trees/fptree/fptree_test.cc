@@ -203,6 +203,21 @@ TEST(FpTreeTest, DeleteCostsOneFlushOneFence) {
   EXPECT_EQ(d.lines, 1u);
 }
 
+// A leaf split with its log, then the insert that caused it (U64 keys, 256 B
+// leaves); docs/trees/fptree.md derives the count.
+TEST(FpTreeTest, SplitWithInsertCostsTheLoggedBudget) {
+  FpTreeFile f;
+  Handle h = CreateOn(f.path());
+  for (uint64_t k = 1; k <= 12; k++) ASSERT_TRUE(*h.tree->Insert(k * 10, k));
+  counters::BeginOperation();
+  PersistCounters a = counters::Snapshot();
+  ASSERT_TRUE(*h.tree->Insert(5, 5));
+  PersistCounters d = counters::Snapshot() - a;
+  printf("split + insert: %s\n", d.ToString().c_str());
+  EXPECT_EQ(d.flushes, 11u);
+  EXPECT_EQ(d.fences, 7u);
+}
+
 TEST(FpTreeTest, UpdateCostsOneFlushOneFence) {
   FpTreeFile f;
   Handle h = CreateOn(f.path());

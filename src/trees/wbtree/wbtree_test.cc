@@ -237,6 +237,21 @@ TEST(WbTreeTest, DeleteCostsOneFlushOneFence) {
   EXPECT_FALSE(h.tree->Lookup(2, &v));
 }
 
+// A leaf split with its log, then the insert that caused it (U64 keys, 256 B
+// leaves); docs/trees/wbtree.md derives the count.
+TEST(WbTreeTest, SplitWithInsertCostsTheLoggedBudget) {
+  WbTreeFile f;
+  Handle h = CreateOn(f.path());
+  for (uint64_t k = 1; k <= 14; k++) ASSERT_TRUE(*h.tree->Insert(k * 10, k));
+  counters::BeginOperation();
+  PersistCounters a = counters::Snapshot();
+  ASSERT_TRUE(*h.tree->Insert(5, 5));
+  PersistCounters d = counters::Snapshot() - a;
+  printf("split + insert: %s\n", d.ToString().c_str());
+  EXPECT_EQ(d.flushes, 13u);
+  EXPECT_EQ(d.fences, 11u);
+}
+
 TEST(WbTreeTest, UpdateCostsOneFlushOneFence) {
   WbTreeFile f;
   Handle h = CreateOn(f.path());
