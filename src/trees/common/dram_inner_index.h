@@ -56,7 +56,7 @@ namespace pmtree {
 
 class LeafLocks {
  public:
-  static constexpr size_t kStripes = 4096;
+  static constexpr size_t kStripes = 1024;
 
   size_t StripeOf(uint64_t leaf_off) const { return Mix64(leaf_off) & (kStripes - 1); }
 

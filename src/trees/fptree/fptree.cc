@@ -403,6 +403,7 @@ class FpTree final : public BasicTree<typename Keys::Arg> {
     }
     uint32_t levels;
     index_.Measure(&levels, &st.inner_nodes, &st.dram_bytes);
+    st.dram_bytes += sizeof(LeafLocks);
     // A lone leaf is a one-level tree even though the index has a node over it.
     st.height = st.entries == 0 ? 0 : (list.size() == 1 ? 1 : levels + 1);
     st.leaf_fill = list.empty() ? 0 : static_cast<double>(st.entries) / (list.size() * cap_);
