@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/fastfair/fastfair.h"
 #include "trees/fptree/fptree.h"
 #include "trees/volatile/volatile_tree.h"
 #include "trees/wbtree/wbtree.h"
@@ -21,6 +22,14 @@ const std::vector<TreeFactory>& Table() {
        kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512, "128..16384, multiple of 64",
        &volatile_tree::Create<uint64_t>, &volatile_tree::Recover<uint64_t>,
        &volatile_tree::Create<std::string_view>, &volatile_tree::Recover<std::string_view>},
+      {"fastfair", "FAST+FAIR (FAST'18): in-place FAST shifts, FAIR sibling-pointer splits, lock-free reads",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512,
+       "256..4096, multiple of 64", &fastfair::Create<uint64_t, false>, &fastfair::Recover<uint64_t, false>,
+       &fastfair::Create<std::string_view, false>, &fastfair::Recover<std::string_view, false>},
+      {"fastfair-orig", "FAST+FAIR with the original code's three known crash bugs (test-only, for the explorer)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapTestOnly, 512,
+       "256..4096, multiple of 64", &fastfair::Create<uint64_t, true>, &fastfair::Recover<uint64_t, true>,
+       &fastfair::Create<std::string_view, true>, &fastfair::Recover<std::string_view, true>},
       {"fptree", "FPTree: PM leaves with bitmap + fingerprints, DRAM inner nodes, micro-logged splits",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
        &CreateFpTree, &RecoverFpTree, &CreateFpTreeBytes, &RecoverFpTreeBytes},
