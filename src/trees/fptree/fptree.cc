@@ -81,9 +81,9 @@ class FpTree final : public BasicTree<typename Keys::Arg> {
     uint64_t leaf_off = *leaf_r;
     auto* leaf = pool->At<FpLeaf>(leaf_off);
     pool->Zero(leaf, 64);
-    // Persist the empty leaf's header before the meta block names it, so the
-    // head never points at garbage.
-    pool->Persist(leaf, 64);
+    // Flush the empty leaf's header; the meta block's fence below orders it
+    // before root slot 0 names the tree, so the head never points at garbage.
+    pool->Flush(leaf, 64);
     auto* meta = pool->At<FpMeta>(meta_off);
     pool->Zero(meta, sizeof(FpMeta));
     FpMeta head{};
@@ -563,9 +563,10 @@ class FpTree final : public BasicTree<typename Keys::Arg> {
     FpMicroLog* log = &meta_->split_log[li];
     pool_->Store64(&log->leaf, leaf_off);
     pool_->Store64(&log->other, nl);
-    // Persist the split log (PCurrentLeaf, PNewLeaf) before touching either
-    // leaf, so recovery can finish a split that a crash interrupts.
-    pool_->Persist(log, 16);
+    // Flush the split log (PCurrentLeaf, PNewLeaf).  The fence that persists
+    // the new leaf's copy (SplitFromLog) orders it before the old leaf's
+    // first change, which is all recovery needs to finish the split.
+    pool_->Flush(log, 16);
     *sep = SplitFromLog(leaf_off, nl);
     ClearLog(log);
     ReleaseSplitLog(li);
@@ -589,8 +590,9 @@ class FpTree final : public BasicTree<typename Keys::Arg> {
     pool_->Write(nleaf, leaf, node_size_);
     pool_->Store64(&nleaf->bitmap, upper);
     // Persist the whole new leaf (copy of the old one, upper-half bitmap, the
-    // old leaf's sibling) before the old leaf drops the moved entries, so they
-    // are never durable in neither leaf.
+    // old leaf's sibling) -- and the split log flushed before it -- before the
+    // old leaf drops the moved entries, so they are never durable in neither
+    // leaf and a crash from here on is finished by recovery.
     pool_->Persist(nleaf, node_size_);
     pool_->Store64(&leaf->bitmap, leaf->bitmap & ~upper);
     // Persist the halved bitmap before linking: recovery tells "redo the whole

@@ -215,7 +215,7 @@ TEST(FpTreeTest, SplitWithInsertCostsTheLoggedBudget) {
   PersistCounters d = counters::Snapshot() - a;
   printf("split + insert: %s\n", d.ToString().c_str());
   EXPECT_EQ(d.flushes, 11u);
-  EXPECT_EQ(d.fences, 7u);
+  EXPECT_EQ(d.fences, 6u);
 }
 
 TEST(FpTreeTest, UpdateCostsOneFlushOneFence) {

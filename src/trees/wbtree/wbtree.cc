@@ -85,8 +85,9 @@ class WbTree final : public BasicTree<typename Keys::Arg> {
     auto* leaf = pool->At<WbLeaf>(leaf_off);
     pool->Zero(leaf, WbHeaderSize(node_size));
     pool->Store64(&leaf->bitmap, kSlotValid);  // an empty, valid slot array
-    // Persist the empty leaf's header before the meta block names it.
-    pool->Persist(leaf, WbHeaderSize(node_size));
+    // Flush the empty leaf's header; the meta block's fence below orders it
+    // before root slot 0 names the tree.
+    pool->Flush(leaf, WbHeaderSize(node_size));
     auto* meta = pool->At<WbMeta>(meta_off);
     pool->Zero(meta, sizeof(WbMeta));
     WbMeta head{};
@@ -502,9 +503,10 @@ class WbTree final : public BasicTree<typename Keys::Arg> {
     WbEntry* e = Ent(leaf, i);
     WbEntry en{slot, value};
     pool_->Write(e, &en, sizeof(en));
-    // Section 1: persist the entry (written to a free, invalid slot) before
-    // any bitmap change, so no crash state names an unwritten entry.
-    pool_->Persist(e, sizeof(en));
+    // Section 1: flush the entry (written to a free, invalid slot).  It must
+    // be durable before the commit below; the next fence (invalidation or
+    // slot array) orders it, so it needs no fence of its own.
+    pool_->Flush(e, sizeof(en));
     if (bm & kSlotValid) {
       pool_->Store64(&leaf->bitmap, bm & ~kSlotValid);
       // Persist the cleared slot-valid bit before the slot array is rewritten,
@@ -659,24 +661,19 @@ class WbTree final : public BasicTree<typename Keys::Arg> {
     }
     std::sort(lower.begin(), lower.end(),
               [&](int a, int b) { return keys_.CompareSlots(Ent(leaf, a)->key, Ent(leaf, b)->key) < 0; });
-    pool_->Store64(&leaf->bitmap, keep_bits);
-    // Persist the bitmap that drops the moved entries and invalidates the
-    // slot array (one 8-byte write), before the slot array is rewritten.
-    pool_->Persist(&leaf->bitmap, 8);
+    // While the log is set, recovery redoes this whole function from the
+    // complete new leaf, so these header stores need no order among
+    // themselves: the lower half's slot array, the bitmap that drops the
+    // moved entries (slot array valid), the link.
     uint8_t sa[64];
     sa[0] = static_cast<uint8_t>(lower.size());
     for (size_t j = 0; j < lower.size(); j++) sa[j + 1] = static_cast<uint8_t>(lower[j]);
     pool_->Write(&leaf->slot[0], sa, lower.size() + 1);
-    // Persist the new slot array before the bitmap declares it valid.
-    pool_->Persist(&leaf->slot[0], lower.size() + 1);
     pool_->Store64(&leaf->bitmap, keep_bits | kSlotValid);
-    // Persist the re-validated bitmap before the link, so the leaf is
-    // searchable by slot array once the split is visible.
-    pool_->Persist(&leaf->bitmap, 8);
     pool_->Store64(&leaf->next, nl);
-    // Persist the link before the log is cleared, so the new leaf is never
-    // unreachable once the log is gone.
-    pool_->Persist(&leaf->next, 8);
+    // Persist the old leaf's new header before the log is cleared, so the
+    // split is complete and the new leaf reachable once the log is gone.
+    pool_->Persist(leaf, 17 + lower.size());
   }
 
   // ---- leaf removal (delete log) ------------------------------------------------------------
