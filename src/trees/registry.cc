@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "trees/fastfair/fastfair.h"
+#include "trees/fptree/fptree.h"
 #include "trees/volatile/volatile_tree.h"
+#include "trees/wbtree/wbtree.h"
 
 namespace pmtree {
 namespace {
@@ -28,6 +30,12 @@ const std::vector<TreeFactory>& Table() {
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapTestOnly, 512,
        "256..4096, multiple of 64", &fastfair::Create<uint64_t, true>, &fastfair::Recover<uint64_t, true>,
        &fastfair::Create<std::string_view, true>, &fastfair::Recover<std::string_view, true>},
+      {"fptree", "FPTree: PM leaves with bitmap + fingerprints, DRAM inner nodes, micro-logged splits",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
+       &CreateFpTree, &RecoverFpTree, &CreateFpTreeBytes, &RecoverFpTreeBytes},
+      {"wbtree", "wB+-Tree: PM leaves with bitmap + sorted slot array, DRAM inner nodes, logged splits",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
+       &CreateWbTree, &RecoverWbTree, &CreateWbTreeBytes, &RecoverWbTreeBytes},
   };
   return kTrees;
 }
