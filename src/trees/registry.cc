@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/logtree/logtree.h"
 #include "trees/volatile/volatile_tree.h"
 
 namespace pmtree {
@@ -19,6 +20,9 @@ const std::vector<TreeFactory>& Table() {
        kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512, "128..16384, multiple of 64",
        &volatile_tree::Create<uint64_t>, &volatile_tree::Recover<uint64_t>,
        &volatile_tree::Create<std::string_view>, &volatile_tree::Recover<std::string_view>},
+      {"logtree", "LCB+Tree: sorted B+-tree in PM with undo logging of every modified node (NV-Tree's baseline)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart, 512,
+       "512, 1024, 2048, 4096", &CreateLogTree, &RecoverLogTree, &CreateLogTreeBytes, &RecoverLogTreeBytes},
   };
   return kTrees;
 }
