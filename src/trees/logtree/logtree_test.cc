@@ -569,3 +569,46 @@ TEST(LogTreeTest, ByteStringKeysSplitMergeScanAndRecover) {
 
 }  // namespace
 }  // namespace pmtree
+
+namespace pmtree {
+namespace {
+
+// Not a test: the measurement behind docs/trees/logtree.md ("Flush budgets
+// measured").  Counts the flushes of N random 8 B/8 B inserts (N from
+// PMTREE_MEASURE_N, default 1,000,000) at each node size, on the hardware
+// backend wrapped in the counting backend.  Run with
+//   build/logtree_test --gtest_also_run_disabled_tests
+//                      --gtest_filter=LogTreeTest.DISABLED_MeasureInsertFlushes
+TEST(LogTreeTest, DISABLED_MeasureInsertFlushes) {
+  const char* env = std::getenv("PMTREE_MEASURE_N");
+  const uint64_t n = env ? std::strtoull(env, nullptr, 10) : 1000000;
+  for (uint32_t ns : {512u, 1024u, 2048u, 4096u}) {
+    PoolOptions po;
+    po.use_env = false;
+    po.backend = BackendKind::kHardware;
+    po.counting = true;
+    auto pool = Pool::CreateAnonymous(1ull << 30, "logtree", 0, po);
+    ASSERT_TRUE(pool.ok());
+    TreeOptions o;
+    o.node_size = ns;
+    auto t = U64Tree::Create(pool->get(), o);
+    ASSERT_TRUE(t.ok());
+    std::mt19937_64 rng(TestSeed());
+    PersistCounters before = counters::ThisThread();
+    uint64_t inserted = 0;
+    for (uint64_t i = 0; i < n; i++) {
+      counters::BeginOperation();
+      auto r = (*t)->Insert(rng(), i);
+      ASSERT_TRUE(r.ok());
+      inserted += *r;
+    }
+    PersistCounters c = counters::ThisThread() - before;
+    TreeStats s = (*t)->Stats();
+    std::printf("node %4u B: %llu inserts, %.2f M flushes (%.1f per insert), %.2f M fences, height %u, leaf fill %.2f\n",
+                ns, static_cast<unsigned long long>(inserted), c.flushes / 1e6,
+                static_cast<double>(c.flushes) / inserted, c.fences / 1e6, s.height, s.leaf_fill);
+  }
+}
+
+}  // namespace
+}  // namespace pmtree
