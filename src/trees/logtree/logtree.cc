@@ -367,6 +367,8 @@ Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Create(Pool* pool, const T
   leaf.tag = kNodeTag;
   leaf.link = 0;
   pool->Write(pool->At<char>(*root_r), &leaf, sizeof(leaf));
+  // Start the write-back of the empty root leaf; the Persist of the meta
+  // block below completes it before root slot 0 can name the tree.
   pool->Flush(pool->At<char>(*root_r), sizeof(leaf));
 
   LogHeader lh{};
@@ -375,6 +377,8 @@ Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Create(Pool* pool, const T
   lh.slots = kLogSlots;
   lh.slot_size = static_cast<uint32_t>(sizeof(LogRecordHeader) + node_size);
   pool->Write(pool->At<char>(*log_r), &lh, sizeof(lh));
+  // Start the write-back of the empty log header (count 0, so recovery of
+  // the new tree undoes nothing); completed by the Persist below.
   pool->Flush(pool->At<char>(*log_r), sizeof(lh));
 
   LogTreeMeta m{};
@@ -426,9 +430,11 @@ Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Recover(Pool* pool, const 
     return Status::Corruption("logtree log at offset " + Hex(m->log) + ": bad header (invariant 2)");
 
   std::unique_ptr<LogTree> t(new LogTree(pool, meta_off));
-  bool undone = false;
+  uint64_t undone_records = 0;
   // Recovery rule R1: an uncommitted record sequence is undone.
-  PMTREE_RETURN_IF_ERROR(t->UndoLog(&undone));
+  PMTREE_RETURN_IF_ERROR(t->UndoLog(&undone_records));
+  t->counts_.records_undone = undone_records;
+  const bool undone = undone_records != 0;
   // Recovery rule R2: after a crash (or an undo) the allocator is rebuilt
   // from what the root reaches; after a clean shutdown the pool restored it.
   if (undone || !pool->clean_shutdown()) PMTREE_RETURN_IF_ERROR(t->RebuildAllocator());
@@ -442,8 +448,8 @@ Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Recover(Pool* pool, const 
 // are unreachable again.  A crash during the undo leaves count unchanged, so
 // the undo is simply repeated (it is idempotent).
 template <class Keys>
-Status LogTree<Keys>::UndoLog(bool* undone) {
-  if (undone) *undone = false;
+Status LogTree<Keys>::UndoLog(uint64_t* undone_records) {
+  if (undone_records) *undone_records = 0;
   LogHeader* lh = log_header();
   const uint64_t count = Pool::Load64(&lh->count);
   if (count == 0) return Status::Ok();
@@ -475,8 +481,7 @@ Status LogTree<Keys>::UndoLog(bool* undone) {
   // Persist the empty log, so the restored state is the durable one before
   // any new operation writes records.
   pool_->Persist(&lh->count, sizeof(uint64_t));
-  counts_.records_undone = count;
-  if (undone) *undone = true;
+  if (undone_records) *undone_records = count;
   return Status::Ok();
 }
 

@@ -159,7 +159,7 @@ class LogTree final : public BasicTree<typename Keys::Arg> {
   Status Finish(Txn& txn, Status s);
   Status InsertLocked(Arg key, uint64_t value, bool* inserted, bool allow_insert, bool allow_update);
   Status RemoveLocked(Arg key, bool* removed);
-  Status UndoLog(bool* undone);
+  Status UndoLog(uint64_t* undone_records);
   Status RebuildAllocator();
   Status WalkForRebuild(uint64_t off, uint32_t level, uint32_t depth);
 
