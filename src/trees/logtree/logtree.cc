@@ -689,6 +689,9 @@ Status LogTree<Keys>::InsertLocked(Arg key, uint64_t value, bool* existed, bool 
   if (*existed && !allow_update) return Status::Ok();
   if (!*existed && !allow_insert) return Status::Ok();
 
+  // Rewriting a value with itself changes no byte: nothing to log or persist.
+  if (*existed && entries(leaf)[pos].value == value) return Status::Ok();
+
   Txn txn(this);
   NodeBuf& cur = *bufs_[0];
   cur.Load(pool_, leaf, node_size_);

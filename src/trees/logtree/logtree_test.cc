@@ -168,13 +168,14 @@ TEST(LogTreeTest, UpdateLogsTheNodeAndWritesOneWord) {
   EXPECT_EQ(v, 7u);
 }
 
-TEST(LogTreeTest, MissesWriteNothing) {
+TEST(LogTreeTest, MissesAndNoOpUpdatesWriteNothing) {
   auto h = CreateIn<U64Tree>("");
   ASSERT_TRUE(*h.tree->Insert(1, 1));
   PersistCounters c = Measure([&] {
     EXPECT_FALSE(*h.tree->Insert(1, 2));
     EXPECT_FALSE(*h.tree->Update(2, 2));
     EXPECT_FALSE(*h.tree->Remove(3));
+    EXPECT_TRUE(*h.tree->Update(1, 1));  // the same value: no byte changes
   });
   EXPECT_EQ(c.flushes, 0u);
   EXPECT_EQ(c.fences, 0u);
