@@ -10,6 +10,7 @@
 
 #include "trees/fastfair/fastfair.h"
 #include "trees/fptree/fptree.h"
+#include "trees/logtree/logtree.h"
 #include "trees/volatile/volatile_tree.h"
 #include "trees/wbtree/wbtree.h"
 
@@ -36,6 +37,9 @@ const std::vector<TreeFactory>& Table() {
       {"wbtree", "wB+-Tree: PM leaves with bitmap + sorted slot array, DRAM inner nodes, logged splits",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
        &CreateWbTree, &RecoverWbTree, &CreateWbTreeBytes, &RecoverWbTreeBytes},
+      {"logtree", "LCB+Tree: sorted B+-tree in PM with undo logging of every modified node (NV-Tree's baseline)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart, 512,
+       "512, 1024, 2048, 4096", &CreateLogTree, &RecoverLogTree, &CreateLogTreeBytes, &RecoverLogTreeBytes},
   };
   return kTrees;
 }
