@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/nvtree/nvtree.h"
 #include "trees/volatile/volatile_tree.h"
 
 namespace pmtree {
@@ -19,6 +20,10 @@ const std::vector<TreeFactory>& Table() {
        kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512, "128..16384, multiple of 64",
        &volatile_tree::Create<uint64_t>, &volatile_tree::Recover<uint64_t>,
        &volatile_tree::Create<std::string_view>, &volatile_tree::Recover<std::string_view>},
+      {"nvtree", "NV-Tree: unsorted append-only PM leaves, rebuildable DRAM inner array, adaptive node sizes",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart, nvtree::kDefaultNodeSize,
+       nvtree::kNodeSizeRule, &nvtree::CreateU64, &nvtree::RecoverU64, &nvtree::CreateBytes,
+       &nvtree::RecoverBytes},
   };
   return kTrees;
 }
