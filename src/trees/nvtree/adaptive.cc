@@ -2,6 +2,7 @@
 
 #include "trees/nvtree/adaptive.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace pmtree::nvtree {
@@ -58,7 +59,9 @@ bool ShrinkPaysOff(uint32_t old_size, uint32_t new_size, const Profile& p, const
   return positive > negative;
 }
 
-uint32_t GetNewSize(uint32_t size, Strategy s, const Profile& p, const MediaCost& c, SizeChange* change) {
+uint32_t GetNewSize(uint32_t size, Strategy s, const Profile& p, const MediaCost& c, SizeChange* change,
+                    uint32_t max_size) {
+  max_size = std::min(max_size, kMaxLeafBytes);
   *change = SizeChange::kNone;
   if (s == Strategy::kOff) return size;
   const double n_ln = static_cast<double>(p.n_ln == 0 ? 1 : p.n_ln);
@@ -97,7 +100,7 @@ uint32_t GetNewSize(uint32_t size, Strategy s, const Profile& p, const MediaCost
   bool doubling = s == Strategy::kAggressive || (s == Strategy::kBalanced && hot_write);
   if (doubling) {
     uint32_t doubled = size * 2;
-    if (doubled <= kMaxLeafBytes && EnlargePaysOff(size, doubled, p, c)) {
+    if (doubled <= max_size && EnlargePaysOff(size, doubled, p, c)) {
       *change = SizeChange::kUpDouble;
       return doubled;
     }
@@ -109,7 +112,7 @@ uint32_t GetNewSize(uint32_t size, Strategy s, const Profile& p, const MediaCost
     }
   }
   uint32_t bigger = size + kCacheLine;
-  if (bigger > kMaxLeafBytes || !EnlargePaysOff(size, bigger, p, c)) {
+  if (bigger > max_size || !EnlargePaysOff(size, bigger, p, c)) {
     *change = SizeChange::kRejectedByModel;
     return size;
   }

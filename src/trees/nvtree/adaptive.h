@@ -56,8 +56,14 @@ enum class SizeChange { kNone, kUpLine, kUpDouble, kDown, kRejectedByModel };
 // two new LNs when LN[id] of `size` bytes splits.  Aggressive keeps the size
 // when doubling is rejected by the model; balanced then tries one cache line
 // (§6.4.2); conservative only ever moves one line.  The result is a multiple
-// of 64 in [kMinLeafBytes, kMaxLeafBytes].
-uint32_t GetNewSize(uint32_t size, Strategy s, const Profile& p, const MediaCost& c, SizeChange* change);
+// of 64 in [kMinLeafBytes, max_size] (max_size <= kMaxLeafBytes; the tree
+// passes kGrowthFactor times its configured node size).
+uint32_t GetNewSize(uint32_t size, Strategy s, const Profile& p, const MediaCost& c, SizeChange* change,
+                    uint32_t max_size = kMaxLeafBytes);
+
+// An LN grows to at most this many times the configured node size: with no
+// reads on a leaf the §5.4 model never limits growth (Negative_up = 0).
+inline constexpr uint32_t kGrowthFactor = 8;
 
 }  // namespace pmtree::nvtree
 

@@ -947,7 +947,7 @@ uint32_t NvTree<KP>::AdaptiveSize(LeafInfo* info, uint32_t need, uint32_t old_by
   prof.total_writes = n_writes_.load(std::memory_order_relaxed) + need;
   prof.n_ln = n_leaves_.load(std::memory_order_relaxed);
   SizeChange change;
-  uint32_t sz = GetNewSize(old_bytes, strategy_, prof, cost_, &change);
+  uint32_t sz = GetNewSize(old_bytes, strategy_, prof, cost_, &change, kGrowthFactor * node_size_);
   switch (change) {
     case SizeChange::kUpLine:
     case SizeChange::kUpDouble: size_up_.fetch_add(1, std::memory_order_relaxed); break;

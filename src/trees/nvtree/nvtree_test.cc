@@ -449,7 +449,7 @@ TEST(NvTreeTest, AnalyticalModelCapsGrowthWhenReadsDominate) {
 TEST(NvTreeTest, SkewedUpdatesGrowHotLeavesUnderEveryStrategyButOff) {
   uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  std::map<std::string, double> max_bytes, rebuilds;
+  std::map<std::string, double> max_bytes, smos;
   for (std::string strategy : {"off", "conservative", "aggressive", "balanced"}) {
     auto h = Make(Opts(512, strategy));
     std::mt19937_64 rng(seed);
@@ -464,14 +464,20 @@ TEST(NvTreeTest, SkewedUpdatesGrowHotLeavesUnderEveryStrategyButOff) {
     }
     TreeStats s = h.tree->Stats();
     max_bytes[strategy] = Extra(s, "leaf_bytes_max");
-    rebuilds[strategy] = Extra(s, "rebuilds");
+    smos[strategy] = Extra(s, "splits") + Extra(s, "replaces") + Extra(s, "merges");
+    printf("%-12s max leaf %g B, %g structure changes, %g rebuilds\n", strategy.c_str(), max_bytes[strategy],
+           smos[strategy], Extra(s, "rebuilds"));
     ASSERT_TRUE(h.tree->Verify().ok()) << strategy << ": " << h.tree->Verify().ToString();
   }
   EXPECT_EQ(max_bytes["off"], 512);
   EXPECT_GT(max_bytes["conservative"], 512);
   EXPECT_GE(max_bytes["aggressive"], 1024);
   EXPECT_GE(max_bytes["balanced"], 1024);
-  EXPECT_GT(max_bytes["aggressive"], max_bytes["conservative"]);
+  // Bigger hot leaves absorb more updates per compaction: fewer structure
+  // changes, and fewest for the strategies that double.
+  EXPECT_LT(smos["conservative"], smos["off"]);
+  EXPECT_LT(smos["aggressive"], smos["conservative"]);
+  EXPECT_LT(smos["balanced"], smos["conservative"]);
 }
 
 TEST(NvTreeTest, HotReadLeavesShrinkUnderBalanced) {
@@ -504,7 +510,8 @@ TEST(NvTreeTest, SequentialInsertsEnlargeTheHotPlnAtRebuild) {
   EXPECT_GT(Extra(stats["conservative"], "pln_enlarged"), 0);
   EXPECT_LT(Extra(stats["conservative"], "rebuilds"), Extra(stats["off"], "rebuilds"));
   // Balanced doubles the hot leaves: far fewer splits, hence rebuilds (§6.5).
-  EXPECT_LT(Extra(stats["balanced"], "rebuilds"), Extra(stats["conservative"], "rebuilds"));
+  EXPECT_LE(Extra(stats["balanced"], "rebuilds"), Extra(stats["conservative"], "rebuilds"));
+  EXPECT_LT(Extra(stats["balanced"], "splits"), Extra(stats["conservative"], "splits"));
 }
 
 // ---- concurrency -------------------------------------------------------------------------------
@@ -568,6 +575,49 @@ TEST(NvTreeTest, ConcurrentWritersAndReadersThenVerify) {
   for (auto& m : models) all.insert(m.begin(), m.end());
   ExpectModel(*h.tree, all);
   EXPECT_GT(Extra(h.tree->Stats(), "rebuilds"), 0);
+}
+
+}  // namespace
+}  // namespace pmtree::nvtree
+
+namespace pmtree::nvtree {
+namespace {
+
+// Measurement, not a check (run by hand; numbers quoted in docs/trees/nvtree.md):
+//   build/nvtree_test --gtest_also_run_disabled_tests --gtest_filter='*MeasureFlushBudgets*'
+TEST(NvTreeTest, DISABLED_MeasureFlushBudgets) {
+  const uint64_t n = std::getenv("NVTREE_MEASURE_N") ? std::strtoull(std::getenv("NVTREE_MEASURE_N"), nullptr, 10)
+                                                      : 1000000;
+  for (std::string strategy : {"off", "balanced"}) {
+    for (uint32_t size : {512u, 1024u, 2048u, 4096u}) {
+      auto h = CreateTree(*FindTree("nvtree"), "", 4ull << 30, Opts(size, strategy), CountingPool());
+      ASSERT_TRUE(h.ok());
+      Tree& t = *h->tree;
+      std::vector<uint64_t> keys(n);
+      for (uint64_t i = 0; i < n; i++) keys[i] = Mix64(i + 1);
+      auto phase = [&](const char* name, auto&& op) {
+        PersistCounters before = counters::Snapshot();
+        for (uint64_t i = 0; i < n; i++) {
+          counters::BeginOperation();
+          op(keys[i]);
+        }
+        PersistCounters d = counters::Snapshot() - before;
+        printf("strategy=%-8s node=%4u %-7s flushes/op=%.3f fences/op=%.3f lines/op=%.3f\n", strategy.c_str(), size,
+               name, double(d.flushes) / n, double(d.fences) / n, double(d.lines) / n);
+      };
+      phase("insert", [&](uint64_t k) { ASSERT_TRUE(*t.Insert(k, k)); });
+      TreeStats s = t.Stats();
+      printf("  after inserts: leaves=%lu rebuilds=%g rebuild_ms=%.2f splits=%g height=%u fill=%.2f\n",
+             static_cast<unsigned long>(s.leaf_nodes), Extra(s, "rebuilds"), Extra(s, "rebuild_ns") / 1e6,
+             Extra(s, "splits"), s.height, s.leaf_fill);
+      phase("update", [&](uint64_t k) { ASSERT_TRUE(*t.Update(k, k + 1)); });
+      phase("search", [&](uint64_t k) {
+        uint64_t v;
+        ASSERT_TRUE(t.Lookup(k, &v));
+      });
+      phase("delete", [&](uint64_t k) { ASSERT_TRUE(*t.Remove(k)); });
+    }
+  }
 }
 
 }  // namespace
