@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/fastfair/fastfair.h"
 #include "trees/nvtree/nvtree.h"
 #include "trees/volatile/volatile_tree.h"
 
@@ -20,6 +21,14 @@ const std::vector<TreeFactory>& Table() {
        kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512, "128..16384, multiple of 64",
        &volatile_tree::Create<uint64_t>, &volatile_tree::Recover<uint64_t>,
        &volatile_tree::Create<std::string_view>, &volatile_tree::Recover<std::string_view>},
+      {"fastfair", "FAST+FAIR (FAST'18): in-place FAST shifts, FAIR sibling-pointer splits, lock-free reads",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512,
+       "256..4096, multiple of 64", &fastfair::Create<uint64_t, false>, &fastfair::Recover<uint64_t, false>,
+       &fastfair::Create<std::string_view, false>, &fastfair::Recover<std::string_view, false>},
+      {"fastfair-orig", "FAST+FAIR with the original code's three known crash bugs (test-only, for the explorer)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapTestOnly, 512,
+       "256..4096, multiple of 64", &fastfair::Create<uint64_t, true>, &fastfair::Recover<uint64_t, true>,
+       &fastfair::Create<std::string_view, true>, &fastfair::Recover<std::string_view, true>},
       {"nvtree", "NV-Tree: unsorted append-only PM leaves, rebuildable DRAM inner array, adaptive node sizes",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart, nvtree::kDefaultNodeSize,
        nvtree::kNodeSizeRule, &nvtree::CreateU64, &nvtree::RecoverU64, &nvtree::CreateBytes,
