@@ -1647,7 +1647,9 @@ TreeStats NvTree<KP>::Stats() {
       dram += sizeof(LeafInfo);
     }
   }
-  s.height = static_cast<uint32_t>(in->level_first.size()) + 2;  // INs + PLN + LN
+  // IN levels + the PLN level + the LN level; a lone LN under a lone PLN
+  // counts as one level (the PLN is then only the root pointer).
+  s.height = static_cast<uint32_t>(in->level_first.size()) + (leaves > 1 ? 2 : 1);
   s.entries = live_total;
   s.leaf_nodes = leaves;
   s.inner_nodes = in->in_count.size() + in->n_pln;
