@@ -30,7 +30,8 @@ const std::vector<TreeFactory>& Table() {
        "256..4096, multiple of 64", &fastfair::Create<uint64_t, true>, &fastfair::Recover<uint64_t, true>,
        &fastfair::Create<std::string_view, true>, &fastfair::Recover<std::string_view, true>},
       {"nvtree", "NV-Tree: unsorted append-only PM leaves, rebuildable DRAM inner array, adaptive node sizes",
-       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart, nvtree::kDefaultNodeSize,
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapBulkLoadFill,
+       nvtree::kDefaultNodeSize,
        nvtree::kNodeSizeRule, &nvtree::CreateU64, &nvtree::RecoverU64, &nvtree::CreateBytes,
        &nvtree::RecoverBytes},
   };

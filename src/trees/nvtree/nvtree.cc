@@ -411,7 +411,7 @@ NvTree<KP>::~NvTree() {
 
 template <class KP>
 uint32_t NvTree<KP>::capabilities() const {
-  return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart;
+  return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapBulkLoadFill;
 }
 
 template <class KP>
@@ -918,6 +918,91 @@ Result<bool> NvTree<KP>::Mutate(OpKind kind, K key, uint64_t value) {
       case SmoOutcome::kNeedRebuild: RebuildFromPln(); break;
     }
   }
+}
+
+// ============================================================================
+// Bulk load
+// ============================================================================
+//
+// Write order: every new LN (built right to left, so each knows its `next`)
+// is written and flushed, one fence, then one Store64 of Meta::head commits
+// the whole load; the old empty LN is freed after that store is persistent.
+// A crash before the store leaves the empty tree (the new LNs are
+// unreachable and reclaimed by recovery).
+
+template <class KP>
+Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
+  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
+  for (size_t i = 0; i < sorted.size(); i++) {
+    PMTREE_RETURN_IF_ERROR(KP::CheckArg(sorted[i].first));
+    if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
+      return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
+  }
+  Inner* old = inner_.load(std::memory_order_acquire);
+  const uint64_t old_ln = old->entry[old->pln[0].base].ln.load();
+  if (old->n_pln != 1 || old->pln[0].count.load() != 1 || Leaf(old_ln)->n_element != 0)
+    return Status::InvalidArgument("bulk load: tree not empty");
+  if (sorted.empty()) return Status::Ok();
+
+  const uint32_t cap = LeafCapacity(node_size_);
+  const size_t per_leaf = std::max<size_t>(1, static_cast<size_t>(static_cast<double>(cap) * fill));
+  const size_t n_leaves = (sorted.size() + per_leaf - 1) / per_leaf;
+  std::vector<std::pair<uint64_t, uint64_t>> kv;
+  kv.reserve(sorted.size());
+  std::vector<uint64_t> lns(n_leaves);
+  auto undo = [&](size_t made_leaves) {
+    for (size_t i = n_leaves - made_leaves; i < n_leaves; i++) pool_->allocator().Free(lns[i], node_size_);
+    if constexpr (!KP::kInline) {
+      for (const auto& p : kv)
+        pool_->allocator().Free(p.first & BytesKeys::kOffsetMask, keys_.SlotBytes(p.first));
+    }
+  };
+  for (const auto& [key, value] : sorted) {
+    auto slot = keys_.MakeSlot(key);
+    if (!slot.ok()) {
+      undo(0);
+      return slot.status();
+    }
+    kv.emplace_back(*slot, value);
+  }
+  uint64_t next = 0;
+  for (size_t i = n_leaves; i-- > 0;) {
+    size_t first = i * per_leaf, count = std::min(per_leaf, kv.size() - first);
+    auto off = WriteNewLeaf(node_size_, kv.data() + first, count, next);
+    if (!off.ok()) {
+      undo(n_leaves - 1 - i);
+      return off.status();
+    }
+    lns[i] = next = *off;
+  }
+  // The new LNs are flushed; complete their write-back before Meta::head
+  // names them, so a crash never links a half-written LN.
+  pool_->Fence();
+  pool_->Store64(&meta_->head, lns[0]);
+  pool_->Persist(&meta_->head, 8);  // the load is durable before the old LN is freed or the call returns
+
+  auto* in = new Inner();
+  const uint32_t m = inner_node_size_ / 16;
+  std::vector<uint32_t> caps(n_leaves, m + 1), counts(n_leaves, 1);
+  std::vector<uint64_t> seps(n_leaves);
+  std::vector<LeafInfo*> infos(n_leaves);
+  for (size_t i = 0; i < n_leaves; i++) {
+    size_t last = std::min((i + 1) * per_leaf, kv.size()) - 1;
+    seps[i] = i + 1 == n_leaves ? kSepInf : SepFromSlot(in, kv[last].first);
+    infos[i] = new LeafInfo();
+    infos[i]->visible.store(last - i * per_leaf + 1, std::memory_order_relaxed);
+  }
+  BuildInner(in, m, caps, counts, seps, lns, infos);
+  LeafInfo* old_info = reinterpret_cast<LeafInfo*>(old->entry[old->pln[0].base].info.load());
+  inner_.store(in, std::memory_order_release);
+  pool_->allocator().Retire(old_ln, Leaf(old_ln)->node_bytes);
+  pool_->epochs().Retire([old, old_info] {
+    delete old_info;
+    delete old;
+  });
+  n_leaves_ = n_leaves;
+  n_writes_.fetch_add(kv.size(), std::memory_order_relaxed);
+  return Status::Ok();
 }
 
 // ============================================================================

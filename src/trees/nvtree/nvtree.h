@@ -101,6 +101,10 @@ class NvTree final : public BasicTree<typename KP::Arg> {
   Result<bool> Upsert(K key, uint64_t value) override;
   Result<bool> Remove(K key) override;
   size_t Scan(K start, const K* end, std::span<Entry> out) override;
+  // Fills LNs of the default size to `fill` of their capacity, links them
+  // with one atomic store to Meta::head and indexes them.  The tree must be
+  // empty; no other operation may run.
+  Status BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) override;
 
   Status Verify() override;
   TreeStats Stats() override;

@@ -622,3 +622,34 @@ TEST(NvTreeTest, DISABLED_MeasureFlushBudgets) {
 
 }  // namespace
 }  // namespace pmtree::nvtree
+
+namespace pmtree::nvtree {
+namespace {
+
+TEST(NvTreeTest, BulkLoadFillsLeavesAndIsCommittedByOneHeadStore) {
+  auto h = Make(Opts(512));
+  std::vector<Tree::InputEntry> input;
+  std::map<uint64_t, uint64_t> model;
+  for (uint64_t i = 0; i < 5000; i++) {
+    input.push_back({i * 3, i});
+    model[i * 3] = i;
+  }
+  counters::BeginOperation();
+  PersistCounters before = counters::Snapshot();
+  ASSERT_TRUE(h.tree->BulkLoad(std::span<const Tree::InputEntry>(input), 0.7).ok());
+  PersistCounters d = counters::Snapshot() - before;
+  EXPECT_EQ(d.fences, 2u) << d.ToString();  // all LNs, then the head pointer
+  TreeStats s = h.tree->Stats();
+  EXPECT_NEAR(s.leaf_fill, 0.7, 0.05);
+  ExpectModel(*h.tree, model);
+  EXPECT_EQ(h.tree->BulkLoad(std::span<const Tree::InputEntry>(input), 0.7).code(),
+            Status::Code::kInvalidArgument);  // not empty any more
+  for (uint64_t i = 0; i < 2000; i++) {
+    ASSERT_TRUE(*h.tree->Insert(i * 3 + 1, i));
+    model[i * 3 + 1] = i;
+  }
+  ExpectModel(*h.tree, model);
+}
+
+}  // namespace
+}  // namespace pmtree::nvtree
