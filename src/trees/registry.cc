@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/lbtree/lbtree.h"
 #include "trees/volatile/volatile_tree.h"
 
 namespace pmtree {
@@ -19,6 +20,11 @@ const std::vector<TreeFactory>& Table() {
        kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512, "128..16384, multiple of 64",
        &volatile_tree::Create<uint64_t>, &volatile_tree::Recover<uint64_t>,
        &volatile_tree::Create<std::string_view>, &volatile_tree::Recover<std::string_view>},
+      {"lbtree", "LB+-Tree: 256 B PM leaves, entry moving, logless split, DRAM inner nodes",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
+           kCapParallelRecovery,
+       256, "256, 512, 768 or 1024", &lbtree::Create<uint64_t>, &lbtree::Recover<uint64_t>,
+       &lbtree::Create<std::string_view>, &lbtree::Recover<std::string_view>},
   };
   return kTrees;
 }
