@@ -268,7 +268,7 @@ class LbTree final : public BasicTree<K> {
     int lo = 0, hi = cnt;
     while (lo < hi) {
       int mid = (lo + hi) / 2;
-      if (S::Cmp(key, n->keys[mid].load(std::memory_order_relaxed)) >= 0)
+      if (S::Cmp(key, n->keys[mid].load(std::memory_order_acquire)) >= 0)
         lo = mid + 1;
       else
         hi = mid;
@@ -441,26 +441,26 @@ void LbTree<K>::SplitInner(Inner* node, Inner* parent) {
   Inner* right = NewInner(node->level);
   int rn = n - mid - 1;
   for (int i = 0; i < rn; i++)
-    right->keys[i].store(node->keys[mid + 1 + i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    right->keys[i].store(node->keys[mid + 1 + i].load(std::memory_order_relaxed), std::memory_order_release);
   for (int i = 0; i <= rn; i++)
-    right->child[i].store(node->child[mid + 1 + i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    right->child[i].store(node->child[mid + 1 + i].load(std::memory_order_relaxed), std::memory_order_release);
   right->count.store(rn, std::memory_order_relaxed);
   node->count.store(mid, std::memory_order_relaxed);
   if (parent != nullptr) {
     int pn = static_cast<int>(parent->count.load(std::memory_order_relaxed));
     int pos = ChildIndexSep(parent, midkey);
     for (int i = pn; i > pos; i--) {
-      parent->keys[i].store(parent->keys[i - 1].load(std::memory_order_relaxed), std::memory_order_relaxed);
-      parent->child[i + 1].store(parent->child[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+      parent->keys[i].store(parent->keys[i - 1].load(std::memory_order_relaxed), std::memory_order_release);
+      parent->child[i + 1].store(parent->child[i].load(std::memory_order_relaxed), std::memory_order_release);
     }
-    parent->keys[pos].store(midkey, std::memory_order_relaxed);
+    parent->keys[pos].store(midkey, std::memory_order_release);
     parent->child[pos + 1].store(reinterpret_cast<uint64_t>(right), std::memory_order_release);
     parent->count.store(pn + 1, std::memory_order_relaxed);
   } else {
     Inner* nr = NewInner(node->level + 1);
-    nr->keys[0].store(midkey, std::memory_order_relaxed);
-    nr->child[0].store(reinterpret_cast<uint64_t>(node), std::memory_order_relaxed);
-    nr->child[1].store(reinterpret_cast<uint64_t>(right), std::memory_order_relaxed);
+    nr->keys[0].store(midkey, std::memory_order_release);
+    nr->child[0].store(reinterpret_cast<uint64_t>(node), std::memory_order_release);
+    nr->child[1].store(reinterpret_cast<uint64_t>(right), std::memory_order_release);
     nr->count.store(1, std::memory_order_relaxed);
     root_.store(nr, std::memory_order_release);
   }
@@ -508,10 +508,10 @@ void LbTree<K>::InsertSeparator(uint64_t sep, uint64_t new_leaf) {
         int n = static_cast<int>(node->count.load(std::memory_order_relaxed));
         int pos = ChildIndexSep(node, sep);
         for (int i = n; i > pos; i--) {
-          node->keys[i].store(node->keys[i - 1].load(std::memory_order_relaxed), std::memory_order_relaxed);
-          node->child[i + 1].store(node->child[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+          node->keys[i].store(node->keys[i - 1].load(std::memory_order_relaxed), std::memory_order_release);
+          node->child[i + 1].store(node->child[i].load(std::memory_order_relaxed), std::memory_order_release);
         }
-        node->keys[pos].store(sep, std::memory_order_relaxed);
+        node->keys[pos].store(sep, std::memory_order_release);
         node->child[pos + 1].store(new_leaf, std::memory_order_release);
         node->count.store(n + 1, std::memory_order_relaxed);
         Unlock(node);
