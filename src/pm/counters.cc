@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Per-thread persistence counters.  Each thread owns one Block, registered in
-// a process-wide list on first use and never freed (a thread that exits keeps
-// its counts in the sums).  Only the owner writes its block; readers sum with
-// relaxed loads, so a Snapshot taken while threads run is approximate but a
-// snapshot after they join is exact.
+// a process-wide list on first use; when the thread exits, its counts are
+// folded into a process-wide sum of exited threads and the block is freed.
+// Only the owner writes its block; readers sum with relaxed loads, so a
+// Snapshot taken while threads run is approximate but one taken after they
+// join is exact.
 
 #include "pmtree/counters.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -74,15 +76,32 @@ std::vector<Block*>& Blocks() {
   static std::vector<Block*> blocks;
   return blocks;
 }
+PersistCounters& ExitedSum() {
+  static PersistCounters sum;
+  return sum;
+}
+
+PersistCounters Read(const Block& b);
+
+// Owns this thread's block; folds it into ExitedSum() at thread exit.
+struct Owner {
+  Block* block;
+  Owner() : block(new Block()) {
+    std::lock_guard<std::mutex> g(RegistryMutex());
+    Blocks().push_back(block);
+  }
+  ~Owner() {
+    std::lock_guard<std::mutex> g(RegistryMutex());
+    ExitedSum() += Read(*block);
+    auto& v = Blocks();
+    v.erase(std::find(v.begin(), v.end(), block));
+    delete block;
+  }
+};
 
 Block& Mine() {
-  thread_local Block* block = [] {
-    auto* b = new Block();  // never freed: exited threads keep counting in sums
-    std::lock_guard<std::mutex> g(RegistryMutex());
-    Blocks().push_back(b);
-    return b;
-  }();
-  return *block;
+  thread_local Owner owner;
+  return *owner.block;
 }
 
 inline void Bump(std::atomic<uint64_t>& c, uint64_t n) {
@@ -113,8 +132,8 @@ PersistCounters Read(const Block& b) {
 }  // namespace
 
 PersistCounters Snapshot() {
-  PersistCounters sum;
   std::lock_guard<std::mutex> g(RegistryMutex());
+  PersistCounters sum = ExitedSum();
   for (const Block* b : Blocks()) sum += Read(*b);
   return sum;
 }
