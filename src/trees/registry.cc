@@ -25,6 +25,11 @@ const std::vector<TreeFactory>& Table() {
            kCapParallelRecovery,
        256, "256, 512, 768 or 1024", &lbtree::Create<uint64_t>, &lbtree::Recover<uint64_t>,
        &lbtree::Create<std::string_view>, &lbtree::Recover<std::string_view>},
+      {"lbtree_paper_split", "TEST ONLY: lbtree with the paper's single-NAW split insert (loses keys on some crashes)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
+           kCapParallelRecovery | kCapTestOnly,
+       256, "256, 512, 768 or 1024", &lbtree::CreatePaperSplit<uint64_t>, &lbtree::RecoverPaperSplit<uint64_t>,
+       &lbtree::CreatePaperSplit<std::string_view>, &lbtree::RecoverPaperSplit<std::string_view>},
   };
   return kTrees;
 }

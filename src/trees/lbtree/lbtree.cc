@@ -164,13 +164,14 @@ class LbTree final : public BasicTree<K> {
   using Entry = typename BasicTree<K>::Entry;
   using InputEntry = typename BasicTree<K>::InputEntry;
 
-  LbTree(Pool* pool, uint32_t node_size, int hint_target)
+  LbTree(Pool* pool, uint32_t node_size, int hint_target, bool paper_split)
       : pool_(pool),
         keys_(pool),
         node_size_(node_size),
         m_(static_cast<int>(node_size / kBlockSize)),
         inner_keys_(std::min<int>(kMaxInnerKeys, static_cast<int>(node_size / 16) - 1)),
         hint_target_(hint_target),
+        paper_split_(paper_split),
         match_(SelectedMatchFn()) {
     ver_entries_ = pool_->size() / kBlockSize + 1;
     void* p = mmap(nullptr, ver_entries_ * sizeof(uint64_t), PROT_READ | PROT_WRITE,
@@ -182,10 +183,10 @@ class LbTree final : public BasicTree<K> {
   }
   bool ok_to_use() const { return ver_ != nullptr; }
 
-  std::string_view name() const override { return kName; }
+  std::string_view name() const override { return paper_split_ ? kPaperSplitName : kName; }
   uint32_t capabilities() const override {
     return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
-           kCapParallelRecovery;
+           kCapParallelRecovery | (paper_split_ ? static_cast<uint32_t>(kCapTestOnly) : 0u);
   }
 
   // ---- lifecycle -------------------------------------------------------------------
@@ -366,6 +367,10 @@ class LbTree final : public BasicTree<K> {
   const int m_;
   const int inner_keys_;
   const int hint_target_;
+  // Test-only: insert a key that stays in the old leaf before the split's
+  // NAW, as Algorithm 3 line 26 does (deviation 2 in the docs: loses a key
+  // on some crashes).  The explorer's negative control.
+  const bool paper_split_;
   const MatchFn match_;
   uint64_t meta_off_ = 0;
   uint64_t head_ = 0;
@@ -691,6 +696,29 @@ Status LbTree<K>::SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t k
     pool_->Store64(&inactive->word0, h.w[2 * b] & ~cleared[b]);
     pool_->Store64(&inactive->word1, h.w[2 * b + 1]);
   }
+  uint64_t w0 = (h.w[0] & ~cleared[0] & ~kLockBit) ^ kAltBit;
+  bool inserted_early = false;
+  if (paper_split_ && !to_new) {
+    // Algorithm 3 line 26 as published: insert into a slot that is free in
+    // the post-split header image -- but still valid in the durable one.
+    int blk = 0;
+    while (blk < m_ && ((h.w[2 * blk] & ~cleared[blk]) & kBitmapMask) == kBitmapMask) blk++;
+    uint64_t pw0 = blk == 0 ? w0 : h.w[2 * blk] & ~cleared[blk], pw1 = h.w[2 * blk + 1];
+    int slot = std::countr_zero(~pw0 & kBitmapMask);
+    pool_->Store64(&Blk(leaf, blk)->entry[slot].key, key_slot);
+    pool_->Store64(&Blk(leaf, blk)->entry[slot].value, value);
+    SetFp(&pw0, &pw1, slot, fp);
+    pw0 |= 1ull << slot;
+    BlockHeader* hd = blk == 0 ? &Blk(leaf, 0)->header : Hdr(leaf, blk, new_alt);
+    pool_->Store64(&hd->word1, pw1);
+    if (blk == 0) {
+      w0 = pw0;
+    } else {
+      pool_->Store64(&hd->word0, pw0);
+    }
+    pool_->Flush(LinePtr(leaf, blk, LineOfSlot(slot)), kLineSize);
+    inserted_early = true;
+  }
   // Persist the new leaf, the new sibling pointer and the alternative headers
   // before the NAW that makes them live: a crash after the flip must find
   // all of them complete.
@@ -698,7 +726,6 @@ Status LbTree<K>::SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t k
   pool_->Flush(LinePtr(leaf, 0, 3), kLineSize);
   for (int b = 1; b < m_; b++) pool_->Flush(LinePtr(leaf, b, HeaderLine(b, new_alt)), kLineSize);
   pool_->Fence();
-  uint64_t w0 = (h.w[0] & ~cleared[0] & ~kLockBit) ^ kAltBit;
   pool_->Store64(&Blk(leaf, 0)->header.word0, w0);
   // Persist the NAW: the split (and a new key placed in the new leaf) is
   // durable before the inner nodes route to the new leaf.
@@ -713,7 +740,7 @@ Status LbTree<K>::SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t k
     split_new_side_.Add();
   } else {
     split_old_side_.Add();
-    LeafInsert(leaf, key_slot, value, fp);
+    if (!inserted_early) LeafInsert(leaf, key_slot, value, fp);
   }
   InsertSeparator(MakeSepFromSlot(sep_slot), nl);
   return Status::Ok();
@@ -1729,24 +1756,23 @@ Status ParseOptions(const TreeOptions& options, uint32_t* node_size, int* segmen
   return Status::Ok();
 }
 
-}  // namespace
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> CreateVariant(Pool* pool, const TreeOptions& options, bool paper_split) {
   if (pool == nullptr) return Status::InvalidArgument("lbtree: needs a pool");
   uint32_t node_size;
   int segments;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &node_size, &segments));
   if (options.key_kind != KeyTraits<K>::kKind)
     return Status::InvalidArgument("lbtree: options.key_kind does not match the tree's key type");
-  auto t = std::make_unique<LbTree<K>>(pool, node_size, segments);
+  auto t = std::make_unique<LbTree<K>>(pool, node_size, segments, paper_split);
   if (!t->ok_to_use()) return Status::OutOfSpace("lbtree: cannot map the DRAM leaf-version table");
   PMTREE_RETURN_IF_ERROR(t->InitNew(KeyTraits<K>::kKind));
   return std::unique_ptr<BasicTree<K>>(std::move(t));
 }
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(Pool* pool, const TreeOptions& options, bool paper_split) {
   if (pool == nullptr) return Status::InvalidArgument("lbtree: needs a pool");
   uint32_t ignored;
   int segments;
@@ -1763,12 +1789,35 @@ Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& opt
                               std::to_string(mt->node_size) + " invalid (invariant L1)");
   if (mt->key_kind != static_cast<uint32_t>(KeyTraits<K>::kKind))
     return Status::Incompatible("lbtree: the pool holds a tree with the other key kind");
-  auto t = std::make_unique<LbTree<K>>(pool, mt->node_size, segments);
+  auto t = std::make_unique<LbTree<K>>(pool, mt->node_size, segments, paper_split);
   if (!t->ok_to_use()) return Status::OutOfSpace("lbtree: cannot map the DRAM leaf-version table");
   PMTREE_RETURN_IF_ERROR(t->RecoverFrom(moff, std::max<uint32_t>(1, options.recovery_threads)));
   return std::unique_ptr<BasicTree<K>>(std::move(t));
 }
 
+}  // namespace
+
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+  return CreateVariant<K>(pool, options, false);
+}
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+  return RecoverVariant<K>(pool, options, false);
+}
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> CreatePaperSplit(Pool* pool, const TreeOptions& options) {
+  return CreateVariant<K>(pool, options, true);
+}
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> RecoverPaperSplit(Pool* pool, const TreeOptions& options) {
+  return RecoverVariant<K>(pool, options, true);
+}
+
+template Result<std::unique_ptr<BasicTree<uint64_t>>> CreatePaperSplit<uint64_t>(Pool*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> CreatePaperSplit<std::string_view>(Pool*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> RecoverPaperSplit<uint64_t>(Pool*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> RecoverPaperSplit<std::string_view>(Pool*, const TreeOptions&);
 template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(Pool*, const TreeOptions&);
 template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(Pool*, const TreeOptions&);
 template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(Pool*, const TreeOptions&);
