@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/fastfair/fastfair.h"
 #include "trees/lbtree/lbtree.h"
 #include "trees/volatile/volatile_tree.h"
 
@@ -20,12 +21,20 @@ const std::vector<TreeFactory>& Table() {
        kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512, "128..16384, multiple of 64",
        &volatile_tree::Create<uint64_t>, &volatile_tree::Recover<uint64_t>,
        &volatile_tree::Create<std::string_view>, &volatile_tree::Recover<std::string_view>},
+      {"fastfair", "FAST+FAIR (FAST'18): in-place FAST shifts, FAIR sibling-pointer splits, lock-free reads",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512,
+       "256..4096, multiple of 64", &fastfair::Create<uint64_t, false>, &fastfair::Recover<uint64_t, false>,
+       &fastfair::Create<std::string_view, false>, &fastfair::Recover<std::string_view, false>},
+      {"fastfair-orig", "FAST+FAIR with the original code's three known crash bugs (test-only, for the explorer)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapTestOnly, 512,
+       "256..4096, multiple of 64", &fastfair::Create<uint64_t, true>, &fastfair::Recover<uint64_t, true>,
+       &fastfair::Create<std::string_view, true>, &fastfair::Recover<std::string_view, true>},
       {"lbtree", "LB+-Tree: 256 B PM leaves, entry moving, logless split, DRAM inner nodes",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
            kCapParallelRecovery,
        256, "256, 512, 768 or 1024", &lbtree::Create<uint64_t>, &lbtree::Recover<uint64_t>,
        &lbtree::Create<std::string_view>, &lbtree::Recover<std::string_view>},
-      {"lbtree_paper_split", "TEST ONLY: lbtree with the paper's single-NAW split insert (loses keys on some crashes)",
+      {"lbtree-paper", "TEST ONLY: lbtree with the paper's single-NAW split insert (loses keys on some crashes)",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
            kCapParallelRecovery | kCapTestOnly,
        256, "256, 512, 768 or 1024", &lbtree::CreatePaperSplit<uint64_t>, &lbtree::RecoverPaperSplit<uint64_t>,

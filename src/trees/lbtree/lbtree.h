@@ -44,7 +44,7 @@
 namespace pmtree::lbtree {
 
 inline constexpr std::string_view kName = "lbtree";
-inline constexpr std::string_view kPaperSplitName = "lbtree_paper_split";
+inline constexpr std::string_view kPaperSplitName = "lbtree-paper";
 
 // Creates a tree on a fresh pool (root slot 0 must be 0).  InvalidArgument
 // for a node size other than 256/512/768/1024 or an unknown extra option.
@@ -59,7 +59,7 @@ Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& opti
 template <class K>
 Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
 
-// TEST ONLY (registry: lbtree_paper_split, kCapTestOnly): the split inserts
+// TEST ONLY (registry: lbtree-paper, kCapTestOnly): the split inserts
 // a key that stays in the old leaf before the split's NAW, into a slot the
 // durable header still marks valid, exactly as the paper's Algorithm 3 line 26
 // does.  Some crash states lose an acknowledged key; the crash explorer must
