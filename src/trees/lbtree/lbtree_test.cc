@@ -618,6 +618,51 @@ TEST(LbTreeTest, ByteStringKeysKeepFingerprintsAsTheFirstFilter) {
   EXPECT_FALSE(t.Lookup("user:", &v));
 }
 
+TEST(LbTreeTest, ByteStringKeysSurviveInstantRestartAndParallelCrashRecovery) {
+  PathGuard pg(TestPath("bytes"));
+  TreeOptions o;
+  o.key_kind = KeyKind::kBytes;
+  o.node_size = 512;
+  std::map<std::string, uint64_t> model;
+  auto check = [&](BytesTree& t) {
+    ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+    std::vector<BytesTree::Entry> out(model.size() + 1);
+    ASSERT_EQ(t.Scan("", out), model.size());
+    size_t i = 0;
+    for (auto& [k, v] : model) {
+      ASSERT_EQ(out[i].first, k);
+      ASSERT_EQ(out[i].second, v);
+      i++;
+    }
+  };
+  {
+    auto h = CreateBytesTree(Lb(), pg.path, kPoolSize, o);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    for (int i = 0; i < 4000; i++) {
+      std::string k = std::string(i % 7, 'k') + std::to_string(i * 31 % 4001);
+      ASSERT_EQ(h->tree->Insert(k, i).value(), model.emplace(k, i).second);
+    }
+    ASSERT_TRUE(h->tree->Close().ok());
+  }
+  {
+    auto h = OpenBytesTree(pg.path, &Lb(), o);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(Extra(h->tree->Stats(), "instant_restart"), 1);
+    check(*h->tree);
+    for (int i = 0; i < 4000; i += 2) {
+      std::string k = std::string(i % 7, 'k') + std::to_string(i * 31 % 4001);
+      ASSERT_EQ(h->tree->Remove(k).value(), model.erase(k) == 1);
+    }
+    // crash: destroyed without Close()
+  }
+  o.recovery_threads = 2;
+  auto h = OpenBytesTree(pg.path, &Lb(), o);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(Extra(h->tree->Stats(), "instant_restart"), 0);
+  EXPECT_EQ(Extra(h->tree->Stats(), "recovery_threads"), 2);
+  check(*h->tree);
+}
+
 TEST(LbTreeTest, OutOfSpaceDuringSplitLeavesTheTreeConsistent) {
   auto h = CreateTree(Lb(), "", kMinPoolSize, {});
   ASSERT_TRUE(h.ok());
