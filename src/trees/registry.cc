@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "trees/fastfair/fastfair.h"
-#include "trees/lbtree/lbtree.h"
 #include "trees/fptree/fptree.h"
+#include "trees/lbtree/lbtree.h"
 #include "trees/logtree/logtree.h"
 #include "trees/nvtree/nvtree.h"
 #include "trees/volatile/volatile_tree.h"
