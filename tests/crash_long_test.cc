@@ -2,7 +2,9 @@
 //
 // The nightly crash exploration (label "long", not in the default run):
 // every persistent tree, depth-3 small workload and a 2000-operation random
-// workload, in ADR, strict and eADR modes, a few minutes per tree.
+// workload, in ADR, strict and eADR modes, a few minutes per tree.  Zero
+// violations are required in ADR and eADR; in strict per-word mode too,
+// except for trees with kCapAssumesLineOrder, whose results are printed.
 
 #include <gtest/gtest.h>
 
@@ -47,6 +49,13 @@ TEST_P(CrashLongTest, DeepAndRandomWorkloadsHaveNoViolationsInEveryMode) {
                   (unsigned long long)r->crash_points, 100 * r->exhaustive_fraction,
                   (unsigned long long)r->images_checked, r->images_per_s, (unsigned long long)r->violations);
       for (const auto& t : r->tickets) std::printf("%s", t.ToString().c_str());
+      if (mode == Mode::kStrict && (f.capabilities & kCapAssumesLineOrder)) {
+        // The design assumes in-order write-back within a line (see its doc):
+        // strict mode is reported, not required.
+        std::printf("%s relies on per-line store order: strict-mode violations are reported only\n",
+                    r->tree.c_str());
+        continue;
+      }
       EXPECT_EQ(r->violations, 0u);
     }
   }

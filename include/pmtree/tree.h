@@ -63,6 +63,11 @@ enum Capability : uint32_t {
   kCapInstantRestart = 1u << 4,   // no structure walk after a clean shutdown
   kCapParallelRecovery = 1u << 5, // recovery uses TreeOptions::recovery_threads
   kCapTestOnly = 1u << 6,         // a deliberately flawed variant for the explorer
+  // Correctness relies on a cache line reaching memory in store order (the
+  // per-line-prefix model of docs/crash_model.md, which the LB+-Tree paper
+  // assumes).  Crash results in strict per-8-byte-word mode are reported for
+  // such a tree, not required to be zero.
+  kCapAssumesLineOrder = 1u << 7,
 };
 
 struct TreeOptions {

@@ -35,12 +35,12 @@ const std::vector<TreeFactory>& Table() {
        &fastfair::Create<std::string_view, true>, &fastfair::Recover<std::string_view, true>},
       {"lbtree", "LB+-Tree: 256 B PM leaves, entry moving, logless split, DRAM inner nodes",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
-           kCapParallelRecovery,
+           kCapParallelRecovery | kCapAssumesLineOrder,
        256, "256, 512, 768 or 1024", &lbtree::Create<uint64_t>, &lbtree::Recover<uint64_t>,
        &lbtree::Create<std::string_view>, &lbtree::Recover<std::string_view>},
       {"lbtree-paper", "TEST ONLY: lbtree with the paper's single-NAW split insert (loses keys on some crashes)",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
-           kCapParallelRecovery | kCapTestOnly,
+           kCapParallelRecovery | kCapAssumesLineOrder | kCapTestOnly,
        256, "256, 512, 768 or 1024", &lbtree::CreatePaperSplit<uint64_t>, &lbtree::RecoverPaperSplit<uint64_t>,
        &lbtree::CreatePaperSplit<std::string_view>, &lbtree::RecoverPaperSplit<std::string_view>},
       {"fptree", "FPTree: PM leaves with bitmap + fingerprints, DRAM inner nodes, micro-logged splits",

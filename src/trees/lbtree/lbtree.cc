@@ -186,7 +186,7 @@ class LbTree final : public BasicTree<K> {
   std::string_view name() const override { return paper_split_ ? kPaperSplitName : kName; }
   uint32_t capabilities() const override {
     return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
-           kCapParallelRecovery | (paper_split_ ? static_cast<uint32_t>(kCapTestOnly) : 0u);
+           kCapParallelRecovery | kCapAssumesLineOrder | (paper_split_ ? static_cast<uint32_t>(kCapTestOnly) : 0u);
   }
 
   // ---- lifecycle -------------------------------------------------------------------
