@@ -40,12 +40,13 @@ std::vector<const TreeFactory*> PersistentTrees() {
 
 void Print(const ExploreReport& r) {
   std::printf("%s %s: %llu/%llu scenarios, %llu crash points (%.1f%% exhaustive), %llu images "
-              "(+%llu dedup, +%llu in crashed recoveries, %llu continuations), %.0f images/s, %.1f s%s, "
+              "(+%llu dedup, +%llu in crashed recoveries, %llu continuations), %.0f images/s (%.0f per CPU s), %.1f s%s, "
               "%llu violations, sites %llu/%llu covered\n",
               r.tree.c_str(), std::string(ModeName(r.mode)).c_str(), (unsigned long long)r.scenarios,
               (unsigned long long)r.scenarios_total, (unsigned long long)r.crash_points, 100 * r.exhaustive_fraction,
               (unsigned long long)r.images_checked, (unsigned long long)r.images_deduplicated,
               (unsigned long long)r.recovery_crash_images, (unsigned long long)r.continuation_runs, r.images_per_s,
+              r.images_per_cpu_s,
               r.seconds, r.budget_exhausted ? " (budget reached)" : "", (unsigned long long)r.violations,
               (unsigned long long)r.sites_covered, (unsigned long long)r.sites_total);
   for (const auto& s : r.sites)
