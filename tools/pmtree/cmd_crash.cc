@@ -224,11 +224,13 @@ int Run(const CrashArgs& a) {
                 100 * rep.exhaustive_fraction, (unsigned long long)rep.images_checked,
                 (unsigned long long)rep.images_deduplicated, (unsigned long long)rep.recovery_crash_images,
                 rep.images_per_s, rep.images_per_cpu_s, rep.seconds, rep.budget_exhausted ? " (budget exhausted)" : "");
-    std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
-                (unsigned long long)rep.sites_total);
-    for (const auto& u : uncovered) std::printf("  uncovered: %s\n", u.c_str());
-    for (const auto& l : rep.lints)
-      std::printf("  lint: %s at %s (%llu)\n", l.kind.c_str(), l.site.c_str(), (unsigned long long)l.count);
+    if (a.replay.empty()) {  // a replay checks one image: coverage and lints mean nothing there
+      std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
+                  (unsigned long long)rep.sites_total);
+      for (const auto& u : uncovered) std::printf("  uncovered: %s\n", u.c_str());
+      for (const auto& l : rep.lints)
+        std::printf("  lint: %s at %s (%llu)\n", l.kind.c_str(), l.site.c_str(), (unsigned long long)l.count);
+    }
     if (a.mutate) {
       for (const auto& m : mut.list)
         std::printf("  mutant: drop %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
