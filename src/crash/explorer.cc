@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <ucontext.h>
@@ -812,8 +813,22 @@ std::string SignalName(int sig) {
 
 }  // namespace
 
+namespace {
+
+double CpuSeconds(int who) {
+  rusage ru;
+  getrusage(who, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+}  // namespace
+
 Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
   const double t0 = Now();
+  // CPU time of this process (scenario building, supervision) and of its
+  // waited-for workers.
+  const double cpu0 = CpuSeconds(RUSAGE_SELF) + CpuSeconds(RUSAGE_CHILDREN);
   PMTREE_ASSIGN_OR_RETURN(std::vector<Scenario> scenarios, BuildScenarios(f, o));
   if (o.replay && o.replay->scenario >= scenarios.size())
     return Status::InvalidArgument("replay: scenario " + std::to_string(o.replay->scenario) + " does not exist (" +
@@ -1009,6 +1024,9 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
   rep.violations = sh->violations.load();
   rep.budget_exhausted = sh->budget_hit.load() != 0;
   rep.seconds = Now() - t0;
+  rep.cpu_seconds = CpuSeconds(RUSAGE_SELF) + CpuSeconds(RUSAGE_CHILDREN) - cpu0;
+  rep.images_per_cpu_s =
+      rep.cpu_seconds > 0 ? static_cast<double>(rep.images_checked + rep.recovery_crash_images) / rep.cpu_seconds : 0;
   rep.images_per_s = rep.seconds > 0 ? static_cast<double>(rep.images_checked + rep.recovery_crash_images) / rep.seconds : 0;
   rep.exhaustive_fraction =
       rep.crash_points > 0 ? static_cast<double>(rep.crash_points_exhaustive) / static_cast<double>(rep.crash_points) : 1;

@@ -144,7 +144,9 @@ struct ExploreReport {
   uint64_t continuation_runs = 0;
   uint64_t recovery_crash_images = 0;
   double seconds = 0;
-  double images_per_s = 0;
+  double images_per_s = 0;       // (images_checked + recovery_crash_images) / seconds (wall clock)
+  double cpu_seconds = 0;        // CPU time of the explorer and its workers (user + system)
+  double images_per_cpu_s = 0;   // the same per CPU second: images/s per core, robust to a loaded machine
   uint64_t violations = 0;
   bool budget_exhausted = false;
   std::vector<Ticket> tickets;

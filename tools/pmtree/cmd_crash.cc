@@ -189,6 +189,8 @@ int Run(const CrashArgs& a) {
     j["continuation_runs"] = rep.continuation_runs;
     j["seconds"] = rep.seconds;
     j["images_per_s"] = rep.images_per_s;
+    j["cpu_seconds"] = rep.cpu_seconds;
+    j["images_per_cpu_s"] = rep.images_per_cpu_s;
     j["violations"] = rep.violations;
     j["budget_exhausted"] = rep.budget_exhausted;
     j["sites_covered"] = rep.sites_covered;
@@ -214,18 +216,21 @@ int Run(const CrashArgs& a) {
   } else {
     for (const auto& t : rep.tickets) std::printf("%s\n", t.ToString().c_str());
     std::printf("tree %s, mode %s, workload %s: %llu/%llu scenarios, %llu crash points (%.1f%% exhaustive), "
-                "%llu images checked (+%llu deduplicated, +%llu in crashed recoveries), %.0f images/s, %.1f s%s\n",
+                "%llu images checked (+%llu deduplicated, +%llu in crashed recoveries), %.0f images/s (%.0f per CPU "
+                "second), %.1f s%s\n",
                 rep.tree.c_str(), std::string(crash::ModeName(rep.mode)).c_str(),
                 std::string(crash::WorkloadName(rep.workload)).c_str(), (unsigned long long)rep.scenarios,
                 (unsigned long long)rep.scenarios_total, (unsigned long long)rep.crash_points,
                 100 * rep.exhaustive_fraction, (unsigned long long)rep.images_checked,
                 (unsigned long long)rep.images_deduplicated, (unsigned long long)rep.recovery_crash_images,
-                rep.images_per_s, rep.seconds, rep.budget_exhausted ? " (budget exhausted)" : "");
-    std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
-                (unsigned long long)rep.sites_total);
-    for (const auto& u : uncovered) std::printf("  uncovered: %s\n", u.c_str());
-    for (const auto& l : rep.lints)
-      std::printf("  lint: %s at %s (%llu)\n", l.kind.c_str(), l.site.c_str(), (unsigned long long)l.count);
+                rep.images_per_s, rep.images_per_cpu_s, rep.seconds, rep.budget_exhausted ? " (budget exhausted)" : "");
+    if (a.replay.empty()) {  // a replay checks one image: coverage and lints mean nothing there
+      std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
+                  (unsigned long long)rep.sites_total);
+      for (const auto& u : uncovered) std::printf("  uncovered: %s\n", u.c_str());
+      for (const auto& l : rep.lints)
+        std::printf("  lint: %s at %s (%llu)\n", l.kind.c_str(), l.site.c_str(), (unsigned long long)l.count);
+    }
     if (a.mutate) {
       for (const auto& m : mut.list)
         std::printf("  mutant: drop %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
