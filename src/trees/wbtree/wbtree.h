@@ -11,8 +11,8 @@
 //  - Inner nodes in DRAM, rebuilt from the leaf list at recovery, as in the
 //    LB+-Tree paper's comparison setup (§4.1); the original keeps them in NVM
 //    with the same node format (docs/trees/wbtree.md, "Deviations").
-//  - Insert: two NVM-atomic-write sections.  Write the entry, persist;
-//    clear the slot-valid bit, persist; write the slot array, persist; set the
+//  - Insert: two NVM-atomic-write sections.  Write the entry, flush; clear
+//    the slot-valid bit, persist; write the slot array, persist; set the
 //    entry's bit and the slot-valid bit with one 8-byte store, persist.
 //    Delete: one 8-byte bitmap write clearing the entry bit and the
 //    slot-valid bit, persisted.  Leaf split: a redo log naming the leaf and
