@@ -78,17 +78,16 @@ class EpochManager {
 
  private:
   struct alignas(64) Slot {
-    std::atomic<uint64_t> epoch{0};  // 0 = idle, else the epoch entered + 1
-    std::atomic<uint32_t> depth{0};
-    std::atomic<bool> in_use{false};
+    std::atomic<uint64_t> epoch{0};  // 0 = idle, else the global epoch seen at entry
+    std::atomic<uint32_t> depth{0};  // guard nesting (owner thread only)
   };
   static constexpr int kMaxThreads = 256;
   Slot* MySlot();
   void Enter();
   void Exit();
 
-  const uint64_t id_;
-  std::atomic<uint64_t> global_epoch_{1};
+  const uint64_t id_;  // for diagnostics
+  std::atomic<uint64_t> global_epoch_{1};  // never 0: 0 marks an idle slot
   Slot slots_[kMaxThreads];
   std::mutex mu_;
   std::vector<std::pair<uint64_t, std::function<void()>>> limbo_;  // (epoch retired, callback)
@@ -144,7 +143,8 @@ class Allocator {
   std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset), best fit
   uint64_t free_bytes_ = 0;
   bool rebuilding_ = false;
-  std::vector<std::pair<uint64_t, uint64_t>> used_;  // during rebuild
+  uint64_t generation_ = 0;                   // bumped by rebuild/load: stale retires are dropped
+  std::map<uint64_t, uint64_t> used_;         // during rebuild: offset -> size
   EpochManager epochs_;
 };
 

@@ -16,21 +16,32 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <source_location>
 #include <string>
 
 namespace pmtree {
 
+// The source line in tree code that asked for a write, flush or fence.  The
+// crash explorer uses it to name crash points, to report coverage per site and
+// to mutate (drop) one flush/fence site at a time; other backends ignore it.
+using Site = std::source_location;
+
 class PersistBackend {
  public:
   virtual ~PersistBackend() = default;
-  virtual void Write(void* dst, const void* src, size_t n) = 0;
-  virtual void Store64(void* dst, uint64_t value) = 0;
-  virtual void Zero(void* dst, size_t n) = 0;
-  virtual void NtWrite(void* dst, const void* src, size_t n) = 0;
-  virtual void Flush(const void* p, size_t n) = 0;
-  virtual void Fence() = 0;
-  // One line for reports: "hardware(clwb)", "counting(hardware(clwb))", ...
+  virtual void Write(void* dst, const void* src, size_t n, const Site& site) = 0;
+  virtual void Store64(void* dst, uint64_t value, const Site& site) = 0;
+  virtual void Zero(void* dst, size_t n, const Site& site) = 0;
+  virtual void NtWrite(void* dst, const void* src, size_t n, const Site& site) = 0;
+  virtual void Flush(const void* p, size_t n, const Site& site) = 0;
+  virtual void Fence(const Site& site) = 0;
+  // One line for reports: "hardware(clwb)", "hardware(clwb), counted", ...
   virtual std::string Describe() const = 0;
+  // Whether Flush / Fence execute an instruction (or system call).  The
+  // counting layer counts only what really executes: `dram` counts nothing,
+  // `eadr` counts fences only.
+  virtual bool ExecutesFlushes() const { return true; }
+  virtual bool ExecutesFences() const { return true; }
 };
 
 }  // namespace pmtree

@@ -14,6 +14,10 @@
 //              metric) containing a flushed line, within the current operation
 //   bytes      bytes named by Flush ranges (Circ-Tree's "flushed bytes")
 //   nt_stores  non-temporal store calls, nt_bytes their bytes
+//   delay_ns   media latency injected by emulation (--write-latency-ns)
+//
+// Only what really executes is counted: the `dram` backend counts no flush
+// and no fence, `eadr` counts fences but no flushes.
 //
 // "Operation" is the span between two BeginOperation() calls on one thread
 // (the benchmark and the explorer call it before each operation).  A line
@@ -38,6 +42,7 @@ struct PersistCounters {
   uint64_t bytes = 0;
   uint64_t nt_stores = 0;
   uint64_t nt_bytes = 0;
+  uint64_t delay_ns = 0;
 
   PersistCounters& operator+=(const PersistCounters& o);
   PersistCounters operator-(const PersistCounters& o) const;
@@ -57,6 +62,7 @@ void BeginOperation();
 void RecordFlushRange(const void* p, uint64_t n);
 void RecordFence();
 void RecordNt(uint64_t n);
+void RecordDelay(uint64_t ns);
 
 }  // namespace counters
 }  // namespace pmtree

@@ -177,33 +177,47 @@ class Pool {
   }
 
   // ---- writing (the only way to change pool bytes) ---------------------------
+  // Each call takes the caller's source line as a defaulted last argument
+  // (see Site in pmtree/backend.h); callers never pass it.
+  //
   // Plain stores of n bytes; a crash may leave any 8-byte-aligned subset.
-  void Write(void* dst, const void* src, size_t n) { backend_->Write(dst, src, n); }
+  void Write(void* dst, const void* src, size_t n, const Site& site = Site::current()) {
+    backend_->Write(dst, src, n, site);
+  }
   // One failure-atomic aligned 8-byte store with release ordering.
-  void Store64(void* dst, uint64_t value) { backend_->Store64(dst, value); }
+  void Store64(void* dst, uint64_t value, const Site& site = Site::current()) {
+    backend_->Store64(dst, value, site);
+  }
   // Writes n zero bytes.
-  void Zero(void* dst, size_t n) { backend_->Zero(dst, n); }
+  void Zero(void* dst, size_t n, const Site& site = Site::current()) { backend_->Zero(dst, n, site); }
   // Non-temporal stores (bypass the cache); ordered by the next Fence.
-  void NtWrite(void* dst, const void* src, size_t n) { backend_->NtWrite(dst, src, n); }
+  void NtWrite(void* dst, const void* src, size_t n, const Site& site = Site::current()) {
+    backend_->NtWrite(dst, src, n, site);
+  }
   // Starts write-back of every cache line overlapping [p, p+n).
-  void Flush(const void* p, size_t n) { backend_->Flush(p, n); }
+  void Flush(const void* p, size_t n, const Site& site = Site::current()) { backend_->Flush(p, n, site); }
   // Orders: earlier flushes complete before later stores.
-  void Fence() { backend_->Fence(); }
-  void Persist(const void* p, size_t n) {
-    Flush(p, n);
-    Fence();
+  void Fence(const Site& site = Site::current()) { backend_->Fence(site); }
+  void Persist(const void* p, size_t n, const Site& site = Site::current()) {
+    backend_->Flush(p, n, site);
+    backend_->Fence(site);
   }
   // Typed convenience: Set(&node->count, 3).  8-byte fields use Store64.
   template <class T>
-  void Set(T* field, const T& value) {
+  void Set(T* field, const T& value, const Site& site = Site::current()) {
     static_assert(std::is_trivially_copyable_v<T>);
     if constexpr (sizeof(T) == 8 && alignof(T) == 8) {
       uint64_t v;
       std::memcpy(&v, &value, 8);
-      Store64(field, v);
+      backend_->Store64(field, v, site);
     } else {
-      Write(field, &value, sizeof(T));
+      backend_->Write(field, &value, sizeof(T), site);
     }
+  }
+  // Reads an 8-byte word that concurrent writers change with Store64
+  // (acquire ordering, no torn read, no data race for TSan).
+  static uint64_t Load64(const void* src) {
+    return __atomic_load_n(static_cast<const uint64_t*>(src), __ATOMIC_ACQUIRE);
   }
 
   // ---- root slots ------------------------------------------------------------
@@ -220,11 +234,13 @@ class Pool {
  private:
   Pool() = default;
   struct Mapping;
-  static Result<std::unique_ptr<Pool>> Attach(std::unique_ptr<Mapping> m, std::string_view expected_layout,
-                                              const PoolOptions& options, bool creating, std::string_view layout,
-                                              uint64_t layout_flags);
+  // Wraps a validated mapping: creating writes a new header, else the header
+  // (already checked) is adopted and the allocator restored or set to rebuild.
+  static Result<std::unique_ptr<Pool>> Attach(std::unique_ptr<Mapping> m, const PoolOptions& options,
+                                              bool creating, std::string_view layout, uint64_t layout_flags);
+  static Status MapFile(Mapping* m, bool private_mapping);
+  static Status MapMemfd(Mapping* m, bool read_only_view, bool private_mapping, BackendKind backend);
   Status InstallBackend(const PoolOptions& options);
-  Status LoadHeader(std::string_view expected_layout);
   void InitHeader(std::string_view layout, uint64_t layout_flags);
 
   std::unique_ptr<Mapping> map_;

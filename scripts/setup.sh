@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# Installs what pmtree needs from Debian 12 (when missing) and builds it into
+# build/.  Idempotent: a second run only rebuilds what changed.
+#   PMTREE_BUILD_TYPE  Release | RelWithDebInfo (default) | Debug
+#   PMTREE_BUILD_DIR   build directory (default build)
+#   PMTREE_SANITIZE    address | thread (a sanitizer build; use another build dir)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake ninja-build g++ pkg-config libpmem2-dev libgtest-dev libgmock-dev libcli11-dev
+          nlohmann-json3-dev liblmdb-dev libdb++-dev python3-matplotlib)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  if [[ $(id -u) -eq 0 ]]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    sudo apt-get update -qq
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi
+
+build_dir=${PMTREE_BUILD_DIR:-build}
+werror=OFF
+[[ -n "${CI:-}" ]] && werror=ON
+cmake -S . -B "$build_dir" -G Ninja \
+  -DCMAKE_BUILD_TYPE="${PMTREE_BUILD_TYPE:-RelWithDebInfo}" \
+  -DPMTREE_SANITIZE="${PMTREE_SANITIZE:-}" \
+  -DPMTREE_WERROR="$werror" >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"
+echo "setup: built $build_dir/pmtree" >&2

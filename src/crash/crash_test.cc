@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Tests of the crash explorer itself, on the test-local CowArray structure
+// (test_trees.h): the correct structure passes, every deliberate flaw is
+// caught, tickets replay, and the shadow model enumerates exactly the images
+// the persistence model allows.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "crash/explorer.h"
+#include "crash/kill.h"
+#include "crash/shadow.h"
+#include "crash/test_trees.h"
+
+namespace pmtree::crash {
+namespace {
+
+using testing::CowArrayFactory;
+using testing::CowArrayMode;
+using testing::SetCowArrayMode;
+
+uint64_t Seed() {
+  const char* s = std::getenv("PMTREE_SEED");
+  uint64_t seed = s ? std::strtoull(s, nullptr, 10) : 42;
+  std::printf("seed %llu (PMTREE_SEED replays)\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+ExploreOptions Small(Mode mode) {
+  ExploreOptions o;
+  o.mode = mode;
+  o.depth = 2;
+  o.seed = Seed();
+  o.pool_size = 1 << 20;
+  o.budget_seconds = 60;
+  return o;
+}
+
+class ModeGuard {
+ public:
+  explicit ModeGuard(CowArrayMode m) { SetCowArrayMode(m); }
+  ~ModeGuard() { SetCowArrayMode(CowArrayMode::kCorrect); }
+};
+
+void PrintReport(const ExploreReport& r) {
+  std::printf("%s %s: %llu scenarios, %llu crash points (%llu exhaustive), %llu images (+%llu in recovery), "
+              "%.0f images/s, %llu violations, sites %llu/%llu\n",
+              r.tree.c_str(), std::string(ModeName(r.mode)).c_str(), (unsigned long long)r.scenarios,
+              (unsigned long long)r.crash_points, (unsigned long long)r.crash_points_exhaustive,
+              (unsigned long long)r.images_checked, (unsigned long long)r.recovery_crash_images, r.images_per_s,
+              (unsigned long long)r.violations, (unsigned long long)r.sites_covered,
+              (unsigned long long)r.sites_total);
+  for (const auto& t : r.tickets) std::printf("%s", t.ToString().c_str());
+}
+
+// ---- shadow model ---------------------------------------------------------------------
+
+TEST(ShadowTest, PerLinePrefixGivesOneImagePerPrefixOfEachLine) {
+  std::vector<char> img(4096, 0);
+  Shadow s(img.data(), img.size(), Mode::kAdr);
+  uint64_t v = 1;
+  s.Store(128, reinterpret_cast<uint8_t*>(&v), 8, 0, false);
+  s.Store(136, reinterpret_cast<uint8_t*>(&v), 8, 0, false);
+  s.Store(256, reinterpret_cast<uint8_t*>(&v), 8, 0, false);
+  auto units = s.DirtyUnits();
+  ASSERT_EQ(units.size(), 2u);
+  ImagePlan plan(units, img.data(), 4096, 0, 1);
+  EXPECT_TRUE(plan.exhaustive());
+  EXPECT_EQ(plan.total(), 3u * 2u);  // line 128: 0,1,2 stores; line 256: 0,1
+}
+
+TEST(ShadowTest, StrictModeLetsEachWordTakeItsOwnPrefix) {
+  std::vector<char> img(4096, 0);
+  Shadow s(img.data(), img.size(), Mode::kStrict);
+  uint64_t v[2] = {1, 2};
+  s.Store(128, reinterpret_cast<uint8_t*>(v), 16, 0, false);
+  ImagePlan plan(s.DirtyUnits(), img.data(), 4096, 0, 1);
+  EXPECT_EQ(plan.total(), 4u);  // two words, each old or new
+}
+
+TEST(ShadowTest, FenceCommitsOnlyWhatWasFlushedBeforeIt) {
+  std::vector<char> img(4096, 0);
+  Shadow s(img.data(), img.size(), Mode::kAdr);
+  uint64_t a = 7, b = 9;
+  s.Store(64, reinterpret_cast<uint8_t*>(&a), 8, 0, false);
+  s.Flush(64, 8, 1);
+  // A store after the clwb and before the fence is not covered by it.
+  s.Store(72, reinterpret_cast<uint8_t*>(&b), 8, 2, false);
+  s.Fence(3);
+  uint64_t got;
+  std::memcpy(&got, img.data() + 64, 8);
+  EXPECT_EQ(got, 7u);
+  std::memcpy(&got, img.data() + 72, 8);
+  EXPECT_EQ(got, 0u);
+  auto units = s.DirtyUnits();
+  ASSERT_EQ(units.size(), 1u);
+  EXPECT_EQ(units[0]->pending.size(), 1u);
+  EXPECT_EQ(s.lints().store_after_flush.count(2), 1u);
+}
+
+TEST(ShadowTest, RedundantFlushAndEmptyFenceAreCounted) {
+  std::vector<char> img(4096, 0);
+  Shadow s(img.data(), img.size(), Mode::kAdr);
+  s.Flush(64, 8, 5);
+  s.Fence(6);
+  EXPECT_EQ(s.lints().redundant_flushes[5], 1u);
+  EXPECT_EQ(s.lints().empty_fences[6], 1u);
+}
+
+TEST(ShadowTest, ImagesAreAppliedInPlaceAndReverted) {
+  std::vector<char> img(4096, 0);
+  Shadow s(img.data(), img.size(), Mode::kAdr);
+  uint64_t v = 0xabcdef;
+  s.Store(512, reinterpret_cast<uint8_t*>(&v), 8, 0, false);
+  {
+    ImagePlan plan(s.DirtyUnits(), img.data(), 4096, 0, 1);
+    std::vector<uint32_t> choice;
+    plan.Apply(1, &choice);
+    uint64_t got;
+    std::memcpy(&got, img.data() + 512, 8);
+    EXPECT_EQ(got, v);
+  }
+  uint64_t after;
+  std::memcpy(&after, img.data() + 512, 8);
+  EXPECT_EQ(after, 0u);
+}
+
+TEST(ShadowTest, AboveTheBoundThePlanIsStructuredPlusSamples) {
+  std::vector<char> img(1 << 16, 0);
+  Shadow s(img.data(), img.size(), Mode::kAdr);
+  uint64_t v = 1;
+  for (uint64_t line = 0; line < 20; line++)
+    for (int w = 0; w < 3; w++) s.Store(line * 64 + 8 * w, reinterpret_cast<uint8_t*>(&v), 8, 0, false);
+  ImagePlan plan(s.DirtyUnits(), img.data(), 4096, 100, 7);
+  EXPECT_FALSE(plan.exhaustive());
+  // all-old, all-new, 20 lines x 3 prefixes x 2, 190 pairs x 2, 100 samples.
+  EXPECT_EQ(plan.planned(), 2u + 120u + 380u + 100u);
+}
+
+// ---- the explorer on the test structure ------------------------------------------------
+
+TEST(ExplorerTest, CorrectStructureHasNoViolationsInEveryMode) {
+  for (Mode mode : {Mode::kAdr, Mode::kStrict, Mode::kEadr}) {
+    auto r = Explore(CowArrayFactory(), Small(mode));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    PrintReport(*r);
+    EXPECT_EQ(r->violations, 0u);
+    EXPECT_GT(r->images_checked, 100u);
+    EXPECT_FALSE(r->budget_exhausted);
+    // Only the crash points with a whole large array dirty are sampled.
+    EXPECT_GT(r->exhaustive_fraction, 0.75);
+  }
+}
+
+TEST(ExplorerTest, DroppedPersistIsCaughtWithAReplayableTicket) {
+  ModeGuard g(CowArrayMode::kDropArrayPersist);
+  auto r = Explore(CowArrayFactory(), Small(Mode::kAdr));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  PrintReport(*r);
+  ASSERT_GT(r->violations, 0u);
+  ASSERT_FALSE(r->tickets.empty());
+  const Ticket& t = r->tickets[0];
+  EXPECT_NE(t.command.find("--replay " + ImageRefString(t.where)), std::string::npos);
+  // Replaying the ticket's image reproduces exactly one violation.
+  ExploreOptions o = Small(Mode::kAdr);
+  o.replay = t.where;
+  auto again = Explore(CowArrayFactory(), o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->violations, 1u);
+  EXPECT_EQ(again->images_checked, 1u);
+}
+
+TEST(ExplorerTest, DroppedPersistIsHarmlessUnderEadr) {
+  ModeGuard g(CowArrayMode::kDropArrayPersist);
+  auto r = Explore(CowArrayFactory(), Small(Mode::kEadr));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->violations, 0u);
+}
+
+TEST(ExplorerTest, RandomWorkloadOnCorrectStructurePasses) {
+  ExploreOptions o = Small(Mode::kAdr);
+  o.workload = Workload::kRandom;
+  o.ops = 200;
+  auto r = Explore(CowArrayFactory(), o);
+  ASSERT_TRUE(r.ok());
+  PrintReport(*r);
+  EXPECT_EQ(r->violations, 0u);
+  EXPECT_GT(r->crash_points, 200u);
+}
+
+TEST(ExplorerTest, RawStoreIsReportedAsInstrumentationGap) {
+  ModeGuard g(CowArrayMode::kRawStore);
+  ExploreOptions o = Small(Mode::kAdr);
+  o.depth = 1;
+  auto r = Explore(CowArrayFactory(), o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_GT(r->violations, 0u);
+  EXPECT_NE(r->tickets[0].failure.find("instrumentation gap"), std::string::npos) << r->tickets[0].failure;
+}
+
+TEST(ExplorerTest, CrashInRecoveryIsAViolationNotTheEndOfTheExplorer) {
+  ModeGuard g(CowArrayMode::kCrashInRecovery);
+  ExploreOptions o = Small(Mode::kAdr);
+  o.depth = 1;
+  o.max_tickets = 100;
+  auto r = Explore(CowArrayFactory(), o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_GT(r->violations, 0u);
+  bool segv = false;
+  for (const auto& t : r->tickets) segv = segv || t.failure.find("signal 11") != std::string::npos;
+  EXPECT_TRUE(segv);
+  // The explorer went on after the crashes.
+  EXPECT_EQ(r->scenarios, r->scenarios_total);
+}
+
+TEST(ExplorerTest, MutationTestingCatchesEveryNeededPersist) {
+  ModeGuard g(CowArrayMode::kExtraPersist);
+  ExploreOptions o = Small(Mode::kAdr);
+  // Short random workload: arrays stay small, every crash point is exhaustive.
+  o.workload = Workload::kRandom;
+  o.ops = 12;
+  auto m = Mutate(CowArrayFactory(), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  for (const auto& mu : m->list) std::printf("mutant %s@%s: %s %s\n", mu.site.c_str(), mu.kind.c_str(), mu.outcome.c_str(), mu.evidence.c_str());
+  EXPECT_GE(m->caught, 6u);
+  // The deliberately redundant persist and the commit persist it duplicates.
+  EXPECT_EQ(m->redundant, 4u);  // flush and fence of each
+  EXPECT_EQ(m->survived, 0u);
+  EXPECT_EQ(m->score, 1.0);
+}
+
+TEST(KillHarnessTest, EveryAcknowledgedOperationSurvivesSigkill) {
+  KillOptions o;
+  o.iterations = 30;
+  o.seed = Seed();
+  o.pool_size = 8 << 20;
+  o.key_domain = 64;  // the copy-on-write array is quadratic: keep it small
+  o.max_delay_us = 5000;
+  auto r = RunKillHarness(CowArrayFactory(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& f : r->failures) std::printf("%s\n", f.c_str());
+  EXPECT_TRUE(r->failures.empty());
+  EXPECT_EQ(r->iterations, 30u);
+  EXPECT_GT(r->acked_ops, 30u);
+  std::printf("%llu acknowledged ops checked, %llu kills during open\n", (unsigned long long)r->acked_ops,
+              (unsigned long long)r->kills_during_open);
+}
+
+}  // namespace
+}  // namespace pmtree::crash

@@ -1,0 +1,1022 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The crash-state explorer: scenarios, tracing, replay, image checks, the
+// supervising parent process, and mutation testing.  See explorer.h and
+// docs/crash_model.md.
+
+#include "crash/explorer.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "crash/explorer_internal.h"
+#include "crash/shadow.h"
+#include "crash/trace.h"
+
+namespace pmtree::crash {
+
+using json = nlohmann::json;
+
+// ---- names ---------------------------------------------------------------------------
+
+std::string OpString(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kCreate: return "create";
+    case OpKind::kInsert: return "insert(" + std::to_string(op.key) + ")";
+    case OpKind::kUpdate: return "update(" + std::to_string(op.key) + ")";
+    case OpKind::kUpsert: return "upsert(" + std::to_string(op.key) + ")";
+    case OpKind::kRemove: return "remove(" + std::to_string(op.key) + ")";
+  }
+  return "?";
+}
+
+std::string_view WorkloadName(Workload w) { return w == Workload::kSmall ? "small" : "random"; }
+
+Status ParseWorkload(std::string_view text, Workload* w) {
+  if (text == "small") *w = Workload::kSmall;
+  else if (text == "random") *w = Workload::kRandom;
+  else return Status::InvalidArgument("unknown workload '" + std::string(text) + "'; valid: small, random");
+  return Status::Ok();
+}
+
+std::string ImageRefString(const ImageRef& r) {
+  return std::to_string(r.scenario) + ":" + std::to_string(r.point) + ":" + std::to_string(r.image);
+}
+
+Status ParseImageRef(std::string_view text, ImageRef* r) {
+  unsigned long long a, b, c;
+  char tail;
+  std::string t(text);
+  if (std::sscanf(t.c_str(), "%llu:%llu:%llu%c", &a, &b, &c, &tail) != 3)
+    return Status::InvalidArgument("an image is SCENARIO:POINT:IMAGE (three numbers), got '" + t + "'");
+  *r = ImageRef{a, b, c};
+  return Status::Ok();
+}
+
+std::string Ticket::ToString() const {
+  std::string s = "VIOLATION at image " + ImageRefString(where) + "\n";
+  s += "  scenario: " + scenario + "\n";
+  s += "  in flight: " + op + "\n";
+  s += "  crash point: " + point + "\n";
+  s += "  image: " + image + "\n";
+  s += "  failure: " + failure + "\n";
+  s += "  replay: " + command + "\n";
+  return s;
+}
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// ---- scenarios -----------------------------------------------------------------------
+
+struct Probe {
+  std::unique_ptr<Pool> pool;
+  std::unique_ptr<Tree> tree;
+};
+
+Result<Probe> OpenProbe(const TreeFactory& f, const ExploreOptions& o) {
+  PoolOptions po;
+  po.backend = BackendKind::kDram;
+  po.counting = false;
+  po.use_env = false;
+  Probe p;
+  PMTREE_ASSIGN_OR_RETURN(p.pool, Pool::CreateAnonymous(o.pool_size, f.name, 0, po));
+  PMTREE_ASSIGN_OR_RETURN(p.tree, f.create(p.pool.get(), o.tree_options));
+  return p;
+}
+
+Op Insert(uint64_t k, uint64_t v) { return Op{OpKind::kInsert, k, v}; }
+Op Remove(uint64_t k) { return Op{OpKind::kRemove, k, 0}; }
+
+struct PreState {
+  std::string name;
+  std::vector<Op> ops;
+};
+
+uint64_t ValueFor(uint64_t key, uint64_t version) { return key * 1000 + version; }
+
+// Pre-states found by watching Stats() while a probe tree grows: the
+// moments just before its first leaf split, a non-root leaf split, a new
+// level, a merge; plus an empty tree and a churned one.
+Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreOptions& o) {
+  std::vector<PreState> out;
+  out.push_back({"empty", {}});
+  PMTREE_ASSIGN_OR_RETURN(Probe p, OpenProbe(f, o));
+  const uint64_t kMax = 3000;
+  std::vector<TreeStats> st(1, p.tree->Stats());
+  uint64_t s1 = 0, s2 = 0, s3 = 0;
+  for (uint64_t n = 1; n <= kMax; n++) {
+    auto r = p.tree->Insert(10 * n, ValueFor(10 * n, 0));
+    if (!r.ok()) break;  // out of space: enough
+    st.push_back(p.tree->Stats());
+    const TreeStats& a = st[n - 1];
+    const TreeStats& b = st[n];
+    if (s1 == 0 && (b.leaf_nodes > 1 || b.height > 1)) s1 = n;
+    else if (s1 != 0 && s2 == 0 && b.leaf_nodes > a.leaf_nodes) s2 = n;
+    if (s3 == 0 && b.height >= 3 && a.height < 3) s3 = n;
+    if (s3 != 0 && s2 != 0) break;
+  }
+  auto inserts = [](uint64_t n) {
+    std::vector<Op> v;
+    for (uint64_t i = 1; i <= n; i++) v.push_back(Insert(10 * i, ValueFor(10 * i, 0)));
+    return v;
+  };
+  if (s1 == 0) {
+    // Stats() tells nothing about nodes: fall back to fixed sizes.
+    for (uint64_t n : {1, 16, 64}) out.push_back({std::to_string(n) + "-keys", inserts(n)});
+    return out;
+  }
+  if (s1 >= 3) out.push_back({"root-leaf-one-short", inserts(s1 - 2)});
+  out.push_back({"root-leaf-full", inserts(s1 - 1)});
+  if (s2 != 0) out.push_back({"leaf-full", inserts(s2 - 1)});
+  if (s3 != 0) out.push_back({"inner-full", inserts(s3 - 1)});
+  // Merge threshold: from the first two-leaf state, remove the smallest keys
+  // until the leaf count drops.
+  {
+    PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
+    auto ops = inserts(s1);
+    for (const Op& op : ops) (void)q.tree->Insert(op.key, op.value);
+    const uint64_t leaves = q.tree->Stats().leaf_nodes;
+    for (uint64_t i = 1; i < s1; i++) {
+      (void)q.tree->Remove(10 * i);
+      if (q.tree->Stats().leaf_nodes < leaves) {
+        auto pre = inserts(s1);
+        for (uint64_t j = 1; j < i; j++) pre.push_back(Remove(10 * j));
+        out.push_back({"merge-threshold", pre});
+        break;
+      }
+    }
+  }
+  // Churn: a full-ish tree with every other key of its first half removed
+  // (dead slots, reusable entries, rings that wrap).
+  {
+    uint64_t n = s2 != 0 ? s2 : 2 * s1;
+    auto pre = inserts(n);
+    for (uint64_t i = 1; i <= n / 2; i += 2) pre.push_back(Remove(10 * i));
+    out.push_back({"churn", pre});
+  }
+  return out;
+}
+
+std::vector<Op> Alphabet(const PreState& p) {
+  Model m;
+  for (const Op& op : p.ops) ApplyEffect(&m, EffectOf(m, op));
+  const uint64_t max = m.empty() ? 10 : m.rbegin()->first;
+  const uint64_t a = max + 5 - 10;  // new, inside the last leaf (shifts the largest key)
+  const uint64_t b = max + 5;       // new, after every key
+  uint64_t c = a;                   // existing, not the largest, when there is one
+  if (m.size() >= 2) c = std::prev(m.end(), 2)->first;
+  else if (m.size() == 1) c = max;
+  return {Insert(a, ValueFor(a, 1)), Insert(b, ValueFor(b, 1)), Remove(c), Op{OpKind::kUpsert, c, ValueFor(c, 2)},
+          Remove(a)};
+}
+
+std::vector<Op> RandomOps(uint64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const uint64_t domain = std::max<uint64_t>(16, n / 2);
+  std::vector<Op> v;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t r = rng();
+    uint64_t k = 1 + (r >> 16) % domain;
+    uint64_t val = ValueFor(k, i + 1);
+    int w = static_cast<int>(r % 100);
+    if (w < 50) v.push_back(Insert(k, val));
+    else if (w < 70) v.push_back(Remove(k));
+    else if (w < 85) v.push_back(Op{OpKind::kUpsert, k, val});
+    else v.push_back(Op{OpKind::kUpdate, k, val});
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& f, const ExploreOptions& o) {
+  if (!f.persistent()) return Status::InvalidArgument(std::string(f.name) + " is not a persistent tree");
+  std::vector<Scenario> out;
+  const Op create{OpKind::kCreate, 0, 0};
+  if (o.workload == Workload::kRandom) {
+    Scenario s;
+    s.name = "random(" + std::to_string(o.ops) + " ops, seed " + std::to_string(o.seed) + ")";
+    s.ops.push_back(create);
+    auto ops = RandomOps(o.ops, o.seed);
+    s.ops.insert(s.ops.end(), ops.begin(), ops.end());
+    s.check_from = 0;
+    out.push_back(std::move(s));
+    return out;
+  }
+  out.push_back(Scenario{"create", {create}, 0});
+  PMTREE_ASSIGN_OR_RETURN(auto pres, FindPreStates(f, o));
+  const uint32_t depth = std::clamp<uint32_t>(o.depth, 1, 3);
+  // Breadth first (every pre-state at depth 1, then 2, ...), so a time budget
+  // cuts the deepest sequences, not whole pre-states.
+  for (uint32_t d = 1; d <= depth; d++) {
+    for (const PreState& p : pres) {
+      auto alpha = Alphabet(p);
+      size_t count = 1;
+      for (uint32_t i = 0; i < d; i++) count *= alpha.size();
+      for (size_t code = 0; code < count; code++) {
+        Scenario s;
+        s.ops.push_back(create);
+        s.ops.insert(s.ops.end(), p.ops.begin(), p.ops.end());
+        std::string seq;
+        size_t c = code;
+        for (uint32_t i = 0; i < d; i++) {
+          const Op& op = alpha[c % alpha.size()];
+          c /= alpha.size();
+          s.ops.push_back(op);
+          seq += (seq.empty() ? "" : " ") + OpString(op);
+        }
+        s.name = p.name + " (" + std::to_string(p.ops.size()) + " ops) then " + seq;
+        s.check_from = s.ops.size() - 1;
+        out.push_back(std::move(s));
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// ---- the worker ----------------------------------------------------------------------
+
+// State shared between the supervising parent and its worker (MAP_SHARED).
+struct Shared {
+  std::atomic<uint64_t> scenario{0}, point{0}, image{0};
+  std::atomic<uint32_t> phase{0};  // kPhase*
+  std::atomic<uint64_t> cur_op{0};
+  std::atomic<int64_t> heartbeat_ms{0};
+  std::atomic<uint64_t> images{0}, points{0}, points_exhaustive{0}, dedup{0}, continuations{0},
+      recovery_images{0}, scenarios_done{0}, violations{0};
+  std::atomic<uint64_t> fault_addr{0}, fault_pc{0};
+  std::atomic<int> fault_in_view{0};
+  std::atomic<int> budget_hit{0};
+  std::atomic<int> stop{0};
+};
+enum : uint32_t { kPhaseIdle = 0, kPhaseTrace = 1, kPhaseCheck = 2, kPhaseRecoveryCrash = 3 };
+
+int64_t NowMs() { return static_cast<int64_t>(Now() * 1000); }
+
+// Fault bookkeeping for the worker's signal handler.
+Shared* g_shared = nullptr;
+std::atomic<const char*> g_view{nullptr};
+std::atomic<uint64_t> g_view_size{0};
+
+void OnFault(int sig, siginfo_t* si, void* ucv) {
+  if (g_shared != nullptr) {
+    const auto addr = reinterpret_cast<uint64_t>(si->si_addr);
+    g_shared->fault_addr.store(addr);
+#if defined(__x86_64__)
+    auto* uc = static_cast<ucontext_t*>(ucv);
+    g_shared->fault_pc.store(static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RIP]));
+#else
+    (void)ucv;
+#endif
+    const char* v = g_view.load();
+    if (v != nullptr && addr >= reinterpret_cast<uint64_t>(v) && addr < reinterpret_cast<uint64_t>(v) + g_view_size.load())
+      g_shared->fault_in_view.store(1);
+  }
+  // Returning re-executes the faulting instruction with the default action:
+  // the worker dies and the parent reports the position.
+  signal(sig, SIG_DFL);
+}
+
+// A memfd of the pool's size mapped shared: crash images are built in it.
+struct ImageFile {
+  int fd = -1;
+  char* map = nullptr;
+  uint64_t size = 0;
+  uint64_t dirty = 0;  // bytes [0, dirty) may be nonzero
+
+  Status Open(uint64_t n) {
+    size = n;
+    fd = memfd_create("pmtree-crash-image", MFD_CLOEXEC);
+    if (fd < 0) return Status::IoError("memfd_create for crash images failed");
+    if (ftruncate(fd, static_cast<off_t>(n)) != 0) return Status::IoError("sizing the crash image failed");
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return Status::IoError("mapping the crash image failed");
+    map = static_cast<char*>(p);
+    return Status::Ok();
+  }
+  void Reset(uint64_t extent) {
+    std::memset(map, 0, std::min(size, dirty));
+    dirty = std::min(size, extent);
+  }
+  ~ImageFile() {
+    if (map) munmap(map, size);
+    if (fd >= 0) close(fd);
+  }
+};
+
+// The command line that replays image `r`.
+std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const ImageRef& r) {
+  std::string c = "pmtree crash --tree " +
+                  (o.tree_name_for_command.empty() ? std::string(f.name) : o.tree_name_for_command);
+  c += " --mode " + std::string(ModeName(o.mode));
+  c += " --workload " + std::string(WorkloadName(o.workload));
+  c += " --seed " + std::to_string(o.seed);
+  if (o.workload == Workload::kRandom) c += " --ops " + std::to_string(o.ops);
+  if (o.workload == Workload::kSmall && o.depth != 3) c += " --depth " + std::to_string(o.depth);
+  if (o.tree_options.node_size != 0) c += " --node-size " + std::to_string(o.tree_options.node_size);
+  for (const auto& [k, v] : o.tree_options.extra) c += " --tree-option " + k + "=" + v;
+  if (o.max_images != 4096) c += " --max-images " + std::to_string(o.max_images);
+  if (o.samples != 512) c += " --samples " + std::to_string(o.samples);
+  if (o.pool_size != (4ull << 20)) c += " --pool-size " + std::to_string(o.pool_size);
+  if (!o.drop_site.empty()) c += " --drop " + o.drop_site + (o.drop_fence ? "@fence" : "@flush");
+  c += " --replay " + ImageRefString(r);
+  return c;
+}
+
+struct TraceRun {
+  TraceLog log;
+  std::vector<Effect> effects;  // per operation
+  std::string failure;          // the workload itself failed
+  uint64_t failed_op = 0;
+};
+
+struct PointInfo {
+  std::string description;
+};
+
+class Worker {
+ public:
+  Worker(const TreeFactory& f, const ExploreOptions& o, const std::vector<Scenario>& scenarios, Shared* sh,
+         int results_fd, double deadline)
+      : f_(f), o_(o), scenarios_(scenarios), sh_(sh), results_fd_(results_fd), deadline_(deadline) {}
+
+  Status Init() {
+    PMTREE_RETURN_IF_ERROR(img_.Open(o_.pool_size));
+    PMTREE_RETURN_IF_ERROR(rec_a_.Open(o_.pool_size));
+    PMTREE_RETURN_IF_ERROR(rec_b_.Open(o_.pool_size));
+    return Status::Ok();
+  }
+
+  // Runs scenarios from `from` on.
+  void Run(const ImageRef& from) {
+    for (uint64_t s = from.scenario; s < scenarios_.size(); s++) {
+      if (o_.replay && s != o_.replay->scenario) continue;
+      if (OutOfTime()) return;
+      ImageRef start = s == from.scenario ? from : ImageRef{s, 0, 0};
+      RunScenario(s, start);
+      sh_->scenarios_done.store(s + 1);
+      if (sh_->stop.load()) return;
+    }
+  }
+
+ private:
+  bool OutOfTime() {
+    if (deadline_ > 0 && Now() > deadline_) {
+      sh_->budget_hit.store(1);
+      return true;
+    }
+    return false;
+  }
+
+  void Emit(const json& j) {
+    std::string line = j.dump() + "\n";
+    const char* p = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+      ssize_t w = write(results_fd_, p, left);
+      if (w <= 0) return;
+      p += w;
+      left -= static_cast<size_t>(w);
+    }
+  }
+
+  void Trace(const Scenario& sc, TraceRun* run) {
+    sh_->phase.store(kPhaseTrace);
+    TracingBackend* tb = nullptr;
+    PoolOptions po;
+    po.backend = BackendKind::kCustom;
+    po.backend_factory = TracingFactory(&run->log, &tb);
+    po.counting = false;
+    po.use_env = false;
+    auto pool = Pool::CreateAnonymous(o_.pool_size, f_.name, 0, po, /*read_only_view=*/true);
+    if (!pool.ok()) {
+      run->failure = "cannot create the traced pool: " + pool.status().ToString();
+      return;
+    }
+    g_view.store((*pool)->base());
+    g_view_size.store((*pool)->size());
+    Model m;
+    std::unique_ptr<Tree> tree;
+    for (size_t i = 0; i < sc.ops.size(); i++) {
+      const Op& op = sc.ops[i];
+      sh_->cur_op.store(i);
+      Effect e = EffectOf(m, op);
+      run->effects.push_back(e);
+      tb->BeginOp(i);
+      Result<bool> r = false;
+      switch (op.kind) {
+        case OpKind::kCreate: {
+          auto t = f_.create(pool->get(), o_.tree_options);
+          if (!t.ok()) {
+            run->failure = "create failed: " + t.status().ToString();
+          } else {
+            tree = std::move(*t);
+            r = true;
+          }
+          break;
+        }
+        case OpKind::kInsert: r = tree->Insert(op.key, op.value); break;
+        case OpKind::kUpdate: r = tree->Update(op.key, op.value); break;
+        case OpKind::kUpsert: r = tree->Upsert(op.key, op.value); break;
+        case OpKind::kRemove: r = tree->Remove(op.key); break;
+      }
+      tb->EndOp(i);
+      if (run->failure.empty() && !r.ok()) run->failure = OpString(op) + " failed: " + r.status().ToString();
+      if (run->failure.empty() && *r != e.expected)
+        run->failure = OpString(op) + " returned " + (*r ? "true" : "false") + " but the model expects " +
+                       (e.expected ? "true" : "false");
+      if (!run->failure.empty()) {
+        run->failed_op = i;
+        break;
+      }
+      ApplyEffect(&m, e);
+    }
+    tree.reset();  // a crash: no Close()
+    pool->reset();
+    g_view.store(nullptr);
+  }
+
+  // Opens image `file` copy-on-write, recovers and checks it.
+  std::string CheckImage(ImageFile& file, const Expect& e, bool continuation, uint64_t seed) {
+    PoolOptions po;
+    po.backend = BackendKind::kDram;
+    po.counting = false;
+    po.use_env = false;
+    po.private_mapping = true;
+    auto pool = Pool::OpenAnonymous(file.fd, file.size, f_.name, po, false);
+    if (!pool.ok()) return "the pool does not open: " + pool.status().ToString();
+    auto tree = f_.recover(pool->get(), o_.tree_options);
+    if (!tree.ok()) {
+      if (e.absent_ok && (*pool)->root(0) == 0) return "";
+      return "recovery failed: " + tree.status().ToString();
+    }
+    int which = 0;
+    std::string finding;
+    std::string failure = CheckTree(pool->get(), tree->get(), e, &which, true, &finding);
+    if (!finding.empty()) findings_[finding]++;
+    if (failure.empty() && continuation && o_.continuation_ops > 0) {
+      sh_->continuations.fetch_add(1);
+      Model m = *e.m0;
+      if (which == 2) ApplyEffect(&m, e.effect);
+      failure = RunContinuation(pool->get(), tree->get(), &m, e.focus_key, o_.continuation_ops, seed);
+    }
+    tree->reset();
+    return failure;
+  }
+
+  // Traces recovery of the image in `img_` and checks every crash image of
+  // it (bounded).  Returns "" or the failure.
+  std::string CrashDuringRecovery(const Expect& e, uint64_t extent, uint64_t seed) {
+    sh_->phase.store(kPhaseRecoveryCrash);
+    rec_a_.Reset(extent);
+    std::memcpy(rec_a_.map, img_.map, extent);
+    TraceLog rlog;
+    TracingBackend* tb = nullptr;
+    PoolOptions po;
+    po.backend = BackendKind::kCustom;
+    po.backend_factory = TracingFactory(&rlog, &tb);
+    po.counting = false;
+    po.use_env = false;
+    {
+      auto pool = Pool::OpenAnonymous(rec_a_.fd, rec_a_.size, f_.name, po, /*read_only_view=*/true);
+      if (!pool.ok()) return "";  // reported by the plain check
+      tb->BeginOp(0);
+      auto tree = f_.recover(pool->get(), o_.tree_options);
+      tb->EndOp(0);
+      if (!tree.ok()) return "";
+      tree->reset();
+    }
+    rec_a_.dirty = std::max(rec_a_.dirty, rlog.high_water);
+    bool writes = false;
+    bool inside = false;
+    for (const Event& ev : rlog.events) {
+      if (ev.kind == EventKind::kOpBegin) inside = true;
+      if (inside && (ev.kind == EventKind::kStore || ev.kind == EventKind::kNtStore)) writes = true;
+    }
+    if (!writes) {
+      sh_->phase.store(kPhaseCheck);
+      return "";
+    }
+    rec_b_.Reset(std::max(extent, rlog.high_water));
+    std::memcpy(rec_b_.map, img_.map, extent);
+    Shadow shadow(rec_b_.map, rec_b_.size, o_.mode);
+    inside = false;
+    uint64_t q = 0;
+    std::string failure;
+    auto point = [&](const std::string& where) -> bool {
+      std::vector<Unit*> units = shadow.DirtyUnits();
+      ImagePlan plan(units, rec_b_.map, o_.recovery_images, 16, seed ^ Mix(q));
+      std::vector<uint32_t> choice;
+      for (uint64_t j = 0; j < plan.planned(); j++) {
+        plan.Apply(j, &choice);
+        sh_->recovery_images.fetch_add(1);
+        std::string f = CheckImage(rec_b_, e, false, seed);
+        if (!f.empty()) {
+          failure = "crash during recovery (" + where + ", recovery image " + std::to_string(q) + ":" +
+                    std::to_string(j) + ", " + plan.Describe(choice) + "), then recovery again: " + f;
+          return false;
+        }
+      }
+      q++;
+      return true;
+    };
+    for (const Event& ev : rlog.events) {
+      switch (ev.kind) {
+        case EventKind::kOpBegin: inside = true; break;
+        case EventKind::kOpEnd:
+          if (!point("end of recovery")) return failure;
+          break;
+        case EventKind::kStore:
+        case EventKind::kNtStore:
+          if (o_.mode == Mode::kEadr) {
+            for (uint64_t off = 0; off < ev.len;) {
+              uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
+              shadow.Store(ev.off + off, &rlog.bytes[ev.data + off], n, ev.site, false);
+              off += n;
+              if (inside && !point("after a store at " + rlog.sites.Name(ev.site))) return failure;
+            }
+          } else {
+            shadow.Store(ev.off, &rlog.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+          }
+          break;
+        case EventKind::kFlush: shadow.Flush(ev.off, ev.len, ev.site); break;
+        case EventKind::kFence:
+          if (inside && o_.mode != Mode::kEadr && !point("before the fence at " + rlog.sites.Name(ev.site)))
+            return failure;
+          shadow.Fence(ev.site);
+          break;
+      }
+    }
+    sh_->phase.store(kPhaseCheck);
+    return "";
+  }
+
+  std::string Command(const ImageRef& r) const { return ReplayCommand(f_, o_, r); }
+
+  void Report(const ImageRef& r, const Scenario& sc, uint64_t op, const std::string& point,
+              const std::string& image, const std::string& failure) {
+    sh_->violations.fetch_add(1);
+    json j;
+    j["ticket"] = {{"scenario_index", r.scenario}, {"point", r.point}, {"image_index", r.image},
+                   {"scenario", sc.name}, {"op", op < sc.ops.size() ? OpString(sc.ops[op]) : "?"},
+                   {"point_desc", point}, {"image", image}, {"failure", failure}, {"command", Command(r)}};
+    Emit(j);
+    if (o_.replay) std::fprintf(stderr, "replay %s: FAILED: %s\n", ImageRefString(r).c_str(), failure.c_str());
+    if (o_.stop_at_first_violation) sh_->stop.store(1);
+  }
+
+  void RunScenario(uint64_t s, const ImageRef& start) {
+    const Scenario& sc = scenarios_[s];
+    TraceRun run;
+    sh_->scenario.store(s);
+    sh_->point.store(0);
+    sh_->image.store(0);
+    sh_->heartbeat_ms.store(NowMs());
+    Trace(sc, &run);
+    if (!run.failure.empty()) {
+      if (start.point == 0 && start.image == 0)
+        Report(ImageRef{s, 0, 0}, sc, run.failed_op, "while running the workload (no crash)", "-", run.failure);
+      return;
+    }
+    sh_->phase.store(kPhaseCheck);
+    img_.Reset(run.log.high_water);
+    Shadow shadow(img_.map, img_.size, o_.mode);
+    const TraceLog& log = run.log;
+    int64_t drop_id = -1;
+    if (!o_.drop_site.empty()) {
+      for (uint32_t i = 0; i < log.sites.size(); i++)
+        if (log.sites.Name(i) == o_.drop_site) drop_id = i;
+    }
+    // Coverage, per (site, kind) name.
+    std::map<std::pair<std::string, std::string>, std::pair<uint64_t, bool>> cov;
+    std::set<uint32_t> flushes_since_point;
+    Model model;
+    uint64_t op = 0;
+    bool focus = false;
+    uint64_t point = 0;
+    uint64_t last_gen = UINT64_MAX;
+    std::unordered_set<uint64_t> seen;
+    bool stop = false;
+
+    auto crash_point = [&](const std::string& where, bool at_end, uint32_t fence_site) {
+      if (!at_end && shadow.generation() == last_gen) return;  // same images as the last point
+      last_gen = at_end ? UINT64_MAX : shadow.generation();
+      const uint64_t p = point++;
+      for (uint32_t fs : flushes_since_point) cov[{log.sites.Name(fs), "flush"}].second = true;
+      flushes_since_point.clear();
+      if (fence_site != UINT32_MAX) cov[{log.sites.Name(fence_site), "fence"}].second = true;
+      if (p < start.point) return;
+      if (o_.replay && p != o_.replay->point) return;
+      Expect e;
+      e.m0 = &model;
+      e.m0_ok = !at_end;
+      e.absent_ok = sc.ops[op].kind == OpKind::kCreate && !at_end;
+      e.effect = run.effects[op];
+      e.focus_key = sc.ops[op].key;
+      const uint64_t seed = Mix(o_.seed ^ Mix(s * 1000003 + p));
+      std::vector<Unit*> units;
+      if (o_.mode != Mode::kEadr) units = shadow.DirtyUnits();
+      ImagePlan plan(units, img_.map, o_.max_images, o_.samples, seed);
+      sh_->points.fetch_add(1);
+      if (plan.exhaustive()) sh_->points_exhaustive.fetch_add(1);
+      std::vector<uint32_t> choice;
+      const uint64_t first = p == start.point ? start.image : 0;
+      for (uint64_t i = first; i < plan.planned(); i++) {
+        if (o_.replay && i != o_.replay->image) continue;
+        sh_->point.store(p);
+        sh_->image.store(i);
+        sh_->heartbeat_ms.store(NowMs());
+        plan.Apply(i, &choice);
+        const uint64_t h = plan.ImageHash(shadow.p_hash()) ^ (at_end ? 0x5bd1e995ull : 0);
+        if (!o_.replay && !seen.insert(h).second) {
+          sh_->dedup.fetch_add(1);
+          continue;
+        }
+        const bool cont = i == first || (o_.continuation_every > 0 && i % o_.continuation_every == 0);
+        std::string failure = CheckImage(img_, e, cont, seed ^ Mix(i));
+        sh_->images.fetch_add(1);
+        if (failure.empty() && o_.crash_during_recovery && (i == 0 || i + 1 == plan.planned()))
+          failure = CrashDuringRecovery(e, std::max(img_.dirty, run.log.high_water), seed ^ Mix(i + 7));
+        if (o_.replay)
+          std::fprintf(stderr, "replay %s: scenario %s; in flight %s; %s; image %s: %s\n",
+                       ImageRefString(ImageRef{s, p, i}).c_str(), sc.name.c_str(), OpString(sc.ops[op]).c_str(),
+                       where.c_str(), plan.Describe(choice).c_str(), failure.empty() ? "OK" : "FAILED");
+        if (!failure.empty()) {
+          Report(ImageRef{s, p, i}, sc, op, where, plan.Describe(choice), failure);
+          if (sh_->stop.load()) {
+            stop = true;
+            return;
+          }
+          break;  // one ticket per crash point is enough
+        }
+        if (OutOfTime()) {
+          stop = true;
+          return;
+        }
+      }
+    };
+
+    for (const Event& ev : log.events) {
+      if (stop) break;
+      switch (ev.kind) {
+        case EventKind::kOpBegin:
+          op = ev.off;
+          focus = op >= sc.check_from;
+          seen.clear();
+          last_gen = UINT64_MAX;
+          flushes_since_point.clear();
+          break;
+        case EventKind::kOpEnd:
+          if (focus) shadow.OpEnd();
+          if (focus) crash_point("end of " + OpString(sc.ops[op]), true, UINT32_MAX);
+          ApplyEffect(&model, run.effects[op]);
+          break;
+        case EventKind::kStore:
+        case EventKind::kNtStore:
+          if (o_.mode == Mode::kEadr) {
+            for (uint64_t off = 0; off < ev.len && !stop;) {
+              uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
+              shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
+              off += n;
+              if (focus) crash_point("after the store at " + log.sites.Name(ev.site), false, UINT32_MAX);
+            }
+          } else {
+            shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+          }
+          break;
+        case EventKind::kFlush:
+          if (!o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
+          cov[{log.sites.Name(ev.site), "flush"}].first++;
+          if (focus) {
+            flushes_since_point.insert(ev.site);
+            if (o_.mode == Mode::kEadr) cov[{log.sites.Name(ev.site), "flush"}].second = true;
+          }
+          shadow.Flush(ev.off, ev.len, ev.site);
+          break;
+        case EventKind::kFence:
+          if (o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
+          cov[{log.sites.Name(ev.site), "fence"}].first++;
+          if (focus) {
+            if (o_.mode != Mode::kEadr) crash_point("before the fence at " + log.sites.Name(ev.site), false, ev.site);
+            else cov[{log.sites.Name(ev.site), "fence"}].second = true;
+          }
+          shadow.Fence(ev.site);
+          break;
+      }
+    }
+    // Coverage and lints of this scenario, for the parent to sum.
+    json sites = json::array();
+    for (const auto& [key, val] : cov) sites.push_back({key.first, key.second, val.first, val.second});
+    json lints = json::array();
+    auto add = [&](const char* kind, const std::map<uint32_t, uint64_t>& m) {
+      for (const auto& [site, n] : m) lints.push_back({kind, log.sites.Name(site), n});
+    };
+    add("redundant flush", shadow.lints().redundant_flushes);
+    add("empty fence", shadow.lints().empty_fences);
+    add("store after flush, before fence", shadow.lints().store_after_flush);
+    add("store still pending at operation end", shadow.lints().pending_at_op_end);
+    for (const auto& [what, n] : findings_) lints.push_back({what, "(recovery)", n});
+    findings_.clear();
+    Emit(json{{"sites", sites}, {"lints", lints}});
+  }
+
+  const TreeFactory& f_;
+  const ExploreOptions& o_;
+  const std::vector<Scenario>& scenarios_;
+  Shared* sh_;
+  int results_fd_;
+  double deadline_;
+  ImageFile img_, rec_a_, rec_b_;
+  std::map<std::string, uint64_t> findings_;  // non-violation findings of this scenario
+};
+
+void InstallFaultHandlers(Shared* sh) {
+  g_shared = sh;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = OnFault;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
+std::string SignalName(int sig) {
+  const char* d = strsignal(sig);
+  return std::string(d ? d : "signal") + " (signal " + std::to_string(sig) + ")";
+}
+
+}  // namespace
+
+Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
+  const double t0 = Now();
+  PMTREE_ASSIGN_OR_RETURN(std::vector<Scenario> scenarios, BuildScenarios(f, o));
+  if (o.replay && o.replay->scenario >= scenarios.size())
+    return Status::InvalidArgument("replay: scenario " + std::to_string(o.replay->scenario) + " does not exist (" +
+                                   std::to_string(scenarios.size()) + " scenarios)");
+  const double deadline = o.budget_seconds > 0 ? t0 + o.budget_seconds : 0;
+  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return Status::IoError("mmap of the explorer's shared state failed");
+  Shared* sh = new (mem) Shared();
+  int results = memfd_create("pmtree-crash-results", MFD_CLOEXEC);
+  if (results < 0) {
+    munmap(mem, sizeof(Shared));
+    return Status::IoError("memfd_create for explorer results failed");
+  }
+  ExploreReport rep;
+  rep.tree = std::string(f.name);
+  rep.mode = o.mode;
+  rep.workload = o.workload;
+  rep.scenarios_total = scenarios.size();
+  std::vector<json> parent_tickets;
+  Status worker_status;
+
+  auto ticket_for_death = [&](int status) {
+    const ImageRef r{sh->scenario.load(), sh->point.load(), sh->image.load()};
+    const uint32_t phase = sh->phase.load();
+    std::string why;
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+      why = "no progress for " + std::to_string(static_cast<int>(o.hang_seconds)) + " s: killed (a hang)";
+    } else if (WIFSIGNALED(status)) {
+      why = "died of " + SignalName(WTERMSIG(status));
+      if (sh->fault_addr.load() != 0) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), ", fault address 0x%llx, pc 0x%llx",
+                      static_cast<unsigned long long>(sh->fault_addr.load()),
+                      static_cast<unsigned long long>(sh->fault_pc.load()));
+        why += buf;
+      }
+    } else {
+      why = "exited with status " + std::to_string(WEXITSTATUS(status));
+    }
+    const Scenario& sc = scenarios[std::min<uint64_t>(r.scenario, scenarios.size() - 1)];
+    std::string failure, point = "-";
+    if (phase == kPhaseTrace) {
+      if (sh->fault_in_view.load())
+        failure = "instrumentation gap: a raw store to the read-only pool view bypassed the persistence layer (" +
+                  why + ")";
+      else
+        failure = "the tree crashed while running the workload: " + why;
+      point = "while running the workload (no crash)";
+    } else if (phase == kPhaseRecoveryCrash) {
+      failure = "crash during recovery, then recovery again: the worker " + why;
+    } else {
+      failure = "recovery or check of the image: the worker " + why;
+    }
+    json t;
+    t["scenario_index"] = r.scenario;
+    t["point"] = r.point;
+    t["image_index"] = r.image;
+    t["scenario"] = sc.name;
+    t["op"] = phase == kPhaseTrace ? OpString(sc.ops[std::min<uint64_t>(sh->cur_op.load(), sc.ops.size() - 1)]) : "-";
+    t["point_desc"] = point;
+    t["image"] = "-";
+    t["failure"] = failure;
+    t["command"] = ReplayCommand(f, o, r);
+    parent_tickets.push_back(t);
+    sh->violations.fetch_add(1);
+    return r;
+  };
+
+  if (!o.isolate) {
+    Worker w(f, o, scenarios, sh, results, deadline);
+    worker_status = w.Init();
+    if (worker_status.ok()) w.Run(ImageRef{});
+  } else {
+    ImageRef from{};
+    int restarts = 0;
+    double last_progress = Now();
+    while (true) {
+      sh->phase.store(kPhaseIdle);
+      sh->fault_addr.store(0);
+      sh->fault_in_view.store(0);
+      sh->heartbeat_ms.store(NowMs());
+      std::fflush(stderr);
+      std::fflush(stdout);
+      pid_t pid = fork();
+      if (pid < 0) {
+        worker_status = Status::IoError("fork of the explorer worker failed");
+        break;
+      }
+      if (pid == 0) {
+        InstallFaultHandlers(sh);
+        Worker w(f, o, scenarios, sh, results, deadline);
+        Status s = w.Init();
+        if (!s.ok()) {
+          std::fprintf(stderr, "pmtree crash worker: %s\n", s.ToString().c_str());
+          _exit(3);
+        }
+        w.Run(from);
+        _exit(0);
+      }
+      int status = 0;
+      while (true) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        const int64_t silent = NowMs() - sh->heartbeat_ms.load();
+        if (silent > static_cast<int64_t>(o.hang_seconds * 1000)) {
+          kill(pid, SIGKILL);
+          waitpid(pid, &status, 0);
+          break;
+        }
+        if (o.progress && Now() - last_progress >= 2) {
+          last_progress = Now();
+          std::fprintf(stderr, "crash %s %s: scenario %llu/%zu, %llu crash points, %llu images, %.0f s, %llu violations\n",
+                       std::string(f.name).c_str(), std::string(ModeName(o.mode)).c_str(),
+                       static_cast<unsigned long long>(sh->scenario.load()), scenarios.size(),
+                       static_cast<unsigned long long>(sh->points.load()),
+                       static_cast<unsigned long long>(sh->images.load()), Now() - t0,
+                       static_cast<unsigned long long>(sh->violations.load()));
+        }
+        usleep(2000);
+      }
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) break;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
+        worker_status = Status::IoError("the explorer worker could not start (see stderr)");
+        break;
+      }
+      const uint32_t phase = sh->phase.load();
+      ImageRef where = ticket_for_death(status);
+      if (o.replay || o.stop_at_first_violation || ++restarts > 1000) break;
+      from = phase == kPhaseTrace ? ImageRef{where.scenario + 1, 0, 0} : ImageRef{where.scenario, where.point, where.image + 1};
+      if (from.scenario >= scenarios.size()) break;
+    }
+  }
+
+  // Collect the worker's results.
+  std::string text;
+  {
+    char buf[65536];
+    lseek(results, 0, SEEK_SET);
+    ssize_t n;
+    while ((n = read(results, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+    close(results);
+  }
+  std::map<std::pair<std::string, std::string>, SiteReport> sites;
+  std::map<std::pair<std::string, std::string>, uint64_t> lints;
+  std::vector<json> tickets;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) break;
+    json j = json::parse(text.substr(pos, nl - pos), nullptr, false);
+    pos = nl + 1;
+    if (j.is_discarded()) continue;
+    if (j.contains("ticket")) tickets.push_back(j["ticket"]);
+    if (j.contains("sites")) {
+      for (const auto& s : j["sites"]) {
+        auto& r = sites[{s[0].get<std::string>(), s[1].get<std::string>()}];
+        r.name = s[0].get<std::string>();
+        r.kind = s[1].get<std::string>();
+        r.reached += s[2].get<uint64_t>();
+        r.covered = r.covered || s[3].get<bool>();
+      }
+      for (const auto& l : j["lints"]) lints[{l[0].get<std::string>(), l[1].get<std::string>()}] += l[2].get<uint64_t>();
+    }
+  }
+  for (auto& t : parent_tickets) tickets.push_back(t);
+  for (const auto& t : tickets) {
+    if (rep.tickets.size() >= o.max_tickets) break;
+    Ticket k;
+    k.where = ImageRef{t["scenario_index"], t["point"], t["image_index"]};
+    k.scenario = t["scenario"];
+    k.op = t["op"];
+    k.point = t["point_desc"];
+    k.image = t["image"];
+    k.failure = t["failure"];
+    k.command = t["command"];
+    rep.tickets.push_back(k);
+  }
+  for (auto& [key, s] : sites) {
+    rep.sites_total++;
+    if (s.covered) rep.sites_covered++;
+    rep.sites.push_back(s);
+  }
+  for (auto& [key, n] : lints) rep.lints.push_back(LintFinding{key.first, key.second, n});
+  rep.scenarios = sh->scenarios_done.load();
+  rep.crash_points = sh->points.load();
+  rep.crash_points_exhaustive = sh->points_exhaustive.load();
+  rep.images_checked = sh->images.load();
+  rep.images_deduplicated = sh->dedup.load();
+  rep.continuation_runs = sh->continuations.load();
+  rep.recovery_crash_images = sh->recovery_images.load();
+  rep.violations = sh->violations.load();
+  rep.budget_exhausted = sh->budget_hit.load() != 0;
+  rep.seconds = Now() - t0;
+  rep.images_per_s = rep.seconds > 0 ? static_cast<double>(rep.images_checked + rep.recovery_crash_images) / rep.seconds : 0;
+  rep.exhaustive_fraction =
+      rep.crash_points > 0 ? static_cast<double>(rep.crash_points_exhaustive) / static_cast<double>(rep.crash_points) : 1;
+  sh->~Shared();
+  munmap(mem, sizeof(Shared));
+  if (!worker_status.ok()) return worker_status;
+  return rep;
+}
+
+Result<MutationReport> Mutate(const TreeFactory& f, const ExploreOptions& options, ExploreReport* base_out) {
+  ExploreOptions o = options;
+  o.drop_site.clear();
+  PMTREE_ASSIGN_OR_RETURN(ExploreReport base, Explore(f, o));
+  MutationReport m;
+  for (const SiteReport& s : base.sites) {
+    if (!s.covered) continue;
+    ExploreOptions mo = o;
+    mo.drop_site = s.name;
+    mo.drop_fence = s.kind == "fence";
+    mo.stop_at_first_violation = true;
+    mo.max_tickets = 1;
+    PMTREE_ASSIGN_OR_RETURN(ExploreReport r, Explore(f, mo));
+    Mutant mu;
+    mu.site = s.name;
+    mu.kind = s.kind;
+    if (r.violations > 0) {
+      mu.outcome = "caught";
+      if (!r.tickets.empty()) mu.evidence = r.tickets[0].failure;
+      m.caught++;
+    } else if (!r.budget_exhausted && r.crash_points_exhaustive == r.crash_points) {
+      mu.outcome = "redundant";
+      m.redundant++;
+    } else {
+      mu.outcome = "survived";
+      m.survived++;
+    }
+    m.mutants++;
+    if (options.progress)
+      std::fprintf(stderr, "mutant: drop %s at %s: %s\n", mu.kind.c_str(), mu.site.c_str(), mu.outcome.c_str());
+    m.list.push_back(mu);
+  }
+  m.score = m.caught + m.survived == 0 ? 1.0 : static_cast<double>(m.caught) / static_cast<double>(m.caught + m.survived);
+  if (base_out) *base_out = std::move(base);
+  return m;
+}
+
+}  // namespace pmtree::crash

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The crash-state explorer (docs/crash_model.md).
+//
+// Explore() runs a tree from a TreeFactory on a traced anonymous pool, one
+// *scenario* (a short list of operations) at a time; replays each trace on
+// the shadow model (shadow.h); at every crash point of the checked operations
+// (before each fence, at each operation's end; after each store in eADR mode)
+// builds the crash images the mode allows; and checks each image:
+//
+//   1. recovery (the factory's `recover`) on a copy-on-write mapping of the
+//      image, in a forked worker process, so a wild pointer or a hang in
+//      recovery is a reported violation, not the end of the explorer;
+//   2. Verify();
+//   3. exact model equivalence: the scan and lookups equal M0 (the state
+//      before the in-flight operation) or M1 (after it); only M1 at the end
+//      of an operation, whose effect is acknowledged;
+//   4. allocator: bytes in use == bytes the tree reaches (Stats().pm_bytes);
+//   5. a deterministic continuation workload on the recovered tree, checked
+//      again (latent damage shows up here);
+//   6. on sampled images, crash during recovery: recovery itself is traced and
+//      every crash image of it recovered and checked the same way.
+//
+// Every failure becomes a Ticket with the command line that replays it.
+// Mutate() drops each flush or fence site in turn and reports which mutants
+// the explorer catches.
+//
+// Threading: Explore() forks; call it while no other thread of the process
+// runs (tests and the CLI are single-threaded), or set isolate = false.
+
+#ifndef PMTREE_CRASH_EXPLORER_H_
+#define PMTREE_CRASH_EXPLORER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "crash/shadow.h"
+#include "pmtree/registry.h"
+#include "pmtree/status.h"
+#include "pmtree/tree.h"
+
+namespace pmtree::crash {
+
+enum class OpKind : uint8_t { kCreate, kInsert, kUpdate, kUpsert, kRemove };
+
+struct Op {
+  OpKind kind = OpKind::kInsert;
+  uint64_t key = 0;
+  uint64_t value = 0;
+};
+std::string OpString(const Op& op);
+
+struct Scenario {
+  std::string name;         // "leaf-full: insert(205) remove(200)"
+  std::vector<Op> ops;      // ops[0] is kCreate
+  size_t check_from = 0;    // crash points are checked in ops[check_from..] only
+};
+
+enum class Workload : uint8_t { kSmall, kRandom };
+std::string_view WorkloadName(Workload w);
+Status ParseWorkload(std::string_view text, Workload* w);
+
+// A crash image: scenario index, crash point ordinal within the scenario's
+// checked operations, image index within that point's plan.
+struct ImageRef {
+  uint64_t scenario = 0;
+  uint64_t point = 0;
+  uint64_t image = 0;
+};
+std::string ImageRefString(const ImageRef& r);  // "12:3:40"
+Status ParseImageRef(std::string_view text, ImageRef* r);
+
+struct ExploreOptions {
+  Mode mode = Mode::kAdr;
+  Workload workload = Workload::kSmall;
+  uint64_t seed = 1;
+  uint64_t ops = 1000;           // random workload: operations
+  uint32_t depth = 3;            // small workload: operations per sequence (1..3)
+  uint64_t max_images = 4096;    // exhaustive bound per crash point
+  uint64_t samples = 512;        // random images added above the bound
+  double budget_seconds = 0;     // 0: no limit
+  uint64_t pool_size = 4ull << 20;
+  TreeOptions tree_options;
+  uint32_t continuation_ops = 64;  // 0 disables the continuation check
+  uint32_t continuation_every = 8; // run it on every n-th image of a point (and on the first)
+  bool crash_during_recovery = true;
+  uint64_t recovery_images = 64;   // bound per crash point inside recovery
+  bool isolate = true;             // checks in a forked worker process
+  double hang_seconds = 20;        // a worker silent this long is killed: "recovery hangs"
+  size_t max_tickets = 20;
+  bool stop_at_first_violation = false;
+  // Mutation: drop every flush (or fence) issued at this site name.
+  std::string drop_site;
+  bool drop_fence = false;
+  // Check only this image, and print what it contains.
+  std::optional<ImageRef> replay;
+  bool progress = false;           // progress lines on stderr
+  std::string tree_name_for_command;  // defaults to the factory name
+};
+
+struct Ticket {
+  ImageRef where;
+  std::string scenario;   // name and operations
+  std::string op;         // the operation in flight
+  std::string point;      // "before fence at src/...:12:5" / "end of operation"
+  std::string image;      // the per-line choice
+  std::string failure;
+  std::string command;    // replays it
+  std::string ToString() const;
+};
+
+struct SiteReport {
+  std::string name;
+  std::string kind;       // "flush" or "fence"
+  uint64_t reached = 0;   // executions in all traced runs
+  bool covered = false;   // a checked crash point depended on it
+};
+
+struct LintFinding {
+  std::string kind;       // "redundant flush", "empty fence", "store after flush", "pending at operation end"
+  std::string site;
+  uint64_t count = 0;
+};
+
+struct ExploreReport {
+  std::string tree;
+  Mode mode = Mode::kAdr;
+  Workload workload = Workload::kSmall;
+  uint64_t scenarios = 0;
+  uint64_t scenarios_total = 0;
+  uint64_t crash_points = 0;
+  uint64_t crash_points_exhaustive = 0;
+  uint64_t images_checked = 0;
+  uint64_t images_deduplicated = 0;
+  uint64_t continuation_runs = 0;
+  uint64_t recovery_crash_images = 0;
+  double seconds = 0;
+  double images_per_s = 0;
+  uint64_t violations = 0;
+  bool budget_exhausted = false;
+  std::vector<Ticket> tickets;
+  std::vector<SiteReport> sites;
+  uint64_t sites_covered = 0;
+  uint64_t sites_total = 0;
+  double exhaustive_fraction = 0;
+  std::vector<LintFinding> lints;
+};
+
+Result<ExploreReport> Explore(const TreeFactory& factory, const ExploreOptions& options);
+
+// The scenarios Explore() would run (for reports and tests).
+Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& factory, const ExploreOptions& options);
+
+struct Mutant {
+  std::string site;
+  std::string kind;        // "flush" or "fence"
+  std::string outcome;     // "caught", "redundant", "survived"
+  std::string evidence;    // the first ticket's failure when caught
+};
+
+struct MutationReport {
+  uint64_t mutants = 0;
+  uint64_t caught = 0;
+  uint64_t redundant = 0;  // not caught though every crash point was enumerated exhaustively
+  uint64_t survived = 0;   // not caught, with sampled crash points or a cut budget
+  double score = 0;        // caught / (caught + survived), 1 when that is 0
+  std::vector<Mutant> list;
+};
+
+// Runs `base` once to find the covered flush/fence sites, then one
+// exploration per site with that site dropped.  `budget_seconds` of
+// `options` applies to each mutant.
+Result<MutationReport> Mutate(const TreeFactory& factory, const ExploreOptions& options,
+                              ExploreReport* base = nullptr);
+
+}  // namespace pmtree::crash
+
+#endif  // PMTREE_CRASH_EXPLORER_H_

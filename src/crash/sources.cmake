@@ -1,0 +1,25 @@
+# SPDX-License-Identifier: Apache-2.0
+# The crash-state explorer (src/crash/README.md): depends on pm and the tree
+# interface; the registry only for the CLI and tests.
+add_library(pmtree_crash
+  src/crash/trace.cc
+  src/crash/shadow.cc
+  src/crash/check.cc
+  src/crash/explorer.cc
+  src/crash/kill.cc)
+target_include_directories(pmtree_crash PUBLIC include src)
+target_link_libraries(pmtree_crash PUBLIC pmtree_trees PRIVATE nlohmann_json::nlohmann_json)
+list(APPEND PMTREE_TOOL_LIBS pmtree_crash)
+
+pmtree_test(crash_test src/crash/crash_test.cc src/crash/test_trees.cc)
+# Every registered persistent tree, bounded (a few minutes in all).
+pmtree_test(crash_all_trees_test tests/crash_all_trees_test.cc)
+
+# The nightly exploration: label "long", excluded from the default run
+# (ctest -L long runs it).
+if(BUILD_TESTING)
+  add_executable(crash_long_test tests/crash_long_test.cc)
+  target_link_libraries(crash_long_test PRIVATE pmtree_all GTest::gtest GTest::gtest_main)
+  target_include_directories(crash_long_test PRIVATE src tests)
+  gtest_discover_tests(crash_long_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "long" TIMEOUT 7200)
+endif()

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "pmtree/pool.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+#include "pm/pool_format.h"
+
+namespace pmtree {
+namespace {
+
+class PoolFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = "/dev/shm/pmtree-pool-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    unlink(path_.c_str());
+    opts_.use_env = false;
+  }
+  void TearDown() override { unlink(path_.c_str()); }
+
+  std::string ReadFile() {
+    std::ifstream f(path_, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  void WriteFile(const std::string& bytes) {
+    std::ofstream f(path_, std::ios::binary | std::ios::trunc);
+    f << bytes;
+  }
+
+  std::string path_;
+  PoolOptions opts_;
+};
+
+TEST_F(PoolFileTest, CreateThenOpenKeepsLayoutRootsAndData) {
+  {
+    auto p = Pool::Create(path_, kMinPoolSize, "fastfair", 1, opts_);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto off = (*p)->allocator().Allocate(64);
+    ASSERT_TRUE(off.ok());
+    (*p)->Write((*p)->At<char>(*off), "hello", 6);
+    (*p)->Persist((*p)->At<char>(*off), 6);
+    (*p)->SetRoot(0, *off);
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  auto p = Pool::Open(path_, "fastfair", opts_);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->layout(), "fastfair");
+  EXPECT_EQ((*p)->layout_flags(), 1u);
+  EXPECT_TRUE((*p)->clean_shutdown());
+  EXPECT_STREQ((*p)->At<char>((*p)->root(0)), "hello");
+  // The allocator state was restored: the block is still in use.
+  EXPECT_EQ((*p)->allocator().bytes_in_use(), 64u);
+}
+
+TEST_F(PoolFileTest, DestroyWithoutCloseIsSeenAsACrashAndTheAllocatorAwaitsRebuild) {
+  {
+    auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  {
+    auto p = Pool::Open(path_, "t", opts_);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE((*p)->clean_shutdown());
+    (void)(*p)->allocator().Allocate(128);
+  }  // no Close: a crash
+  auto p = Pool::Open(path_, "t", opts_);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE((*p)->clean_shutdown());
+  EXPECT_TRUE((*p)->allocator().rebuilding());
+  EXPECT_FALSE((*p)->allocator().Allocate(64).ok());
+  (*p)->allocator().EndRebuild();  // the tree found nothing reachable
+  EXPECT_EQ((*p)->allocator().bytes_in_use(), 0u);
+}
+
+TEST_F(PoolFileTest, CreateRefusesAnExistingFileUnlessAskedToOverwrite) {
+  WriteFile("precious data");
+  auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+  EXPECT_EQ(p.status().code(), Status::Code::kBusy);
+  EXPECT_EQ(ReadFile(), "precious data");
+  PoolOptions o = opts_;
+  o.overwrite = true;
+  EXPECT_TRUE(Pool::Create(path_, kMinPoolSize, "t", 0, o).ok());
+}
+
+TEST_F(PoolFileTest, OpeningAFileThatIsNotAPoolFailsAndChangesNothing) {
+  std::string junk(kMinPoolSize, 'x');
+  WriteFile(junk);
+  auto p = Pool::Open(path_, "", opts_);
+  EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(p.status().message().find("not a pmtree pool"), std::string_view::npos);
+  EXPECT_EQ(ReadFile(), junk);
+}
+
+TEST_F(PoolFileTest, OpeningATruncatedPoolFailsAndChangesNothing) {
+  ASSERT_TRUE(Pool::Create(path_, kMinPoolSize, "t", 0, opts_).ok());
+  ASSERT_EQ(truncate(path_.c_str(), kMinPoolSize / 2), 0);
+  std::string before = ReadFile();
+  auto p = Pool::Open(path_, "", opts_);
+  EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(p.status().message().find("truncated"), std::string_view::npos);
+  EXPECT_EQ(ReadFile(), before);
+  ASSERT_EQ(truncate(path_.c_str(), 100), 0);  // shorter than a header
+  EXPECT_EQ(Pool::Open(path_, "", opts_).status().code(), Status::Code::kCorruption);
+}
+
+TEST_F(PoolFileTest, OpeningAPoolOfAnotherVersionOrTreeFailsAndChangesNothing) {
+  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "fastfair", 0, opts_))->Close().ok()); }
+  std::string good = ReadFile();
+  auto other = Pool::Open(path_, "lbtree", opts_);
+  EXPECT_EQ(other.status().code(), Status::Code::kIncompatible);
+  EXPECT_NE(other.status().message().find("fastfair"), std::string_view::npos);
+  EXPECT_EQ(ReadFile(), good);
+
+  std::string v2 = good;
+  PoolHeader h;
+  std::memcpy(&h, v2.data(), sizeof(h));
+  h.format_version = 2;
+  h.checksum = Fnv1a64(&h, kChecksummedBytes);
+  std::memcpy(v2.data(), &h, sizeof(h));
+  WriteFile(v2);
+  auto p = Pool::Open(path_, "", opts_);
+  EXPECT_EQ(p.status().code(), Status::Code::kIncompatible);
+  EXPECT_EQ(ReadFile(), v2);
+}
+
+TEST_F(PoolFileTest, ADamagedHeaderFailsItsChecksum) {
+  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
+  std::string bytes = ReadFile();
+  bytes[20] ^= 1;  // pool_size
+  WriteFile(bytes);
+  auto p = Pool::Open(path_, "", opts_);
+  EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(p.status().message().find("checksum"), std::string_view::npos);
+}
+
+TEST_F(PoolFileTest, APoolOpenInOneHandleIsBusyForAnother) {
+  auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(Pool::Open(path_, "", opts_).status().code(), Status::Code::kBusy);
+}
+
+TEST_F(PoolFileTest, PrivateMappingNeverChangesTheFile) {
+  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
+  std::string before = ReadFile();
+  PoolOptions o = opts_;
+  o.private_mapping = true;
+  auto p = Pool::Open(path_, "", o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  (*p)->SetRoot(3, 4096);
+  ASSERT_TRUE((*p)->Close().ok());
+  EXPECT_EQ(ReadFile(), before);
+}
+
+TEST_F(PoolFileTest, MissingFileIsNotFound) {
+  EXPECT_EQ(Pool::Open(path_ + "-absent", "", opts_).status().code(), Status::Code::kNotFound);
+}
+
+TEST(PoolTest, EnvironmentOverridesTheBackendAndRejectsNonsense) {
+  setenv("PMTREE_BACKEND", "dram", 1);
+  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->backend_kind(), BackendKind::kDram);
+  setenv("PMTREE_BACKEND", "floppy", 1);
+  auto q = Pool::CreateAnonymous(kMinPoolSize, "t", 0);
+  EXPECT_EQ(q.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(q.status().message().find("valid:"), std::string_view::npos);
+  unsetenv("PMTREE_BACKEND");
+  setenv("PMTREE_WRITE_LATENCY_NS", "12x", 1);
+  EXPECT_FALSE(Pool::CreateAnonymous(kMinPoolSize, "t", 0).ok());
+  unsetenv("PMTREE_WRITE_LATENCY_NS");
+}
+
+TEST(PoolTest, HardwareBackendPicksTheBestFlushInstruction) {
+  PoolOptions o;
+  o.use_env = false;
+  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->flush_instruction(), DetectFlushInstruction());
+  EXPECT_NE((*p)->Describe().find("process crash"), std::string::npos);
+}
+
+TEST(PoolTest, ReadOnlyViewNeedsACustomBackend) {
+  PoolOptions o;
+  o.use_env = false;
+  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o, /*read_only_view=*/true);
+  EXPECT_EQ(p.status().code(), Status::Code::kInvalidArgument);
+}
+
+// A backend that writes through the writable alias, as the crash explorer's does.
+class AliasBackend final : public PersistBackend {
+ public:
+  AliasBackend(char* view, char* alias) : delta_(alias - view) {}
+  void Write(void* d, const void* s, size_t n, const Site&) override { std::memcpy(Alias(d), s, n); }
+  void Store64(void* d, uint64_t v, const Site&) override {
+    __atomic_store_n(static_cast<uint64_t*>(Alias(d)), v, __ATOMIC_RELEASE);
+  }
+  void Zero(void* d, size_t n, const Site&) override { std::memset(Alias(d), 0, n); }
+  void NtWrite(void* d, const void* s, size_t n, const Site&) override { std::memcpy(Alias(d), s, n); }
+  void Flush(const void*, size_t, const Site&) override {}
+  void Fence(const Site&) override {}
+  std::string Describe() const override { return "alias"; }
+
+ private:
+  void* Alias(void* p) { return static_cast<char*>(p) + delta_; }
+  ptrdiff_t delta_;
+};
+
+TEST(PoolDeathTest, ReadOnlyViewFaultsOnARawStoreButTakesBackendWrites) {
+  PoolOptions o;
+  o.use_env = false;
+  o.backend = BackendKind::kCustom;
+  o.backend_factory = [](char* view, char* alias, uint64_t) { return std::make_unique<AliasBackend>(view, alias); };
+  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o, /*read_only_view=*/true);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  (*p)->SetRoot(2, 8192);
+  EXPECT_EQ((*p)->root(2), 8192u);  // visible through the read-only view
+  char* raw = (*p)->base() + 8192;
+  EXPECT_DEATH({ *reinterpret_cast<volatile char*>(raw) = 1; }, "");
+}
+
+TEST(PoolTest, AnonymousPoolReopensFromItsMemfd) {
+  PoolOptions o;
+  o.use_env = false;
+  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 7, o);
+  ASSERT_TRUE(p.ok());
+  (*p)->SetRoot(1, 4096);
+  auto q = Pool::OpenAnonymous((*p)->memfd(), kMinPoolSize, "t", o);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ((*q)->root(1), 4096u);
+  EXPECT_EQ((*q)->layout_flags(), 7u);
+  EXPECT_FALSE((*q)->clean_shutdown());  // the first pool is still open: no clean close yet
+}
+
+TEST(PoolTest, InvalidSizesAndNamesAreRejected) {
+  EXPECT_EQ(Pool::CreateAnonymous(1000, "t", 0).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Pool::CreateAnonymous(kMinPoolSize, "", 0).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Pool::CreateAnonymous(kMinPoolSize, std::string(40, 'a'), 0).status().code(),
+            Status::Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pmtree

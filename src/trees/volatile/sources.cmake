@@ -1,0 +1,1 @@
+target_sources(pmtree_trees PRIVATE src/trees/volatile/volatile_tree.cc)

@@ -1,0 +1,507 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The conformance suite: every registered tree, run against a std::map model.
+//
+// Adding a tree to the registry (src/trees/registry.cc) is all it takes for it
+// to run here: random mixes, edge keys, duplicates, removes down to empty,
+// scans across leaf boundaries, bulk load, byte-string keys of 0..1024 bytes,
+// concurrent mixed workloads, close-and-recover and crash-and-recover round
+// trips, and a full pool.  Verify() runs after every batch.
+//
+// Randomness is seeded; each test prints its seed on failure, and
+// PMTREE_SEED=<n> replays it.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pmtree/registry.h"
+
+namespace pmtree {
+namespace {
+
+constexpr uint64_t kPoolSize = 1ull << 30;  // sparse memfd/tmpfs: costs what is used
+
+uint64_t Seed() {
+  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}();
+}
+
+std::string TestPath(const std::string& tag) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "-" + info->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  return "/dev/shm/pmtree-conf-" + std::to_string(getpid()) + "-" + name + "-" + tag + ".pool";
+}
+
+class ConformanceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    factory_ = FindTree(GetParam());
+    ASSERT_NE(factory_, nullptr);
+    seed_ = Seed();
+    pool_opts_.use_env = true;
+  }
+  void TearDown() override {
+    for (const auto& p : paths_) unlink(p.c_str());
+  }
+
+  const std::string& Track(std::string path) {
+    unlink(path.c_str());
+    paths_.push_back(std::move(path));
+    return paths_.back();
+  }
+
+  TreeHandle<Tree> Make(const TreeOptions& o = {}) {
+    auto h = CreateTree(*factory_, "", kPoolSize, o, pool_opts_);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    return std::move(h).value();
+  }
+
+  bool persistent() const { return factory_->persistent(); }
+  bool concurrent() const { return factory_->capabilities & kCapConcurrent; }
+
+  // Full comparison: every model key looked up, a full scan equal to the model.
+  template <class T, class M>
+  void ExpectEqualsModel(T& tree, const M& model) {
+    ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
+    for (const auto& [k, v] : model) {
+      uint64_t got = ~v;
+      ASSERT_TRUE(tree.Lookup(k, &got)) << "acknowledged key missing";
+      ASSERT_EQ(got, v);
+    }
+    std::vector<typename T::Entry> out(model.size() + 1);
+    typename T::Key lowest{};
+    size_t n = tree.Scan(lowest, std::span(out));
+    ASSERT_EQ(n, model.size()) << "full scan count";
+    size_t i = 0;
+    for (const auto& [k, v] : model) {
+      ASSERT_EQ(out[i].first, k) << "scan position " << i;
+      ASSERT_EQ(out[i].second, v);
+      i++;
+    }
+  }
+
+  const TreeFactory* factory_ = nullptr;
+  uint64_t seed_ = 0;
+  PoolOptions pool_opts_;
+  std::vector<std::string> paths_;
+};
+
+// One random mixed workload step against the model; returns false on mismatch.
+template <class T, class M, class KeyGen>
+void RandomOps(T& tree, M& model, std::mt19937_64& rng, int ops, KeyGen key_of, int verify_every) {
+  using Key = typename T::Key;
+  std::vector<typename T::Entry> out(64);
+  for (int i = 0; i < ops; i++) {
+    auto owned = key_of(rng);
+    Key k = owned;
+    uint64_t v = rng();
+    int op = static_cast<int>(rng() % 100);
+    auto it = model.find(owned);
+    bool present = it != model.end();
+    if (op < 30) {
+      auto r = tree.Insert(k, v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(*r, !present) << "insert result, op " << i;
+      if (!present) model[owned] = v;
+    } else if (op < 40) {
+      auto r = tree.Update(k, v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(*r, present) << "update result, op " << i;
+      if (present) it->second = v;
+    } else if (op < 50) {
+      auto r = tree.Upsert(k, v);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(*r, !present) << "upsert result, op " << i;
+      model[owned] = v;
+    } else if (op < 70) {
+      auto r = tree.Remove(k);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(*r, present) << "remove result, op " << i;
+      if (present) model.erase(it);
+    } else if (op < 95) {
+      uint64_t got = 0;
+      ASSERT_EQ(tree.Lookup(k, &got), present) << "lookup result, op " << i;
+      if (present) {
+        ASSERT_EQ(got, it->second);
+      }
+    } else {
+      size_t want = 1 + rng() % out.size();
+      size_t n = tree.Scan(k, std::span(out.data(), want));
+      auto m = model.lower_bound(owned);
+      size_t expect = 0;
+      for (; m != model.end() && expect < want; ++m, ++expect) {
+        ASSERT_LT(expect, n) << "scan too short, op " << i;
+        ASSERT_EQ(out[expect].first, m->first) << "scan key, op " << i;
+        ASSERT_EQ(out[expect].second, m->second);
+      }
+      ASSERT_EQ(n, expect) << "scan length, op " << i;
+    }
+    if (verify_every > 0 && (i + 1) % verify_every == 0) {
+      Status s = tree.Verify();
+      ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.ToString();
+    }
+  }
+}
+
+TEST_P(ConformanceTest, RandomMixMatchesTheModel) {
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  auto h = Make();
+  std::map<uint64_t, uint64_t> model;
+  std::mt19937_64 rng(seed_);
+  RandomOps(*h.tree, model, rng, 30000, [](std::mt19937_64& r) { return r() % 4000; }, 2000);
+  ExpectEqualsModel(*h.tree, model);
+}
+
+TEST_P(ConformanceTest, WideKeysMatchTheModel) {
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  auto h = Make();
+  std::map<uint64_t, uint64_t> model;
+  std::mt19937_64 rng(seed_);
+  RandomOps(*h.tree, model, rng, 20000, [](std::mt19937_64& r) { return r(); }, 5000);
+  ExpectEqualsModel(*h.tree, model);
+}
+
+TEST_P(ConformanceTest, EdgeKeysZeroAndMaxWork) {
+  auto h = Make();
+  std::map<uint64_t, uint64_t> model;
+  const uint64_t keys[] = {0, 1, UINT64_MAX, UINT64_MAX - 1, 1ull << 63};
+  for (uint64_t k : keys) {
+    ASSERT_TRUE(*h.tree->Insert(k, k ^ 0x5555));
+    model[k] = k ^ 0x5555;
+  }
+  ExpectEqualsModel(*h.tree, model);
+  std::vector<Tree::Entry> out(10);
+  ASSERT_EQ(h.tree->ScanRange(UINT64_MAX, UINT64_MAX, std::span(out)), 1u);
+  EXPECT_EQ(out[0].first, UINT64_MAX);
+  ASSERT_EQ(h.tree->ScanRange(0, 1, std::span(out)), 2u);
+  for (uint64_t k : keys) ASSERT_TRUE(*h.tree->Remove(k));
+  ExpectEqualsModel(*h.tree, std::map<uint64_t, uint64_t>{});
+}
+
+TEST_P(ConformanceTest, DuplicateInsertIsRefusedAndKeepsTheValue) {
+  auto h = Make();
+  ASSERT_TRUE(*h.tree->Insert(42, 1));
+  EXPECT_FALSE(*h.tree->Insert(42, 2));
+  uint64_t v = 0;
+  ASSERT_TRUE(h.tree->Lookup(42, &v));
+  EXPECT_EQ(v, 1u);
+  EXPECT_FALSE(*h.tree->Update(43, 5));
+  EXPECT_FALSE(h.tree->Lookup(43, &v));
+  EXPECT_FALSE(*h.tree->Upsert(42, 7));
+  ASSERT_TRUE(h.tree->Lookup(42, &v));
+  EXPECT_EQ(v, 7u);
+  EXPECT_FALSE(*h.tree->Remove(43));
+}
+
+TEST_P(ConformanceTest, RemovesDownToEmptyThenRefills) {
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  auto h = Make();
+  std::map<uint64_t, uint64_t> model;
+  std::vector<uint64_t> keys(6000);
+  for (size_t i = 0; i < keys.size(); i++) keys[i] = i * 7919 + 3;
+  std::mt19937_64 rng(seed_);
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (uint64_t k : keys) ASSERT_TRUE(*h.tree->Insert(k, k + 1));
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (size_t i = 0; i < keys.size(); i++) {
+    ASSERT_TRUE(*h.tree->Remove(keys[i])) << "remove " << i;
+    if (i % 1000 == 0) {
+      ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+    }
+  }
+  ExpectEqualsModel(*h.tree, model);
+  EXPECT_EQ(h.tree->Stats().entries, 0u);
+  for (uint64_t k : keys) {
+    ASSERT_TRUE(*h.tree->Insert(k, k));
+    model[k] = k;
+  }
+  ExpectEqualsModel(*h.tree, model);
+}
+
+TEST_P(ConformanceTest, AscendingAndDescendingInsertsSplitAtTheEdges) {
+  for (bool ascending : {true, false}) {
+    auto h = Make();
+    std::map<uint64_t, uint64_t> model;
+    for (uint64_t i = 0; i < 8000; i++) {
+      uint64_t k = ascending ? i : 8000 - i;
+      ASSERT_TRUE(*h.tree->Insert(k, i));
+      model[k] = i;
+    }
+    ExpectEqualsModel(*h.tree, model);
+  }
+}
+
+TEST_P(ConformanceTest, ScansCrossLeafBoundariesAndHonourEndKeys) {
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  auto h = Make();
+  std::map<uint64_t, uint64_t> model;
+  for (uint64_t i = 0; i < 10000; i++) {
+    ASSERT_TRUE(*h.tree->Insert(i * 3, i));
+    model[i * 3] = i;
+  }
+  std::mt19937_64 rng(seed_);
+  std::vector<Tree::Entry> out(600);
+  for (int t = 0; t < 300; t++) {
+    uint64_t start = rng() % 31000;
+    uint64_t end = start + rng() % 2000;
+    size_t want = 1 + rng() % out.size();
+    size_t n = t % 2 ? h.tree->ScanRange(start, end, std::span(out.data(), want))
+                     : h.tree->Scan(start, std::span(out.data(), want));
+    size_t i = 0;
+    for (auto it = model.lower_bound(start); it != model.end() && i < want && (t % 2 == 0 || it->first <= end);
+         ++it, ++i) {
+      ASSERT_LT(i, n);
+      ASSERT_EQ(out[i].first, it->first);
+      ASSERT_EQ(out[i].second, it->second);
+    }
+    ASSERT_EQ(n, i);
+  }
+}
+
+TEST_P(ConformanceTest, BulkLoadAtSeventyAndHundredPercentThenInserts) {
+  for (double fill : {0.7, 1.0}) {
+    auto h = Make();
+    std::vector<Tree::InputEntry> input;
+    std::map<uint64_t, uint64_t> model;
+    for (uint64_t i = 0; i < 20000; i++) {
+      input.push_back({i * 2, i});
+      model[i * 2] = i;
+    }
+    Status s = h.tree->BulkLoad(std::span<const Tree::InputEntry>(input), fill);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ExpectEqualsModel(*h.tree, model);
+    if (factory_->capabilities & kCapBulkLoadFill) {
+      double got = h.tree->Stats().leaf_fill;
+      EXPECT_GT(got, fill - 0.15) << "bulk load ignored fill " << fill;
+    }
+    for (uint64_t i = 0; i < 5000; i++) {
+      ASSERT_TRUE(*h.tree->Insert(i * 8 + 1, i));
+      model[i * 8 + 1] = i;
+    }
+    ExpectEqualsModel(*h.tree, model);
+  }
+}
+
+TEST_P(ConformanceTest, BulkLoadRejectsUnsortedInputAndBadFill) {
+  auto h = Make();
+  std::vector<Tree::InputEntry> input = {{5, 1}, {3, 2}};
+  EXPECT_EQ(h.tree->BulkLoad(std::span<const Tree::InputEntry>(input), 1.0).code(),
+            Status::Code::kInvalidArgument);
+  auto h2 = Make();
+  EXPECT_EQ(h2.tree->BulkLoad(std::span<const Tree::InputEntry>(), 0.0).code(), Status::Code::kInvalidArgument);
+}
+
+TEST_P(ConformanceTest, InvalidOptionsAreRejectedWithTheValidValues) {
+  TreeOptions bad_size;
+  bad_size.node_size = 100;
+  auto r = CreateTree(*factory_, "", kPoolSize, bad_size, pool_opts_);
+  EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+  TreeOptions bad_extra;
+  bad_extra.extra["no-such-option"] = "1";
+  auto r2 = CreateTree(*factory_, "", kPoolSize, bad_extra, pool_opts_);
+  EXPECT_EQ(r2.status().code(), Status::Code::kInvalidArgument);
+}
+
+std::string RandomKey(std::mt19937_64& rng, size_t max_len) {
+  // Mostly short keys with shared prefixes (to exercise prefix ties), some long.
+  size_t len = rng() % 8 == 0 ? rng() % (max_len + 1) : rng() % 12;
+  std::string k(len, '\0');
+  for (auto& c : k) c = static_cast<char>(rng() % 4 == 0 ? rng() : 'a' + rng() % 3);
+  return k;
+}
+
+TEST_P(ConformanceTest, ByteStringKeysOfZeroTo1024BytesMatchTheModel) {
+  if (!factory_->create_bytes) GTEST_SKIP() << GetParam() << " has no byte-string keys";
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  auto h = CreateBytesTree(*factory_, "", kPoolSize, {}, pool_opts_);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::map<std::string, uint64_t> model;
+  std::mt19937_64 rng(seed_);
+  std::vector<std::string> pool_of_keys;
+  for (int i = 0; i < 3000; i++) pool_of_keys.push_back(RandomKey(rng, 1024));
+  RandomOps(*h->tree, model, rng, 15000,
+            [&](std::mt19937_64& r) { return pool_of_keys[r() % pool_of_keys.size()]; }, 3000);
+  ExpectEqualsModel(*h->tree, model);
+  std::string too_long(kMaxKeyBytes + 1, 'x');
+  EXPECT_EQ(h->tree->Insert(too_long, 1).status().code(), Status::Code::kInvalidArgument);
+}
+
+TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {
+  if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  const std::string& path = Track(TestPath("close"));
+  std::map<uint64_t, uint64_t> model;
+  std::mt19937_64 rng(seed_);
+  for (int round = 0; round < 3; round++) {
+    auto h = round == 0 ? CreateTree(*factory_, path, kPoolSize, {}, pool_opts_)
+                        : OpenTree(path, factory_, {}, pool_opts_);
+    ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
+    if (round > 0) ExpectEqualsModel(*h->tree, model);
+    RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0);
+    ASSERT_TRUE(h->tree->Close().ok());
+  }
+  auto h = OpenTree(path, factory_, {}, pool_opts_);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_TRUE(h->pool->clean_shutdown());
+  ExpectEqualsModel(*h->tree, model);
+}
+
+TEST_P(ConformanceTest, CrashWithoutCloseRecoversEveryAcknowledgedOperation) {
+  if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  const std::string& path = Track(TestPath("crash"));
+  std::map<uint64_t, uint64_t> model;
+  std::mt19937_64 rng(seed_);
+  for (int round = 0; round < 3; round++) {
+    auto h = round == 0 ? CreateTree(*factory_, path, kPoolSize, {}, pool_opts_)
+                        : OpenTree(path, factory_, {}, pool_opts_);
+    ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
+    if (round > 0) {
+      EXPECT_FALSE(h->pool->clean_shutdown());
+      ExpectEqualsModel(*h->tree, model);
+      EXPECT_EQ(h->pool->allocator().bytes_in_use(), h->tree->Stats().pm_bytes)
+          << "allocator disagrees with what the tree reaches after recovery";
+    }
+    RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0);
+    // Destroyed without Close(): the process "crashed" after the last acknowledged op.
+  }
+}
+
+TEST_P(ConformanceTest, OpeningWithTheWrongTreeOrKeyTypeFailsClearly) {
+  if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
+  const std::string& path = Track(TestPath("wrong"));
+  {
+    auto h = CreateTree(*factory_, path, kPoolSize, {}, pool_opts_);
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(h->tree->Close().ok());
+  }
+  for (const TreeFactory& other : Registry()) {
+    if (&other == factory_ || !other.persistent()) continue;
+    auto h = OpenTree(path, &other, {}, pool_opts_);
+    EXPECT_EQ(h.status().code(), Status::Code::kIncompatible) << other.name;
+  }
+  if (factory_->create_bytes) {
+    auto h = OpenBytesTree(path, factory_, {}, pool_opts_);
+    EXPECT_EQ(h.status().code(), Status::Code::kIncompatible);
+  }
+}
+
+TEST_P(ConformanceTest, AFullPoolIsAStatusAndTheTreeStaysUsable) {
+  if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
+  auto made = CreateTree(*factory_, "", 4 * kMinPoolSize, {}, pool_opts_);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto& tree = *made->tree;
+  std::map<uint64_t, uint64_t> model;
+  bool full = false;
+  for (uint64_t i = 0; i < 10'000'000 && !full; i++) {
+    uint64_t k = (i * 0x9e3779b97f4a7c15ull) ^ (i >> 7);  // spread, distinct
+    auto r = tree.Insert(k, i);
+    if (!r.ok()) {
+      ASSERT_TRUE(r.status().IsOutOfSpace()) << r.status().ToString();
+      full = true;
+    } else {
+      ASSERT_TRUE(*r);
+      model[k] = i;
+    }
+  }
+  ASSERT_TRUE(full) << "a 4 MiB pool never filled";
+  ExpectEqualsModel(tree, model);
+  // Removes still work and make room again.
+  std::vector<uint64_t> victims;
+  for (const auto& [k, v] : model)
+    if (victims.size() < model.size() / 2) victims.push_back(k);
+  for (uint64_t k : victims) {
+    auto r = tree.Remove(k);
+    ASSERT_TRUE(r.ok() && *r) << r.status().ToString();
+    model.erase(k);
+  }
+  ExpectEqualsModel(tree, model);
+}
+
+TEST_P(ConformanceTest, ConcurrentMixedWorkloadThenVerify) {
+  if (!concurrent()) GTEST_SKIP() << GetParam() << " is not concurrent";
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  auto h = Make();
+  constexpr int kWriters = 3;
+  constexpr uint64_t kDomain = 6000;
+  std::vector<std::map<uint64_t, uint64_t>> models(kWriters);
+  std::atomic<bool> stop{false};
+  std::atomic<int> reader_errors{0};
+  // A reader checks that scans come back strictly ascending while writers run.
+  std::thread reader([&] {
+    std::vector<Tree::Entry> out(100);
+    std::mt19937_64 rng(seed_ ^ 99);
+    while (!stop.load()) {
+      size_t n = h.tree->Scan(rng() % kDomain, std::span(out));
+      for (size_t i = 1; i < n; i++)
+        if (!(out[i - 1].first < out[i].first)) reader_errors++;
+      uint64_t v;
+      uint64_t k = rng() % kDomain;
+      if (h.tree->Lookup(k, &v) && v % kWriters != k % kWriters) reader_errors++;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kWriters; t++) {
+    writers.emplace_back([&, t] {
+      // Each writer owns the keys k with k % kWriters == t, so its model is exact.
+      std::mt19937_64 rng(seed_ + t);
+      auto& model = models[t];
+      for (int i = 0; i < 20000; i++) {
+        uint64_t k = (rng() % (kDomain / kWriters)) * kWriters + t;
+        uint64_t v = (rng() % 1000) * kWriters + t;  // v % kWriters names the owner
+        int op = static_cast<int>(rng() % 4);
+        bool present = model.count(k);
+        if (op == 0) {
+          auto r = h.tree->Insert(k, v);
+          if (!r.ok() || *r == present) reader_errors++;
+          if (!present) model[k] = v;
+        } else if (op == 1) {
+          auto r = h.tree->Upsert(k, v);
+          if (!r.ok() || *r == present) reader_errors++;
+          model[k] = v;
+        } else if (op == 2) {
+          auto r = h.tree->Remove(k);
+          if (!r.ok() || *r != present) reader_errors++;
+          model.erase(k);
+        } else {
+          uint64_t got;
+          bool found = h.tree->Lookup(k, &got);
+          if (found != present || (found && got != model[k])) reader_errors++;
+        }
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(reader_errors.load(), 0);
+  std::map<uint64_t, uint64_t> all;
+  for (auto& m : models) all.insert(m.begin(), m.end());
+  ExpectEqualsModel(*h.tree, all);
+}
+
+std::vector<std::string> AllTreeNames() {
+  std::vector<std::string> names;
+  for (const TreeFactory& f : Registry()) names.emplace_back(f.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryTree, ConformanceTest, ::testing::ValuesIn(AllTreeNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace pmtree

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// `pmtree crash`: the crash-state explorer, mutation testing and the
+// real-crash kill harness on one registered tree (docs/crash_model.md).
+//
+//   pmtree crash --tree NAME [--workload small|random] [--ops N] [--seed S]
+//                [--mode adr|strict|eadr] [--budget-seconds T] [--mutate]
+//                [--kill N] [--json] [--replay S:P:I] ...
+//
+// Exit status: 0 no violation, 1 violations found (or mutation score below
+// the target), 2 usage or environment errors.  Progress goes to stderr.
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "crash/explorer.h"
+#include "crash/kill.h"
+#include "pmtree/registry.h"
+
+namespace pmtree::cli {
+namespace {
+
+struct CrashArgs {
+  std::string tree;
+  std::string workload = "small";
+  uint64_t ops = 1000;
+  uint64_t seed = 1;
+  std::string mode = "adr";
+  double budget_seconds = 0;
+  bool mutate = false;
+  uint64_t kill = 0;
+  bool json = false;
+  uint32_t depth = 3;
+  uint32_t node_size = 0;
+  std::vector<std::string> tree_options;
+  uint64_t max_images = 4096;
+  uint64_t samples = 512;
+  uint64_t pool_size = 4ull << 20;
+  std::string drop;
+  std::string replay;
+  bool no_continuation = false;
+  bool no_recovery_crash = false;
+  bool quiet = false;
+  std::string dir = "/dev/shm";
+  size_t max_tickets = 20;
+};
+
+nlohmann::json TicketJson(const crash::Ticket& t) {
+  return {{"image", crash::ImageRefString(t.where)}, {"scenario", t.scenario}, {"in_flight", t.op},
+          {"crash_point", t.point},                    {"choice", t.image},      {"failure", t.failure},
+          {"command", t.command}};
+}
+
+int RunKill(const CrashArgs& a, const TreeFactory& f, const TreeOptions& to) {
+  crash::KillOptions ko;
+  ko.iterations = a.kill;
+  ko.seed = a.seed;
+  ko.dir = a.dir;
+  ko.tree_options = to;
+  ko.progress = !a.quiet;
+  auto r = crash::RunKillHarness(f, ko);
+  if (!r.ok()) {
+    std::fprintf(stderr, "pmtree crash: %s\n", r.status().ToString().c_str());
+    return 2;
+  }
+  if (a.json) {
+    nlohmann::json j = {{"tree", std::string(f.name)},
+                        {"kill_iterations", r->iterations},
+                        {"kills_during_open", r->kills_during_open},
+                        {"acked_ops", r->acked_ops},
+                        {"in_flight_survived", r->in_flight_survived},
+                        {"final_keys", r->final_keys},
+                        {"seconds", r->seconds},
+                        {"violations", r->failures.size()},
+                        {"failures", r->failures}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("kill harness on %s: %llu iterations (%llu killed while opening), %llu acknowledged operations "
+                "checked, %llu in-flight operations found applied, %.1f s\n",
+                std::string(f.name).c_str(), (unsigned long long)r->iterations,
+                (unsigned long long)r->kills_during_open, (unsigned long long)r->acked_ops,
+                (unsigned long long)r->in_flight_survived, r->seconds);
+    for (const auto& s : r->failures) std::printf("FAILURE %s\n", s.c_str());
+    std::printf("%s\n", r->failures.empty() ? "OK: every acknowledged operation survived" : "VIOLATIONS FOUND");
+  }
+  return r->failures.empty() ? 0 : 1;
+}
+
+int Run(const CrashArgs& a) {
+  const TreeFactory* f = FindTree(a.tree);
+  if (f == nullptr) {
+    std::fprintf(stderr, "pmtree crash: unknown tree '%s'; valid: %s\n", a.tree.c_str(), TreeNames(true).c_str());
+    return 2;
+  }
+  if (!f->persistent()) {
+    std::fprintf(stderr, "pmtree crash: '%s' is not persistent; nothing to crash\n", a.tree.c_str());
+    return 2;
+  }
+  TreeOptions to;
+  to.node_size = a.node_size;
+  for (const std::string& kv : a.tree_options) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) {
+      std::fprintf(stderr, "pmtree crash: --tree-option wants KEY=VALUE, got '%s'\n", kv.c_str());
+      return 2;
+    }
+    to.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (a.kill > 0) return RunKill(a, *f, to);
+
+  crash::ExploreOptions o;
+  Status s = crash::ParseMode(a.mode, &o.mode);
+  if (s.ok()) s = crash::ParseWorkload(a.workload, &o.workload);
+  if (!s.ok()) {
+    std::fprintf(stderr, "pmtree crash: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  o.ops = a.ops;
+  o.seed = a.seed;
+  o.depth = a.depth;
+  o.budget_seconds = a.budget_seconds;
+  o.max_images = a.max_images;
+  o.samples = a.samples;
+  o.pool_size = a.pool_size;
+  o.tree_options = to;
+  o.max_tickets = a.max_tickets;
+  o.progress = !a.quiet;
+  if (a.no_continuation) o.continuation_ops = 0;
+  o.crash_during_recovery = !a.no_recovery_crash;
+  if (!a.drop.empty()) {
+    size_t at = a.drop.rfind('@');
+    std::string kind = at == std::string::npos ? "" : a.drop.substr(at + 1);
+    if (kind != "flush" && kind != "fence") {
+      std::fprintf(stderr, "pmtree crash: --drop wants SITE@flush or SITE@fence, got '%s'\n", a.drop.c_str());
+      return 2;
+    }
+    o.drop_site = a.drop.substr(0, at);
+    o.drop_fence = kind == "fence";
+  }
+  if (!a.replay.empty()) {
+    crash::ImageRef r;
+    s = crash::ParseImageRef(a.replay, &r);
+    if (!s.ok()) {
+      std::fprintf(stderr, "pmtree crash: %s\n", s.ToString().c_str());
+      return 2;
+    }
+    o.replay = r;
+  }
+
+  crash::ExploreReport rep;
+  crash::MutationReport mut;
+  if (a.mutate) {
+    auto m = crash::Mutate(*f, o, &rep);
+    if (!m.ok()) {
+      std::fprintf(stderr, "pmtree crash: %s\n", m.status().ToString().c_str());
+      return 2;
+    }
+    mut = std::move(*m);
+  } else {
+    auto r = crash::Explore(*f, o);
+    if (!r.ok()) {
+      std::fprintf(stderr, "pmtree crash: %s\n", r.status().ToString().c_str());
+      return 2;
+    }
+    rep = std::move(*r);
+  }
+
+  std::vector<std::string> uncovered;
+  for (const auto& site : rep.sites)
+    if (!site.covered) uncovered.push_back(site.name + "@" + site.kind);
+  if (a.json) {
+    nlohmann::json j;
+    j["tree"] = rep.tree;
+    j["mode"] = std::string(crash::ModeName(rep.mode));
+    j["workload"] = std::string(crash::WorkloadName(rep.workload));
+    j["seed"] = a.seed;
+    j["scenarios"] = rep.scenarios;
+    j["scenarios_total"] = rep.scenarios_total;
+    j["crash_points"] = rep.crash_points;
+    j["crash_points_exhaustive"] = rep.crash_points_exhaustive;
+    j["images_checked"] = rep.images_checked;
+    j["images_deduplicated"] = rep.images_deduplicated;
+    j["recovery_crash_images"] = rep.recovery_crash_images;
+    j["continuation_runs"] = rep.continuation_runs;
+    j["seconds"] = rep.seconds;
+    j["images_per_s"] = rep.images_per_s;
+    j["violations"] = rep.violations;
+    j["budget_exhausted"] = rep.budget_exhausted;
+    j["sites_covered"] = rep.sites_covered;
+    j["sites_total"] = rep.sites_total;
+    j["uncovered_sites"] = uncovered;
+    j["exhaustive_fraction"] = rep.exhaustive_fraction;
+    j["tickets"] = nlohmann::json::array();
+    for (const auto& t : rep.tickets) j["tickets"].push_back(TicketJson(t));
+    j["lints"] = nlohmann::json::array();
+    for (const auto& l : rep.lints) j["lints"].push_back({{"kind", l.kind}, {"site", l.site}, {"count", l.count}});
+    if (a.mutate) {
+      j["mutants"] = mut.mutants;
+      j["mutants_caught"] = mut.caught;
+      j["mutants_redundant"] = mut.redundant;
+      j["mutants_survived"] = mut.survived;
+      j["mutation_score"] = mut.score;
+      j["mutant_list"] = nlohmann::json::array();
+      for (const auto& m : mut.list)
+        j["mutant_list"].push_back(
+            {{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}});
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    for (const auto& t : rep.tickets) std::printf("%s\n", t.ToString().c_str());
+    std::printf("tree %s, mode %s, workload %s: %llu/%llu scenarios, %llu crash points (%.1f%% exhaustive), "
+                "%llu images checked (+%llu deduplicated, +%llu in crashed recoveries), %.0f images/s, %.1f s%s\n",
+                rep.tree.c_str(), std::string(crash::ModeName(rep.mode)).c_str(),
+                std::string(crash::WorkloadName(rep.workload)).c_str(), (unsigned long long)rep.scenarios,
+                (unsigned long long)rep.scenarios_total, (unsigned long long)rep.crash_points,
+                100 * rep.exhaustive_fraction, (unsigned long long)rep.images_checked,
+                (unsigned long long)rep.images_deduplicated, (unsigned long long)rep.recovery_crash_images,
+                rep.images_per_s, rep.seconds, rep.budget_exhausted ? " (budget exhausted)" : "");
+    std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
+                (unsigned long long)rep.sites_total);
+    for (const auto& u : uncovered) std::printf("  uncovered: %s\n", u.c_str());
+    for (const auto& l : rep.lints)
+      std::printf("  lint: %s at %s (%llu)\n", l.kind.c_str(), l.site.c_str(), (unsigned long long)l.count);
+    if (a.mutate) {
+      for (const auto& m : mut.list)
+        std::printf("  mutant: drop %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
+                    m.evidence.empty() ? "" : " — ", m.evidence.c_str());
+      std::printf("mutants: %llu, caught %llu, redundant %llu, survived %llu, score %.1f%%\n",
+                  (unsigned long long)mut.mutants, (unsigned long long)mut.caught, (unsigned long long)mut.redundant,
+                  (unsigned long long)mut.survived, 100 * mut.score);
+    }
+    std::printf("%s: %llu violations\n", rep.violations == 0 ? "OK" : "VIOLATIONS FOUND",
+                (unsigned long long)rep.violations);
+  }
+  return rep.violations == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void AddCrashCommand(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<CrashArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "crash", "Explore the crash states of a tree (simulated persistence model), mutate its flush/fence sites, "
+               "or SIGKILL it for real (docs/crash_model.md)");
+  sub->add_option("--tree", a->tree, "registered tree (test-only variants included)")->required();
+  sub->add_option("--workload", a->workload, "small: every short sequence from interesting pre-states; "
+                                             "random: --ops seeded random operations")
+      ->check(CLI::IsMember({"small", "random"}));
+  sub->add_option("--ops", a->ops, "operations of the random workload");
+  sub->add_option("--seed", a->seed, "seed of random workloads, samples and the kill harness");
+  sub->add_option("--mode", a->mode, "adr: per-line prefix (default); strict: per 8-byte word; eadr: caches persist")
+      ->check(CLI::IsMember({"adr", "strict", "eadr"}));
+  sub->add_option("--budget-seconds", a->budget_seconds, "stop after this long (0: no limit; per mutant with --mutate)");
+  sub->add_flag("--mutate", a->mutate, "drop each covered flush/fence site in turn and report the mutation score");
+  sub->add_option("--kill", a->kill, "run the real-crash harness for N SIGKILL iterations instead");
+  sub->add_flag("--json", a->json, "one JSON object on stdout");
+  sub->add_option("--depth", a->depth, "small workload: operations per sequence (1..3)")->check(CLI::Range(1, 3));
+  sub->add_option("--node-size", a->node_size, "tree node size in bytes (0: the tree's default)");
+  sub->add_option("--tree-option", a->tree_options, "design-specific option KEY=VALUE (repeatable)");
+  sub->add_option("--max-images", a->max_images, "exhaustive bound per crash point")->check(CLI::PositiveNumber);
+  sub->add_option("--samples", a->samples, "random images per crash point above the bound");
+  sub->add_option("--pool-size", a->pool_size, "bytes of the explorer's anonymous pool");
+  sub->add_option("--drop", a->drop, "explore a mutant: drop SITE@flush or SITE@fence");
+  sub->add_option("--replay", a->replay, "check only image SCENARIO:POINT:IMAGE (from a ticket) and describe it");
+  sub->add_flag("--no-continuation", a->no_continuation, "skip the continuation workload after recovery");
+  sub->add_flag("--no-recovery-crash", a->no_recovery_crash, "skip crashes during recovery");
+  sub->add_option("--max-tickets", a->max_tickets, "tickets to print");
+  sub->add_option("--dir", a->dir, "kill harness: directory of the pool file");
+  sub->add_flag("--quiet", a->quiet, "no progress lines on stderr");
+  sub->callback([a, exit_code] { *exit_code = Run(*a); });
+}
+
+}  // namespace pmtree::cli
