@@ -280,7 +280,7 @@ std::string SuiteContext::Report(const std::string& figures_note) const {
   size_t errors = 0;
   std::string err_rows;
   for (const auto& m : rows_)
-    if (!m.error.empty()) {
+    if (!m.error.empty() && !m.expected_fail) {
       errors++;
       if (errors <= 30)
         err_rows += "| `" + m.experiment + "` | " + m.tree + (m.variant.empty() ? "" : " / " + m.variant) + " | " +
