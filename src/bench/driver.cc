@@ -10,7 +10,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "bench/peers.h"
 #include "pmtree/registry.h"
@@ -298,6 +301,7 @@ Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threa
   }
   Target& t = *o.target;
   m.backend = t.backend();
+  m.pool = t.describe();
   m.counted = t.counted();
   if (threads > 1 && !t.concurrent()) {
     t.Finish().ok();
@@ -306,21 +310,43 @@ Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threa
     return m;
   }
   std::vector<uint64_t> keys;
+  const std::string sidecar = PoolPathFor(c, name) + ".bench.json";
   if (c.skip_load) {
+    // The sidecar written with --keep-pool says how many records were
+    // loaded (the tree's entry count also reflects the run's inserts and
+    // removes) and with which key size.
     uint64_t n = t.Stats().entries;
-    if (n != c.records)
-      fprintf(stderr, "note: %s: the saved pool holds %llu records (--records %llu ignored)\n", name.c_str(),
-              static_cast<unsigned long long>(n), static_cast<unsigned long long>(c.records));
+    std::ifstream in(sidecar);
+    if (in) {
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      if (!j.is_discarded() && j.contains("records")) n = j["records"].get<uint64_t>();
+      if (!j.is_discarded() && j.value("key_min", 0u) != c.workload.key_min) {
+        t.Finish().ok();
+        m.error = "--skip-load: the saved pool was loaded with another --key-size";
+        return m;
+      }
+    } else if (c.progress) {
+      fprintf(stderr, "note: %s: no %s; assuming the %llu entries present are the loaded records\n", name.c_str(),
+              sidecar.c_str(), static_cast<unsigned long long>(n));
+    }
     m.records = n;
     keys = SortedLoadKeys(n);
   } else {
     keys = SortedLoadKeys(c.records);
     auto t0 = std::chrono::steady_clock::now();
+    if (c.progress && c.records >= 1000000)
+      fprintf(stderr, "  [%s] loading %llu records (%s)...\n", name.c_str(), static_cast<unsigned long long>(c.records),
+              c.bulk_load ? "bulk" : "insert");
     if (Status s = t.Load(keys, c.bulk_load, c.fill); !s.ok()) {
       m.error = "load: " + s.ToString();
       return m;
     }
     m.load_s = Seconds(t0);
+    if (c.keep_pool && FindTree(name) && FindTree(name)->persistent()) {
+      std::ofstream out(sidecar);
+      out << nlohmann::json{{"records", c.records}, {"key_min", c.workload.key_min}, {"key_max", c.workload.key_max}}.dump()
+          << "\n";
+    }
   }
 
   // Streams: built here, outside the timed region.
@@ -394,6 +420,7 @@ void RunRecovery(const BenchConfig& c, const std::string& name, uint32_t rep, co
     return;
   }
   base.backend = o.target->backend();
+  base.pool = o.target->describe();
   std::vector<uint64_t> keys = SortedLoadKeys(c.records);
   auto t0 = std::chrono::steady_clock::now();
   if (Status s = o.target->Load(keys, c.bulk_load, c.fill); !s.ok()) {

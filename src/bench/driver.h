@@ -77,6 +77,7 @@ struct BenchConfig {
 // One row of output.
 struct Measurement {
   std::string tree, variant, workload, backend, dist, mix, command;
+  std::string pool;        // the pool's (or peer's) own description
   std::string experiment;  // suites: the experiment id
   uint32_t threads = 1, rep = 0, node_size = 0, write_latency_ns = 0, scan_length = 0;
   uint32_t key_min = 0, key_max = 0;

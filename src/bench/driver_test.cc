@@ -313,3 +313,64 @@ TEST(EndToEndTest, PeersRunInTheSameBenchAsTrees) {
 
 }  // namespace
 }  // namespace pmtree::bench
+
+namespace pmtree::bench {
+namespace {
+
+const TreeFactory* FirstPersistentTree() {
+  for (const auto& f : Registry())
+    if (f.persistent() && !f.test_only()) return &f;
+  return nullptr;
+}
+
+TEST(RecoveryWorkloadTest, TimesCleanAndCrashRecoveryOfAPersistentTree) {
+  const TreeFactory* f = FirstPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent tree registered";
+  BenchConfig c;
+  c.targets = {std::string(f->name)};
+  c.kind = WorkloadKind::kRecovery;
+  c.records = 3000;
+  c.progress = false;
+  c.pool_path = "/dev/shm/pmtree-bench-test-recovery-" + std::to_string(getpid()) + ".pool";
+  std::vector<Measurement> rows;
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows[0].recovery_kind, "clean");
+  EXPECT_EQ(rows[1].recovery_kind, "crash");
+  for (const auto& m : rows) {
+    EXPECT_TRUE(m.error.empty()) << m.error;
+    EXPECT_GT(m.recovery_ms, 0);
+    EXPECT_EQ(m.stats.entries, 3000u);
+  }
+  EXPECT_NE(access(c.pool_path.c_str(), F_OK), 0) << "pool left behind";
+}
+
+TEST(SkipLoadTest, SavedPoolIsReusedWithTheLoadedRecordCount) {
+  const TreeFactory* f = FirstPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent tree registered";
+  BenchConfig c;
+  c.targets = {std::string(f->name)};
+  c.records = 2000;
+  c.ops = 1000;
+  c.progress = false;
+  c.keep_pool = true;
+  c.pool_path = "/dev/shm/pmtree-bench-test-skip-" + std::to_string(getpid()) + ".pool";
+  c.workload.mix = *ParseMix("insert=1");
+  std::vector<Measurement> rows;
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+  ASSERT_TRUE(rows[0].error.empty()) << rows[0].error;
+  c.skip_load = true;
+  c.keep_pool = false;
+  c.workload.mix = *ParseMix("read=1");
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[1].error.empty()) << rows[1].error;
+  EXPECT_EQ(rows[1].records, 2000u);
+  EXPECT_EQ(rows[1].succeeded[0], 1000u);  // every read hits a loaded key
+  EXPECT_EQ(rows[1].stats.entries, 3000u);
+  unlink(c.pool_path.c_str());
+  unlink((c.pool_path + ".bench.json").c_str());
+}
+
+}  // namespace
+}  // namespace pmtree::bench

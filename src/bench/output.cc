@@ -137,6 +137,7 @@ nlohmann::json ToJson(const Measurement& m) {
   j["ops"] = m.ops;
   j["rep"] = m.summary ? nlohmann::json("summary") : nlohmann::json(m.rep);
   j["backend"] = m.backend;
+  if (!m.pool.empty()) j["pool"] = m.pool;
   j["write_latency_ns"] = m.write_latency_ns;
   j["node_size"] = m.node_size;
   j["key_size"] = m.key_min == 0 ? nlohmann::json(8) : m.key_min == m.key_max

@@ -47,3 +47,8 @@ pmtree_test(bench_test
   src/bench/workload_test.cc
   src/bench/driver_test.cc
   src/bench/suites_test.cc)
+if(BUILD_TESTING)
+  pmtree_test(bench_cli_test src/bench/bench_cli_test.cc)
+  target_compile_definitions(bench_cli_test PRIVATE PMTREE_CLI="$<TARGET_FILE:pmtree>")
+  add_dependencies(bench_cli_test pmtree)
+endif()

@@ -46,8 +46,11 @@ class Target {
   // Row label: the registry name, or the peer's name ("lmdb-nosync").
   virtual std::string label() const = 0;
   virtual bool concurrent() const = 0;
-  // "counting(hardware(clwb))" for trees, the store's sync rule for peers.
+  // "hardware(clwb)" / "dram" / "hardware(clwb)+300ns" for trees, the
+  // store's sync rule for peers.
   virtual std::string backend() const = 0;
+  // Longer description (the pool's own Describe()), for the JSON "pool" field.
+  virtual std::string describe() const { return backend(); }
   // Whether the persistence counters see this target's flushes (false for peers).
   virtual bool counted() const = 0;
 

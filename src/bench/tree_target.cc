@@ -31,7 +31,15 @@ class TreeTarget final : public Target {
 
   std::string label() const override { return std::string(h_.tree->name()); }
   bool concurrent() const override { return h_.tree->capabilities() & kCapConcurrent; }
-  std::string backend() const override { return h_.pool ? h_.pool->Describe() : "volatile (no pool)"; }
+  std::string backend() const override {
+    if (!h_.pool) return "none (volatile tree)";
+    std::string b(BackendName(h_.pool->backend_kind()));
+    if (h_.pool->backend_kind() == BackendKind::kHardware)
+      b += "(" + std::string(FlushInstructionName(h_.pool->flush_instruction())) + ")";
+    if (h_.pool->write_latency_ns()) b += "+" + std::to_string(h_.pool->write_latency_ns()) + "ns";
+    return b;
+  }
+  std::string describe() const override { return h_.pool ? h_.pool->Describe() : "no pool"; }
   bool counted() const override { return h_.pool != nullptr; }
 
   bool Lookup(uint64_t key, std::string_view bkey, uint64_t* value) override {
