@@ -185,7 +185,19 @@ std::vector<std::string> SuiteContext::Available(const std::vector<std::string>&
 }
 
 BenchConfig SuiteContext::Base() const {
+  // The user's medium and persistence options carry over (backend, write
+  // latency, pool path and size, seed, progress, verify); the workload is the
+  // suite's own.
   BenchConfig c = o_.base;
+  Workload w;
+  w.seed = o_.base.workload.seed;
+  c.workload = w;
+  c.node_size = 0;
+  c.extra.clear();
+  c.bulk_load = false;
+  c.fill = 1.0;
+  c.latency_sample = BenchConfig().latency_sample;
+  c.window_ms = BenchConfig().window_ms;
   c.targets.clear();
   c.threads = {1};
   c.repeat = 1;
