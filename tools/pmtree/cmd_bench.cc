@@ -175,7 +175,9 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       "Benchmark trees (by registry name) and peers (lmdb, bdb, ...): load, run an operation mix, report "
       "throughput, latency percentiles and persistence cost per operation; or run the papers' reproduction "
       "suites (--suite).  See docs/bench.md.");
-  cmd->add_option("--tree", a->trees, "Trees and peers: a,b,...; 'all' = every registered tree; 'peers' = " + PeerNames())
+  cmd->add_option("--tree", a->trees,
+                  "Trees and peers: a,b,...; registered trees: " + TreeNames() + "; 'all' = all of them; peers: " +
+                      PeerNames() + "; 'peers' = all peers")
       ->capture_default_str();
   cmd->add_option("--records", c.records, "Records loaded before the run")->capture_default_str();
   cmd->add_option("--ops", c.ops, "Operations in the run, over all threads (cap of a --duration run)")->capture_default_str();
