@@ -6,7 +6,7 @@
 //   FPTree -> fptree, wB+-Tree -> wbtree, FAST+FAIR -> fastfair,
 //   volatile B+-tree -> volatile, Berkeley DB -> the bdb peer.
 // Design-specific variants go through TreeOptions::extra:
-//   nvtree   strategy=none|conservative|aggressive|balanced
+//   nvtree   strategy=off|conservative|aggressive|balanced
 //   circtree search=linear
 
 #include <algorithm>
@@ -292,11 +292,11 @@ void RunNvTreeSuite(SuiteContext& s) {
              Get(s, "nv-mix", "cdds", Variant("90/10"), Tput), {"nvtree", "cdds"});
 
   // E4: hot zones and adaptivity.
-  const std::vector<std::string> strategies = {"none", "conservative", "aggressive", "balanced"};
+  const std::vector<std::string> strategies = {"off", "conservative", "aggressive", "balanced"};
   s.Experiment("nv-hotzone", "Updates and inserts in a hot zone, adaptive strategies",
                "1 KB nodes; " + Scale(n) + " keys; " + Scale(n) +
                    " updates (or inserts) within 0.5 / 1 / 5 % of the key space; NV-Tree with "
-                   "`strategy=none|conservative|aggressive|balanced` (TreeOptions::extra).");
+                   "`strategy=off|conservative|aggressive|balanced` (TreeOptions::extra).");
   if (s.Have("nvtree")) {
     for (const char* mix : {"update=1", "insert=1"})
       for (double zone : {0.005, 0.01, 0.05})
@@ -315,9 +315,9 @@ void RunNvTreeSuite(SuiteContext& s) {
     std::string where;
     for (double zone : {0.005, 0.01, 0.05}) {
       std::string prefix = std::string(mix) + " zone " + Num(zone * 100, 1) + "% ";
-      double none = nv("nv-hotzone", Variant(prefix + "none"), Tput);
+      double none = nv("nv-hotzone", Variant(prefix + "off"), Tput);
       for (const auto& st : strategies) {
-        if (st == "none") continue;
+        if (st == "off") continue;
         double r = nv("nv-hotzone", Variant(prefix + st), Tput) / none;
         if (std::isfinite(r) && (!std::isfinite(best) || r > best)) {
           best = r;
@@ -335,7 +335,7 @@ void RunNvTreeSuite(SuiteContext& s) {
   s.Experiment("nv-shift", "Hot-zone shift", "Inserts into a 1 % hot zone that moves to another part of the key space "
                "halfway through the run; throughput per 20 ms window.");
   if (s.Have("nvtree"))
-    for (const char* st : {"none", "balanced"}) {
+    for (const char* st : {"off", "balanced"}) {
       BenchConfig c = Config(s, {"nvtree"}, n, n, "insert=1");
       c.node_size = 1024;
       c.window_ms = 20;
@@ -370,7 +370,7 @@ void RunNvTreeSuite(SuiteContext& s) {
         c.variant = "random " + Scale(size);
         s.Run("nv-rebuild", c);
       }
-    for (const char* st : {"none", "balanced"}) {
+    for (const char* st : {"off", "balanced"}) {
       BenchConfig c = Config(s, {"nvtree"}, 0, n, "insert=1");
       c.workload.dist.kind = DistKind::kSequential;
       c.extra = {{"strategy", st}};
@@ -385,7 +385,7 @@ void RunNvTreeSuite(SuiteContext& s) {
     s.Claim("nv-rebuild", "rebuild time ~1 % of the run time",
             std::isfinite(frac) ? Pct(frac) + " (" + Num(rb.count, 0) + " rebuilds, " + Scale(big) + " inserts, 1 KB)" : "n/a",
             std::isfinite(frac) ? FactorVerdict(1, 1, frac) : (m ? "not measured: nvtree reports no rebuild time in TreeStats::extra" : NotMeasured({"nvtree"}, s)));
-    const Measurement* a = s.Find("nv-rebuild", Variant("sequential none"));
+    const Measurement* a = s.Find("nv-rebuild", Variant("sequential off"));
     const Measurement* b = s.Find("nv-rebuild", Variant("sequential balanced"));
     double r = RebuildOf(a).seconds / RebuildOf(b).seconds;
     s.Claim("nv-rebuild", "adaptivity cuts sequential-insert rebuild time sharply (44.5 s -> 1.4 s, 32x)",
