@@ -513,17 +513,21 @@ Status FastFairTree<P>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, u
     return Stopped();
   }
   pool_->Store64(&n->hdr.sibling, sib);
-  // FAIR step 2: persist the sibling pointer before truncating, so the upper
-  // half is always reachable (through the sibling) in some durable node.
-  pool_->Persist(&n->hdr.sibling, sizeof(uint64_t));
   if (Stop(StopPoint::kSplitLinked)) {
+    // Tests only: make the link durable alone, the state a crash between
+    // steps 2 and 3 leaves.
+    pool_->Persist(&n->hdr.sibling, sizeof(uint64_t));
     Unlock(off);
     return Stopped();
   }
+  // FAIR step 3.  The sibling pointer and the count share the header line,
+  // and stores to one line reach PM in program order (the same property
+  // FAST relies on), so a durable truncation implies a durable link: one
+  // persist orders step 2 before step 3.
   pool_->Store64(&n->hdr.count, m);
-  // FAIR step 3: persist the truncation before the new record or the parent
-  // insert depend on it (durability on return; a later insert into this
-  // node must not see the stale upper half as live).
+  // Persist link and truncation before the new record or the separator
+  // depend on them; the new record may already be in S, so this is also what
+  // makes the insert durable.
   pool_->Persist(&n->hdr.count, sizeof(uint64_t));
   if (Stop(StopPoint::kSplitTruncated)) {
     Unlock(off);
@@ -806,20 +810,14 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Create(Pool* pool, con
     return Status::InvalidArgument("fastfair: key kind of the options does not match the tree's key type");
   if (pool->root(0) != 0) return Status::Busy("fastfair: pool root slot 0 is already in use");
   const uint32_t node_size = options.node_size == 0 ? kDefaultNodeSize : options.node_size;
-  auto& alloc = pool->allocator();
-  PMTREE_ASSIGN_OR_RETURN(uint64_t meta_off, alloc.Allocate(sizeof(Meta), kLine));
-  auto leaf_r = alloc.Allocate(node_size, kLine);
-  if (!leaf_r.ok()) {
-    alloc.Free(meta_off, sizeof(Meta));
-    return leaf_r.status();
-  }
-  const uint64_t leaf = *leaf_r;
+  // The meta block and the first leaf are allocated as one extent (meta
+  // first), so one persist covers both header lines.  They are two blocks
+  // for everything else: recovery marks them separately, and bulk load frees
+  // the leaf alone.
+  PMTREE_ASSIGN_OR_RETURN(uint64_t meta_off, pool->allocator().Allocate(sizeof(Meta) + node_size, kLine));
+  const uint64_t leaf = meta_off + sizeof(Meta);
   NodeHeader h{};
   pool->Write(pool->At<void>(leaf), &h, sizeof(h));
-  if (!flaws.header_flush) {
-    // Persist the first leaf before the meta block names it.
-    pool->Persist(pool->At<void>(leaf), sizeof(h));
-  }
   Meta m{};
   m.magic = kMetaMagic;
   m.version = kFormatVersion;
@@ -828,11 +826,12 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Create(Pool* pool, con
   m.key_kind = static_cast<uint32_t>(P::kKind);
   m.variant = flaws.Bits();
   pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
+  static_assert(sizeof(Meta) + sizeof(NodeHeader) == 2 * kLine);
   if (!flaws.header_flush) {
-    // Persist the tree header before root slot 0 names it: flaw (3) of the
-    // original is exactly this missing flush (a crash then leaves a root slot
-    // pointing at garbage).
-    pool->Persist(pool->At<void>(meta_off), sizeof(m));
+    // Persist the tree header and the first leaf before root slot 0 names
+    // them: flaw (3) of the original is exactly this missing flush (a crash
+    // then leaves a root slot pointing at garbage).
+    pool->Persist(pool->At<void>(meta_off), sizeof(Meta) + sizeof(NodeHeader));
   }
   // Commit point of creation (SetRoot persists the slot).
   pool->SetRoot(0, meta_off);
