@@ -36,6 +36,7 @@ struct BenchArgs {
   std::string output;
   bool json = false, csv = false, no_progress = false, full = false, no_figures = false;
   double scale = 1.0;
+  CLI::Option* ops_option = nullptr;
   BenchConfig c;
 };
 
@@ -109,6 +110,8 @@ Status Finish(BenchArgs& a) {
       return Status::InvalidArgument("--tree-option takes key=value (e.g. strategy=balanced), got '" + kv + "'");
     c.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  // A time-based run without an explicit --ops gets the long default stream.
+  if (c.duration_s > 0 && a.ops_option->count() == 0) c.ops = 0;
   c.progress = !a.no_progress;
   c.command = CommandLine();
   if (a.suites.empty()) return c.Validate();
@@ -180,7 +183,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                       PeerNames() + "; 'peers' = all peers")
       ->capture_default_str();
   cmd->add_option("--records", c.records, "Records loaded before the run")->capture_default_str();
-  cmd->add_option("--ops", c.ops, "Operations in the run, over all threads (cap of a --duration run)")->capture_default_str();
+  a->ops_option = cmd->add_option("--ops", c.ops, "Operations in the run, over all threads (cap of a --duration run, default 10M there)")
+                      ->capture_default_str();
   cmd->add_option("--duration", c.duration_s, "Run for this many seconds instead of --ops operations");
   cmd->add_option("--threads", a->threads, "Threads, or a list to sweep: 1,2,4")->capture_default_str();
   cmd->add_option("--mix", a->mix, "Operation mix: read=,insert=,update=,remove=,scan= ratios summing to 1")
