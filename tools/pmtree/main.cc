@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   pmtree::cli::AddInspectCommand(app, &exit_code);
   pmtree::cli::AddCrashCommand(app, &exit_code);
+  pmtree::cli::AddBenchCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,505 @@
+// SPDX-License-Identifier: Apache-2.0
+
+#include "bench/driver.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/peers.h"
+#include "pmtree/registry.h"
+
+namespace pmtree::bench {
+namespace {
+
+std::string Fmt(double v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// Per-thread progress counter on its own cache line (the monitor reads it).
+struct alignas(64) Progress {
+  std::atomic<uint64_t> ops{0};
+};
+
+}  // namespace
+
+Status BenchConfig::Validate() const {
+  if (targets.empty()) return Status::InvalidArgument("no tree given; valid: " + TreeNames() + ", all, " + PeerNames());
+  for (const auto& t : targets)
+    if (!FindTree(t) && !FindPeer(t))
+      return Status::InvalidArgument("unknown tree '" + t + "'; valid: " + TreeNames() + ", all, peers (" +
+                                     PeerNames() + ")");
+  if (kind == WorkloadKind::kOps && ops == 0 && duration_s <= 0)
+    return Status::InvalidArgument("--ops must be at least 1 (or give --duration)");
+  if (duration_s < 0) return Status::InvalidArgument("--duration must be positive");
+  if (threads.empty()) return Status::InvalidArgument("--threads needs at least one value");
+  for (uint32_t t : threads)
+    if (t < 1 || t > 1024) return Status::InvalidArgument("--threads values must be in 1..1024, got " + std::to_string(t));
+  if (Status s = workload.dist.Validate(); !s.ok()) return s;
+  if (workload.scan_length < 1 || workload.scan_length > 1000000)
+    return Status::InvalidArgument("--scan-length must be in 1..1000000");
+  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("--fill must be in (0, 1], got " + Fmt(fill));
+  if (repeat < 1 || repeat > 1000) return Status::InvalidArgument("--repeat must be in 1..1000");
+  if (!(latency_sample > 0 && latency_sample <= 1))
+    return Status::InvalidArgument("--latency-sample must be in (0, 1], got " + Fmt(latency_sample));
+  if (window_ms < 1) return Status::InvalidArgument("--window-ms must be at least 1");
+  if (pool_size < kMinPoolSize) return Status::InvalidArgument("--pool-size must be at least " + std::to_string(kMinPoolSize));
+  BackendKind bk;
+  FlushInstruction fi;
+  if (Status s = ParseBackend(backend, &bk, &fi); !s.ok())
+    return Status::InvalidArgument("--backend '" + backend +
+                                   "' is not valid; valid: hardware, hardware:clwb, hardware:clflushopt, "
+                                   "hardware:clflush, eadr, msync, dram");
+  if (skip_load && kind == WorkloadKind::kRecovery)
+    return Status::InvalidArgument("--skip-load does not apply to the recovery workload");
+  if (skip_load)
+    for (const auto& t : targets)
+      if (FindPeer(t)) return Status::InvalidArgument("--skip-load works for pool trees only, not peer " + t);
+  if (workload.bytes_keys())
+    for (const auto& t : targets)
+      if (const TreeFactory* f = FindTree(t); f && !(f->capabilities & kCapBytesKeys))
+        return Status::InvalidArgument(t + " does not offer byte-string keys; --key-size 8 or choose another tree");
+  return Status::Ok();
+}
+
+std::string PoolPathFor(const BenchConfig& c, const std::string& target) {
+  if (c.pool_path.empty())
+    return "/dev/shm/pmtree-bench-" + std::to_string(getpid()) + "-" + target + (FindPeer(target) ? ".d" : ".pool");
+  if (c.targets.size() == 1 && !FindPeer(target)) return c.pool_path;
+  return c.pool_path + "." + target + (FindPeer(target) ? ".d" : "");
+}
+
+// ---- the timed region -------------------------------------------------------------
+
+RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const RunParams& p) {
+  const size_t nthreads = streams.size();
+  const TickClock& clock = TickClock::Get();
+  const uint32_t every = std::max<uint32_t>(1, p.sample_every);
+
+  struct PerThread {
+    std::array<uint64_t, kOpTypes> done{}, succeeded{};
+    std::vector<uint64_t> lat_ticks;
+    uint64_t ops = 0;
+    std::string error;
+  };
+  std::vector<PerThread> per(nthreads);
+  std::vector<Progress> progress(nthreads);
+  uint64_t total_ops = 0;
+  for (size_t t = 0; t < nthreads; t++) {
+    // Sized up front: the loop never allocates for samples.
+    per[t].lat_ticks.reserve(streams[t].ops.size() / every + 1);
+    total_ops += streams[t].ops.size();
+  }
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> start_ticks{0};
+  uint64_t deadline_ticks = 0;
+  std::barrier start(static_cast<ptrdiff_t>(nthreads + 1), []() noexcept {});
+
+  auto worker = [&](size_t t) {
+    const Stream& s = streams[t];
+    PerThread& me = per[t];
+    const bool timed_run = p.duration_s > 0;
+    start.arrive_and_wait();
+    const uint64_t deadline = deadline_ticks;
+    uint64_t value;
+    size_t i = 0;
+    for (; i < s.ops.size(); i++) {
+      if (timed_run && (i & 63) == 0 && (TickClock::Now() >= deadline || stop.load(std::memory_order_relaxed))) break;
+      const Op& op = s.ops[i];
+      const std::string_view bkey = op.bytes_len ? s.BytesKey(op) : std::string_view();
+      counters::BeginOperation();
+      const bool sample = i % every == 0;
+      const uint64_t t0 = sample ? TickClock::Now() : 0;
+      bool ok = false;
+      Status err;
+      switch (op.type) {
+        case OpType::kRead:
+          ok = target.Lookup(op.key, bkey, &value);
+          break;
+        case OpType::kInsert: {
+          auto r = target.Insert(op.key, bkey, ValueFor(op.key));
+          if (r.ok()) ok = *r; else err = r.status();
+          break;
+        }
+        case OpType::kUpdate: {
+          auto r = target.Update(op.key, bkey, ValueFor(op.key) + i);
+          if (r.ok()) ok = *r; else err = r.status();
+          break;
+        }
+        case OpType::kRemove: {
+          auto r = target.Remove(op.key, bkey);
+          if (r.ok()) ok = *r; else err = r.status();
+          break;
+        }
+        case OpType::kScan:
+          ok = target.Scan(op.key, bkey, p.scan_length) > 0;
+          break;
+      }
+      if (sample) me.lat_ticks.push_back(TickClock::Now() - t0);
+      if (!err.ok()) {
+        me.error = std::string(OpName(op.type)) + " failed: " + err.ToString();
+        break;
+      }
+      const int ty = static_cast<int>(op.type);
+      me.done[ty]++;
+      me.succeeded[ty] += ok;
+      progress[t].ops.store(i + 1, std::memory_order_relaxed);
+    }
+    me.ops = i;
+    progress[t].ops.store(i, std::memory_order_relaxed);
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(nthreads);
+  for (size_t t = 0; t < nthreads; t++) threads.emplace_back(worker, t);
+
+  RunResult res;
+  PersistCounters before = counters::Snapshot();
+  const uint64_t t_begin = TickClock::Now();
+  deadline_ticks = p.duration_s > 0 ? t_begin + clock.FromNs(p.duration_s * 1e9) : UINT64_MAX;
+  start_ticks.store(t_begin);
+  start.arrive_and_wait();  // release the workers
+
+  // Monitor: the throughput series and progress lines, until every worker is done.
+  std::vector<uint64_t> cumulative;
+  std::atomic<size_t> finished{0};
+  std::thread monitor([&]() {
+    uint64_t next = t_begin + clock.FromNs(p.window_ms * 1e6);
+    uint64_t last_print = t_begin;
+    while (finished.load(std::memory_order_acquire) < nthreads) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(p.window_ms, 20)));
+      uint64_t now = TickClock::Now();
+      if (now < next) continue;
+      uint64_t sum = 0;
+      for (auto& pr : progress) sum += pr.ops.load(std::memory_order_relaxed);
+      cumulative.push_back(sum);
+      next += clock.FromNs(p.window_ms * 1e6);
+      if (p.progress && clock.ToNs(now - last_print) > 5e9) {
+        last_print = now;
+        double secs = clock.ToNs(now - t_begin) / 1e9;
+        fprintf(stderr, "  [%s] %.0f s: %llu ops (%.1f%%), %.3f Mops/s\n", p.label.c_str(), secs,
+                static_cast<unsigned long long>(sum), p.duration_s > 0 ? 100 * secs / p.duration_s : 100.0 * sum / total_ops,
+                sum / secs / 1e6);
+      }
+    }
+  });
+  for (auto& th : threads) {
+    th.join();
+    finished.fetch_add(1, std::memory_order_release);
+  }
+  const uint64_t t_end = TickClock::Now();
+  monitor.join();
+  res.counters = counters::Snapshot() - before;
+  res.seconds = clock.ToNs(t_end - t_begin) / 1e9;
+
+  for (auto& me : per) {
+    res.ops += me.ops;
+    for (int k = 0; k < kOpTypes; k++) {
+      res.done[k] += me.done[k];
+      res.succeeded[k] += me.succeeded[k];
+    }
+    for (uint64_t tk : me.lat_ticks) res.latency_ns.push_back(clock.ToNs(tk));
+    if (res.error.empty() && !me.error.empty()) res.error = me.error;
+  }
+  uint64_t prev = 0;
+  for (uint64_t c : cumulative) {
+    res.series.push_back(static_cast<double>(c - prev) * 1000.0 / p.window_ms);
+    prev = c;
+  }
+  return res;
+}
+
+// ---- measurements -------------------------------------------------------------------
+
+namespace {
+
+struct Opened {
+  std::unique_ptr<Target> target;
+  Status status;
+};
+
+Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_existing, uint32_t recovery_threads) {
+  Opened o;
+  if (const PeerInfo* peer = FindPeer(name)) {
+    PeerConfig pc;
+    pc.dir = PoolPathFor(c, name);
+    pc.map_size = c.pool_size;
+    pc.keep = c.keep_pool;
+    pc.key_min = c.workload.key_min;
+    pc.key_max = c.workload.key_max;
+    auto r = peer->open(pc);
+    if (r.ok()) o.target = std::move(*r); else o.status = r.status();
+    return o;
+  }
+  const TreeFactory* f = FindTree(name);
+  TreeTargetConfig tc;
+  tc.pool_path = PoolPathFor(c, name);
+  tc.pool_size = c.pool_size;
+  BackendKind bk;
+  FlushInstruction fi;
+  (void)ParseBackend(c.backend, &bk, &fi);  // validated
+  tc.pool_options.backend = bk;
+  tc.pool_options.flush = fi;
+  tc.pool_options.write_latency_ns = c.write_latency_ns;
+  tc.pool_options.overwrite = true;
+  tc.tree_options.node_size = c.node_size;
+  tc.tree_options.extra = c.extra;
+  tc.tree_options.recovery_threads = recovery_threads;
+  tc.key_min = c.workload.key_min;
+  tc.key_max = c.workload.key_max;
+  tc.open_existing = open_existing;
+  tc.keep_pool = c.keep_pool || open_existing;  // never delete a pool we did not create
+  auto r = OpenTreeTarget(*f, tc);
+  if (r.ok()) o.target = std::move(*r); else o.status = r.status();
+  return o;
+}
+
+Measurement BaseRow(const BenchConfig& c, const std::string& name, uint32_t threads, uint32_t rep) {
+  Measurement m;
+  m.tree = name;
+  m.variant = c.variant;
+  m.experiment = c.experiment;
+  m.workload = c.kind == WorkloadKind::kRecovery ? "recovery" : "ops";
+  m.dist = c.workload.dist.ToString();
+  m.mix = c.workload.mix.ToString();
+  m.command = c.command;
+  m.threads = threads;
+  m.rep = rep;
+  m.node_size = c.node_size;
+  m.write_latency_ns = c.write_latency_ns;
+  m.scan_length = c.workload.scan_length;
+  m.key_min = c.workload.key_min;
+  m.key_max = c.workload.key_max;
+  m.records = c.records;
+  m.window_ms = c.window_ms;
+  m.backend = c.backend;
+  return m;
+}
+
+double Seconds(std::chrono::steady_clock::time_point a) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threads, uint32_t rep) {
+  Measurement m = BaseRow(c, name, threads, rep);
+  Opened o = OpenTarget(c, name, c.skip_load, 1);
+  if (!o.status.ok()) {
+    m.error = o.status.ToString();
+    return m;
+  }
+  Target& t = *o.target;
+  m.backend = t.backend();
+  m.pool = t.describe();
+  m.counted = t.counted();
+  if (threads > 1 && !t.concurrent()) {
+    t.Finish().ok();
+    m.error = name + " is not concurrent (no kCapConcurrent); run it with --threads 1";
+    m.expected_fail = true;
+    return m;
+  }
+  std::vector<uint64_t> keys;
+  const std::string sidecar = PoolPathFor(c, name) + ".bench.json";
+  if (c.skip_load) {
+    // The sidecar written with --keep-pool says how many records were
+    // loaded (the tree's entry count also reflects the run's inserts and
+    // removes) and with which key size.
+    uint64_t n = t.Stats().entries;
+    std::ifstream in(sidecar);
+    if (in) {
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      if (!j.is_discarded() && j.contains("records")) n = j["records"].get<uint64_t>();
+      if (!j.is_discarded() && j.value("key_min", 0u) != c.workload.key_min) {
+        t.Finish().ok();
+        m.error = "--skip-load: the saved pool was loaded with another --key-size";
+        return m;
+      }
+    } else if (c.progress) {
+      fprintf(stderr, "note: %s: no %s; assuming the %llu entries present are the loaded records\n", name.c_str(),
+              sidecar.c_str(), static_cast<unsigned long long>(n));
+    }
+    m.records = n;
+    keys = SortedLoadKeys(n);
+  } else {
+    keys = SortedLoadKeys(c.records);
+    auto t0 = std::chrono::steady_clock::now();
+    if (c.progress && c.records >= 1000000)
+      fprintf(stderr, "  [%s] loading %llu records (%s)...\n", name.c_str(), static_cast<unsigned long long>(c.records),
+              c.bulk_load ? "bulk" : "insert");
+    if (Status s = t.Load(keys, c.bulk_load, c.fill); !s.ok()) {
+      m.error = "load: " + s.ToString();
+      return m;
+    }
+    m.load_s = Seconds(t0);
+    if (c.keep_pool && FindTree(name) && FindTree(name)->persistent()) {
+      std::ofstream out(sidecar);
+      out << nlohmann::json{{"records", c.records}, {"key_min", c.workload.key_min}, {"key_max", c.workload.key_max}}.dump()
+          << "\n";
+    }
+  }
+
+  // Streams: built here, outside the timed region.
+  uint64_t total = c.ops;
+  if (c.duration_s > 0 && total == 0) total = 10'000'000;
+  uint64_t per_thread = std::max<uint64_t>(1, total / threads);
+  Workload w = c.workload;
+  w.seed = c.workload.seed + 1000003ull * rep;
+  auto streams = BuildStreams(w, keys, threads, per_thread);
+  if (!streams.ok()) {
+    m.error = streams.status().ToString();
+    return m;
+  }
+  keys.clear();
+  keys.shrink_to_fit();
+
+  RunParams p;
+  p.duration_s = c.duration_s;
+  p.sample_every = static_cast<uint32_t>(std::lround(1.0 / c.latency_sample));
+  p.scan_length = c.workload.scan_length;
+  p.window_ms = c.window_ms;
+  p.progress = c.progress;
+  p.label = name;
+  RunResult r = RunStreams(t, *streams, p);
+  if (c.duration_s > 0 && r.ops == per_thread * threads && c.progress)
+    fprintf(stderr, "note: %s: the stream of %llu ops ended before --duration; raise --ops\n", name.c_str(),
+            static_cast<unsigned long long>(r.ops));
+
+  m.ops = r.ops;
+  m.seconds = r.seconds;
+  m.throughput_ops_s = r.seconds > 0 ? static_cast<double>(r.ops) / r.seconds : 0;
+  m.done = r.done;
+  m.succeeded = r.succeeded;
+  m.latency = Summarize(&r.latency_ns);
+  m.series = std::move(r.series);
+  if (r.ops > 0) {
+    double n = static_cast<double>(r.ops);
+    m.flushes = r.counters.flushes / n;
+    m.fences = r.counters.fences / n;
+    m.lines = r.counters.lines / n;
+    m.blocks256 = r.counters.blocks256 / n;
+    m.bytes = r.counters.bytes / n;
+    m.nt_stores = r.counters.nt_stores / n;
+  }
+  if (c.verify)
+    if (Status s = t.Verify(); !s.ok()) m.error = "verify after run: " + s.ToString();
+  m.stats = t.Stats();
+  if (m.error.empty() && !r.error.empty()) m.error = r.error;
+  if (Status s = t.Finish(); !s.ok() && m.error.empty()) m.error = "close: " + s.ToString();
+  return m;
+}
+
+// Recovery: build N keys, close cleanly and time open+recover; then crash
+// (destroy without Close) and time open+recover with 1..k rebuild threads.
+void RunRecovery(const BenchConfig& c, const std::string& name, uint32_t rep, const Sink& sink) {
+  const TreeFactory* f = FindTree(name);
+  Measurement base = BaseRow(c, name, 1, rep);
+  if (!f || !f->persistent()) {
+    base.error = name + " has no recovery (not a persistent tree)";
+    base.expected_fail = true;
+    sink(base);
+    return;
+  }
+  BenchConfig kc = c;
+  kc.keep_pool = true;
+  const std::string path = PoolPathFor(c, name);
+  Opened o = OpenTarget(kc, name, false, 1);
+  if (!o.status.ok()) {
+    base.error = o.status.ToString();
+    sink(base);
+    return;
+  }
+  base.backend = o.target->backend();
+  base.pool = o.target->describe();
+  std::vector<uint64_t> keys = SortedLoadKeys(c.records);
+  auto t0 = std::chrono::steady_clock::now();
+  if (Status s = o.target->Load(keys, c.bulk_load, c.fill); !s.ok()) {
+    base.error = "load: " + s.ToString();
+    sink(base);
+    o.target.reset();
+    unlink(path.c_str());
+    return;
+  }
+  base.load_s = Seconds(t0);
+  if (Status s = o.target->Finish(); !s.ok()) base.error = "close: " + s.ToString();
+  o.target.reset();
+
+  auto reopen = [&](const std::string& kind, uint32_t k) {
+    Measurement m = base;
+    m.recovery_kind = kind;
+    m.recovery_threads = k;
+    auto start = std::chrono::steady_clock::now();
+    Opened r = OpenTarget(kc, name, true, k);
+    m.recovery_ms = Seconds(start) * 1e3;
+    if (!r.status.ok()) {
+      m.error = "recover: " + r.status.ToString();
+      sink(m);
+      return false;
+    }
+    m.stats = r.target->Stats();
+    if (m.stats.entries != c.records)
+      m.error = "recovered " + std::to_string(m.stats.entries) + " entries, expected " + std::to_string(c.records);
+    sink(m);
+    r.target->Abandon();  // leave a crash image for the next reopen
+    return true;
+  };
+  // The first reopen sees the clean shutdown; every later one a crash.
+  bool ok = reopen("clean", 1);
+  uint32_t kmax = c.recovery_threads ? c.recovery_threads : std::max(1u, std::thread::hardware_concurrency());
+  if (!(f->capabilities & kCapParallelRecovery)) kmax = 1;
+  for (uint32_t k = 1; ok && k <= kmax; k *= 2) ok = reopen("crash", k);
+  if (ok && kmax > 1 && (kmax & (kmax - 1))) reopen("crash", kmax);
+  if (!c.keep_pool) unlink(path.c_str());
+}
+
+void EmitSummary(const std::vector<Measurement>& reps, const Sink& sink) {
+  std::vector<double> tput, p99;
+  for (const auto& m : reps) {
+    if (!m.error.empty()) continue;
+    tput.push_back(m.throughput_ops_s);
+    p99.push_back(m.latency.p99);
+  }
+  if (tput.empty()) return;
+  Measurement s = reps.front();
+  s.summary = true;
+  s.rep = UINT32_MAX;
+  s.throughput_spread = SpreadOf(tput);
+  s.p99_spread = SpreadOf(p99);
+  s.throughput_ops_s = s.throughput_spread.median;
+  s.series.clear();
+  sink(s);
+}
+
+}  // namespace
+
+Status RunBench(const BenchConfig& c, const Sink& sink) {
+  if (Status s = c.Validate(); !s.ok()) return s;
+  for (const auto& name : c.targets) {
+    if (c.kind == WorkloadKind::kRecovery) {
+      for (uint32_t rep = 0; rep < c.repeat; rep++) RunRecovery(c, name, rep, sink);
+      continue;
+    }
+    for (uint32_t threads : c.threads) {
+      std::vector<Measurement> reps;
+      for (uint32_t rep = 0; rep < c.repeat; rep++) {
+        reps.push_back(RunOne(c, name, threads, rep));
+        sink(reps.back());
+        if (reps.back().expected_fail) break;
+      }
+      if (c.repeat > 1) EmitSummary(reps, sink);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace pmtree::bench

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The benchmark driver: load, run and measure trees (by registry name) and
+// peers (peers.h) over pre-built operation streams.
+//
+// One measurement = (target, workload, threads, repetition):
+//   1. open the target (a fresh pool under /dev/shm, or --skip-load: reopen a
+//      saved one), load N records by insert or bulk load;
+//   2. build the key/operation streams of every thread (workload.h) — all
+//      random draws happen here;
+//   3. snapshot the persistence counters, release the threads through a start
+//      barrier, run the timed loop (RunStreams), snapshot again: per-op
+//      counters cover the run phase only;
+//   4. collect stats (footprint, height, fill) and close.
+// Latency: every k-th operation of each thread (k = 1/--latency-sample) is
+// timed individually with TickClock (calibrated rdtsc); percentiles, max and
+// the geometric mean come from those samples.  Throughput: completed ops /
+// wall time of the run phase (barrier release to last thread done), plus a
+// series per window sampled by a monitor thread.
+//
+// Thread safety: one driver call at a time per process (the persistence
+// counters are process-wide).
+
+#ifndef PMTREE_BENCH_DRIVER_H_
+#define PMTREE_BENCH_DRIVER_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/stats.h"
+#include "bench/target.h"
+#include "bench/workload.h"
+#include "pmtree/counters.h"
+#include "pmtree/pool.h"
+
+namespace pmtree::bench {
+
+enum class WorkloadKind { kOps, kRecovery };
+
+struct BenchConfig {
+  // Registry names and peer names ("lbtree", "lmdb"); resolved by Validate().
+  std::vector<std::string> targets;
+  WorkloadKind kind = WorkloadKind::kOps;
+  uint64_t records = 100000;
+  uint64_t ops = 100000;        // total over all threads (the cap in time-based runs)
+  double duration_s = 0;        // > 0: stop after this many seconds
+  std::vector<uint32_t> threads = {1};
+  Workload workload;
+  bool bulk_load = false;
+  double fill = 1.0;
+  bool skip_load = false;
+  bool keep_pool = false;
+  std::string pool_path;        // empty: /dev/shm/pmtree-bench-<pid>-<target>.pool
+  uint64_t pool_size = kDefaultPoolSize;
+  std::string backend = "hardware";
+  uint32_t write_latency_ns = 0;
+  uint32_t node_size = 0;
+  std::map<std::string, std::string> extra;  // TreeOptions::extra (--tree-option k=v)
+  uint32_t repeat = 1;
+  double latency_sample = 0.1;  // fraction of ops timed individually
+  uint32_t window_ms = 100;     // throughput series window
+  uint32_t recovery_threads = 0;  // recovery workload: max rebuild threads (0 = cores)
+  bool progress = true;         // progress lines on stderr during long runs
+  bool verify = false;          // Verify() after the run (not timed)
+  std::string variant;          // free label carried into every row (suites)
+  std::string experiment;       // suites: experiment id carried into every row
+  std::string command;          // the command line, carried into every row
+
+  // Checks every option; InvalidArgument naming the option and valid values.
+  Status Validate() const;
+};
+
+// One row of output.
+struct Measurement {
+  std::string tree, variant, workload, backend, dist, mix, command;
+  std::string pool;        // the pool's (or peer's) own description
+  std::string experiment;  // suites: the experiment id
+  uint32_t threads = 1, rep = 0, node_size = 0, write_latency_ns = 0, scan_length = 0;
+  uint32_t key_min = 0, key_max = 0;
+  uint64_t records = 0, ops = 0;
+  double seconds = 0, throughput_ops_s = 0, load_s = 0;
+  std::array<uint64_t, kOpTypes> done{}, succeeded{};
+  LatencySummary latency;
+  bool counted = false;  // per_op figures are meaningful
+  double flushes = 0, fences = 0, lines = 0, blocks256 = 0, bytes = 0, nt_stores = 0;
+  TargetStats stats;
+  uint32_t window_ms = 0;
+  std::vector<double> series;  // ops/s per window
+  // Recovery workload.
+  std::string recovery_kind;   // "clean" or "crash"
+  double recovery_ms = 0;
+  uint32_t recovery_threads = 0;
+  // Repetition summary row (rep == UINT32_MAX): throughput over the repetitions.
+  bool summary = false;
+  Spread throughput_spread, p99_spread;
+  std::string error;           // a failed measurement keeps its row, with the reason
+  bool expected_fail = false;
+};
+
+// Receives each measurement as soon as it is complete.
+using Sink = std::function<void(const Measurement&)>;
+
+// Runs every (target, threads, repetition) of `c`; rows go to `sink` (plus a
+// summary row per (target, threads) when repeat > 1).  Fails only on bad
+// options; a target that fails yields a row with `error` set.
+Status RunBench(const BenchConfig& c, const Sink& sink);
+
+// ---- the timed region (exposed for tests) ---------------------------------------
+
+struct RunParams {
+  double duration_s = 0;       // 0: run every stream to its end
+  uint32_t sample_every = 10;  // time every k-th op
+  uint32_t scan_length = 100;
+  uint32_t window_ms = 100;
+  bool progress = false;
+  std::string label;
+};
+
+struct RunResult {
+  double seconds = 0;
+  uint64_t ops = 0;
+  std::array<uint64_t, kOpTypes> done{}, succeeded{};
+  std::vector<double> latency_ns;  // samples
+  std::vector<double> series;      // ops/s per window
+  PersistCounters counters;        // run phase, all threads
+  std::string error;               // first operation error, if any
+};
+
+// Runs one thread per stream over `target`.  Takes only pre-built streams:
+// no random draw (GeneratorDraws()) and no allocation for latency samples
+// happen between the barrier release and the end.
+RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const RunParams& p);
+
+// Pool path / peer directory for a target (see BenchConfig::pool_path).
+std::string PoolPathFor(const BenchConfig& c, const std::string& target);
+
+}  // namespace pmtree::bench
+
+#endif  // PMTREE_BENCH_DRIVER_H_

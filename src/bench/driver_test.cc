@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: Apache-2.0
+
+#include "bench/driver.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/output.h"
+#include "bench/peers.h"
+#include "pmtree/registry.h"
+
+namespace pmtree::bench {
+namespace {
+
+// An in-DRAM target over std::map that records how many random draws
+// happened while it executed operations.
+class MapTarget final : public Target {
+ public:
+  std::string label() const override { return "map"; }
+  bool concurrent() const override { return true; }
+  std::string backend() const override { return "none"; }
+  bool counted() const override { return false; }
+  bool Lookup(uint64_t key, std::string_view, uint64_t* value) override {
+    Touch();
+    std::lock_guard g(mu_);
+    auto it = m_.find(key);
+    if (it == m_.end()) return false;
+    *value = it->second;
+    return true;
+  }
+  Result<bool> Insert(uint64_t key, std::string_view, uint64_t value) override {
+    Touch();
+    std::lock_guard g(mu_);
+    return m_.emplace(key, value).second;
+  }
+  Result<bool> Update(uint64_t key, std::string_view, uint64_t value) override {
+    Touch();
+    std::lock_guard g(mu_);
+    auto it = m_.find(key);
+    if (it == m_.end()) return false;
+    it->second = value;
+    return true;
+  }
+  Result<bool> Remove(uint64_t key, std::string_view) override {
+    Touch();
+    std::lock_guard g(mu_);
+    return m_.erase(key) > 0;
+  }
+  size_t Scan(uint64_t key, std::string_view, uint32_t n) override {
+    Touch();
+    std::lock_guard g(mu_);
+    size_t got = 0;
+    for (auto it = m_.lower_bound(key); it != m_.end() && got < n; ++it) got++;
+    return got;
+  }
+  Status Load(const std::vector<uint64_t>& sorted, bool, double) override {
+    for (uint64_t k : sorted) m_.emplace(k, ValueFor(k));
+    return Status::Ok();
+  }
+  TargetStats Stats() override {
+    TargetStats t;
+    t.entries = m_.size();
+    return t;
+  }
+  Status Finish() override { return Status::Ok(); }
+
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> draws_seen_first{UINT64_MAX};
+  std::atomic<uint64_t> draws_seen_last{0};
+
+ private:
+  void Touch() {
+    calls.fetch_add(1);
+    uint64_t d = GeneratorDraws();
+    uint64_t cur = draws_seen_first.load();
+    while (d < cur && !draws_seen_first.compare_exchange_weak(cur, d)) {
+    }
+    cur = draws_seen_last.load();
+    while (d > cur && !draws_seen_last.compare_exchange_weak(cur, d)) {
+    }
+  }
+  std::mutex mu_;
+  std::map<uint64_t, uint64_t> m_;
+};
+
+TEST(TimedLoopTest, StreamsAreGeneratedBeforeTheTimedRegion) {
+  MapTarget target;
+  auto keys = SortedLoadKeys(5000);
+  ASSERT_TRUE(target.Load(keys, false, 1).ok());
+  Workload w;
+  w.mix = *ParseMix("read=0.4,insert=0.2,update=0.2,remove=0.1,scan=0.1");
+  w.dist.kind = DistKind::kZipfian;
+  auto streams = BuildStreams(w, keys, 2, 5000);
+  ASSERT_TRUE(streams.ok());
+  const uint64_t draws_before = GeneratorDraws();
+  RunParams p;
+  p.sample_every = 1;
+  RunResult r = RunStreams(target, *streams, p);
+  // Not one random draw between the first and the last operation, nor in the
+  // whole timed call.
+  EXPECT_EQ(GeneratorDraws(), draws_before);
+  EXPECT_EQ(target.draws_seen_first.load(), draws_before);
+  EXPECT_EQ(target.draws_seen_last.load(), draws_before);
+  EXPECT_EQ(target.calls.load(), 10000u);
+  EXPECT_EQ(r.ops, 10000u);
+  EXPECT_EQ(r.latency_ns.size(), 10000u);
+  uint64_t done = 0;
+  for (auto d : r.done) done += d;
+  EXPECT_EQ(done, 10000u);
+  EXPECT_GT(r.succeeded[0], 0u);
+  EXPECT_TRUE(r.error.empty());
+}
+
+TEST(TimedLoopTest, SamplesEveryKthOperation) {
+  MapTarget target;
+  auto keys = SortedLoadKeys(100);
+  ASSERT_TRUE(target.Load(keys, false, 1).ok());
+  Workload w;
+  auto streams = BuildStreams(w, keys, 1, 1000);
+  ASSERT_TRUE(streams.ok());
+  RunParams p;
+  p.sample_every = 10;
+  RunResult r = RunStreams(target, *streams, p);
+  EXPECT_EQ(r.latency_ns.size(), 100u);
+  EXPECT_GT(r.seconds, 0);
+}
+
+TEST(TimedLoopTest, TimeBasedRunStopsAtTheDeadline) {
+  MapTarget target;
+  auto keys = SortedLoadKeys(100);
+  ASSERT_TRUE(target.Load(keys, false, 1).ok());
+  Workload w;
+  auto streams = BuildStreams(w, keys, 1, 50'000'000 / 64);
+  ASSERT_TRUE(streams.ok());
+  RunParams p;
+  p.duration_s = 0.05;
+  RunResult r = RunStreams(target, *streams, p);
+  EXPECT_LT(r.ops, (*streams)[0].ops.size());
+  EXPECT_GT(r.ops, 0u);
+}
+
+std::string ShmDir(const char* what) {
+  return "/dev/shm/pmtree-bench-test-" + std::to_string(getpid()) + "-" + what;
+}
+
+void ExerciseTarget(Target& t) {
+  auto keys = SortedLoadKeys(1000);
+  ASSERT_TRUE(t.Load(keys, false, 1).ok());
+  uint64_t v;
+  ASSERT_TRUE(t.Lookup(keys[10], {}, &v));
+  EXPECT_EQ(v, ValueFor(keys[10]));
+  EXPECT_FALSE(t.Lookup(keys[10] + 1, {}, &v));
+  EXPECT_FALSE(*t.Insert(keys[10], {}, 1));
+  EXPECT_TRUE(*t.Insert(keys[10] + 1, {}, 7));
+  EXPECT_TRUE(*t.Update(keys[10] + 1, {}, 8));
+  EXPECT_FALSE(*t.Update(keys[10] + 3, {}, 8));
+  ASSERT_TRUE(t.Lookup(keys[10] + 1, {}, &v));
+  EXPECT_EQ(v, 8u);
+  EXPECT_EQ(t.Scan(keys[0], {}, 20), 20u);
+  EXPECT_EQ(t.Scan(keys[995], {}, 20), 5u);
+  EXPECT_TRUE(*t.Remove(keys[10] + 1, {}));
+  EXPECT_FALSE(*t.Remove(keys[10] + 1, {}));
+  EXPECT_EQ(t.Stats().entries, 1000u);
+  EXPECT_GT(t.Stats().pm_bytes, 0u);
+  EXPECT_TRUE(t.Finish().ok());
+}
+
+TEST(PeerTest, EveryPeerAnswersLikeAnOrderedMap) {
+  for (const PeerInfo& p : Peers()) {
+    SCOPED_TRACE(std::string(p.name));
+    PeerConfig c;
+    c.dir = ShmDir(std::string(p.name).c_str());
+    c.map_size = 64 << 20;
+    auto t = p.open(c);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ((*t)->label(), p.name);
+    ExerciseTarget(**t);
+    t->reset();
+    EXPECT_NE(access(c.dir.c_str(), F_OK), 0) << "peer directory left behind";
+  }
+}
+
+TEST(PeerTest, PeersStoreByteStringKeys) {
+  PeerConfig c;
+  c.dir = ShmDir("lmdb-bytes");
+  c.map_size = 64 << 20;
+  c.key_min = 16;
+  c.key_max = 16;
+  auto t = FindPeer("lmdb")->open(c);
+  ASSERT_TRUE(t.ok());
+  auto keys = SortedLoadKeys(100);
+  ASSERT_TRUE((*t)->Load(keys, true, 1).ok());
+  std::string k;
+  AppendBytesKey(keys[5], 16, 16, &k);
+  uint64_t v;
+  EXPECT_TRUE((*t)->Lookup(keys[5], k, &v));
+  EXPECT_EQ(v, ValueFor(keys[5]));
+  EXPECT_TRUE((*t)->Finish().ok());
+}
+
+TEST(OutputTest, JsonRowCarriesEveryRequiredField) {
+  Measurement m;
+  m.tree = "x";
+  m.counted = true;
+  m.flushes = 2;
+  nlohmann::json j = ToJson(m);
+  for (const char* f : {"tree", "threads", "records", "ops", "throughput_ops_s", "latency_ns", "per_op", "backend"})
+    EXPECT_TRUE(j.contains(f)) << f;
+  for (const char* f : {"p50", "p90", "p99", "p999", "p9999", "max", "geomean"}) EXPECT_TRUE(j["latency_ns"].contains(f)) << f;
+  for (const char* f : {"flushes", "fences", "lines", "blocks256", "bytes"}) EXPECT_TRUE(j["per_op"].contains(f)) << f;
+  EXPECT_EQ(j["per_op"]["flushes"], 2.0);
+  m.mix = "read=0.5,insert=0.5";  // a quoted field with commas
+  auto fields = [](const std::string& line) {
+    int n = 1;
+    bool quoted = false;
+    for (char ch : line) {
+      if (ch == '"') quoted = !quoted;
+      if (ch == ',' && !quoted) n++;
+    }
+    return n;
+  };
+  EXPECT_EQ(fields(ToCsv(m)), fields(CsvHeader()));
+}
+
+// ---- over the registry -------------------------------------------------------------
+
+TEST(BenchConfigTest, UnknownTreeIsRejectedListingValidNames) {
+  BenchConfig c;
+  c.targets = {"nosuchtree"};
+  Status s = c.Validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("volatile"), std::string_view::npos);
+  EXPECT_NE(s.message().find("lmdb"), std::string_view::npos);
+}
+
+TEST(BenchConfigTest, BadOptionsAreRejectedNamingTheOption) {
+  BenchConfig base;
+  base.targets = {"volatile"};
+  ASSERT_TRUE(base.Validate().ok()) << base.Validate().ToString();
+  auto expect_bad = [&](auto mutate, const char* option) {
+    BenchConfig c = base;
+    mutate(c);
+    Status s = c.Validate();
+    EXPECT_FALSE(s.ok()) << option;
+    EXPECT_NE(s.message().find(option), std::string_view::npos) << s.ToString();
+  };
+  expect_bad([](BenchConfig& c) { c.backend = "optane"; }, "--backend");
+  expect_bad([](BenchConfig& c) { c.fill = 1.5; }, "--fill");
+  expect_bad([](BenchConfig& c) { c.threads = {0}; }, "--threads");
+  expect_bad([](BenchConfig& c) { c.latency_sample = 0; }, "--latency-sample");
+  expect_bad([](BenchConfig& c) { c.ops = 0; }, "--ops");
+  expect_bad([](BenchConfig& c) { c.repeat = 0; }, "--repeat");
+  expect_bad([](BenchConfig& c) {
+    c.workload.dist.kind = DistKind::kZipfian;
+    c.workload.dist.theta = -1;
+  }, "--theta");
+}
+
+TEST(EndToEndTest, VolatileRunPrintsJsonLinesWithEveryRequiredField) {
+  BenchConfig c;
+  c.targets = {"volatile"};
+  c.records = 2000;
+  c.ops = 2000;
+  c.threads = {1, 2};
+  c.repeat = 2;
+  c.progress = false;
+  c.verify = true;
+  c.workload.mix = *ParseMix("read=0.5,insert=0.3,update=0.1,remove=0.05,scan=0.05");
+  std::vector<std::string> lines;
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { lines.push_back(ToJson(m).dump()); }).ok());
+  ASSERT_GE(lines.size(), 2u);
+  for (const std::string& line : lines) {
+    nlohmann::json j = nlohmann::json::parse(line);  // throws on invalid JSON
+    SCOPED_TRACE(line);
+    if (j.contains("error") && j["error"].get<std::string>().find("not concurrent") != std::string::npos) continue;
+    EXPECT_FALSE(j.contains("error"));
+    for (const char* f : {"tree", "threads", "records", "ops", "throughput_ops_s", "latency_ns", "per_op", "backend"})
+      EXPECT_TRUE(j.contains(f)) << f;
+    for (const char* f : {"p50", "p90", "p99", "p999", "p9999", "max", "geomean"})
+      EXPECT_TRUE(j["latency_ns"].contains(f)) << f;
+    for (const char* f : {"flushes", "fences", "lines", "blocks256", "bytes"}) EXPECT_TRUE(j["per_op"].contains(f)) << f;
+    EXPECT_EQ(j["tree"], "volatile");
+    EXPECT_EQ(j["records"], 2000);
+    if (j["rep"] != "summary") {
+      EXPECT_GT(j["ops"].get<uint64_t>(), 0u);
+    }
+    EXPECT_GT(j["throughput_ops_s"].get<double>(), 0);
+  }
+}
+
+TEST(EndToEndTest, PeersRunInTheSameBenchAsTrees) {
+  BenchConfig c;
+  c.targets = {"volatile", "lmdb", "bdb-nosync"};
+  c.records = 500;
+  c.ops = 500;
+  c.progress = false;
+  c.workload.mix = *ParseMix("insert=1");
+  std::vector<Measurement> rows;
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& m : rows) {
+    EXPECT_TRUE(m.error.empty()) << m.tree << ": " << m.error;
+    EXPECT_EQ(m.done[1], 500u);
+    EXPECT_EQ(m.succeeded[1], 500u) << m.tree;
+  }
+}
+
+}  // namespace
+}  // namespace pmtree::bench
+
+namespace pmtree::bench {
+namespace {
+
+const TreeFactory* FirstPersistentTree() {
+  for (const auto& f : Registry())
+    if (f.persistent() && !f.test_only()) return &f;
+  return nullptr;
+}
+
+TEST(RecoveryWorkloadTest, TimesCleanAndCrashRecoveryOfAPersistentTree) {
+  const TreeFactory* f = FirstPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent tree registered";
+  BenchConfig c;
+  c.targets = {std::string(f->name)};
+  c.kind = WorkloadKind::kRecovery;
+  c.records = 3000;
+  c.progress = false;
+  c.pool_path = "/dev/shm/pmtree-bench-test-recovery-" + std::to_string(getpid()) + ".pool";
+  std::vector<Measurement> rows;
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows[0].recovery_kind, "clean");
+  EXPECT_EQ(rows[1].recovery_kind, "crash");
+  for (const auto& m : rows) {
+    EXPECT_TRUE(m.error.empty()) << m.error;
+    EXPECT_GT(m.recovery_ms, 0);
+    EXPECT_EQ(m.stats.entries, 3000u);
+  }
+  EXPECT_NE(access(c.pool_path.c_str(), F_OK), 0) << "pool left behind";
+}
+
+TEST(SkipLoadTest, SavedPoolIsReusedWithTheLoadedRecordCount) {
+  const TreeFactory* f = FirstPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent tree registered";
+  BenchConfig c;
+  c.targets = {std::string(f->name)};
+  c.records = 2000;
+  c.ops = 1000;
+  c.progress = false;
+  c.keep_pool = true;
+  c.pool_path = "/dev/shm/pmtree-bench-test-skip-" + std::to_string(getpid()) + ".pool";
+  c.workload.mix = *ParseMix("insert=1");
+  std::vector<Measurement> rows;
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+  ASSERT_TRUE(rows[0].error.empty()) << rows[0].error;
+  c.skip_load = true;
+  c.keep_pool = false;
+  c.workload.mix = *ParseMix("read=1");
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[1].error.empty()) << rows[1].error;
+  EXPECT_EQ(rows[1].records, 2000u);
+  EXPECT_EQ(rows[1].succeeded[0], 1000u);  // every read hits a loaded key
+  EXPECT_EQ(rows[1].stats.entries, 3000u);
+  unlink(c.pool_path.c_str());
+  unlink((c.pool_path + ".bench.json").c_str());
+}
+
+}  // namespace
+}  // namespace pmtree::bench

@@ -1,0 +1,498 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// LMDB and Berkeley DB adapters (peers.h).
+
+#include "bench/peers.h"
+
+#include <db.h>
+#include <lmdb.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "bench/workload.h"
+
+namespace pmtree::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The key bytes a peer stores: the workload's string, or the 64-bit key big-endian.
+struct KeyBuf {
+  char be[8];
+  std::string_view view;
+  KeyBuf(uint64_t key, std::string_view bkey) {
+    if (!bkey.empty()) {
+      view = bkey;
+      return;
+    }
+    for (int i = 0; i < 8; i++) be[i] = static_cast<char>(key >> (56 - 8 * i));
+    view = std::string_view(be, 8);
+  }
+};
+
+uint64_t DirBytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    struct stat st;
+    if (stat(e.path().c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
+Status PrepareDir(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (!fs::create_directories(dir, ec)) return Status::IoError("cannot create peer directory " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+// The order single-insert loads use (as for trees: a fixed permutation).
+template <class Fn>
+Status ForEachLoadRank(size_t n, bool bulk, Fn fn) {
+  uint64_t step = 1;
+  if (!bulk && n > 1) {
+    step = static_cast<uint64_t>(static_cast<double>(n) * 0.6180339887) | 1;
+    while (std::gcd(step, static_cast<uint64_t>(n)) != 1) step++;
+  }
+  uint64_t r = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (Status s = fn(i, r); !s.ok()) return s;
+    r = (r + step) % n;
+  }
+  return Status::Ok();
+}
+
+// ---- LMDB -------------------------------------------------------------------------
+
+Status LmdbError(const char* what, int rc) { return Status::IoError(std::string("lmdb ") + what + ": " + mdb_strerror(rc)); }
+
+class LmdbTarget final : public Target {
+ public:
+  LmdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {}
+  ~LmdbTarget() override {
+    if (env_) mdb_env_close(env_);
+    if (!c_.keep) {
+      std::error_code ec;
+      fs::remove_all(c_.dir, ec);
+    }
+  }
+
+  Status Open() {
+    if (Status s = PrepareDir(c_.dir); !s.ok()) return s;
+    int rc = mdb_env_create(&env_);
+    if (rc) return LmdbError("env_create", rc);
+    mdb_env_set_mapsize(env_, c_.map_size);
+    mdb_env_set_maxreaders(env_, 256);
+    unsigned flags = MDB_NOTLS | (nosync_ ? MDB_NOSYNC : 0);
+    if ((rc = mdb_env_open(env_, c_.dir.c_str(), flags, 0644))) return LmdbError("env_open", rc);
+    MDB_txn* txn;
+    if ((rc = mdb_txn_begin(env_, nullptr, 0, &txn))) return LmdbError("txn_begin", rc);
+    if ((rc = mdb_dbi_open(txn, nullptr, 0, &dbi_))) return LmdbError("dbi_open", rc);
+    if ((rc = mdb_txn_commit(txn))) return LmdbError("commit", rc);
+    return Status::Ok();
+  }
+
+  std::string label() const override { return nosync_ ? "lmdb-nosync" : "lmdb"; }
+  bool concurrent() const override { return true; }
+  std::string backend() const override {
+    return nosync_ ? "lmdb: write txn per op, MDB_NOSYNC" : "lmdb: write txn per op, sync at commit";
+  }
+  bool counted() const override { return false; }
+
+  bool Lookup(uint64_t key, std::string_view bkey, uint64_t* value) override {
+    KeyBuf k(key, bkey);
+    MDB_txn* txn;
+    if (mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn)) return false;
+    MDB_val mk{k.view.size(), const_cast<char*>(k.view.data())}, mv;
+    bool found = mdb_get(txn, dbi_, &mk, &mv) == 0;
+    if (found && mv.mv_size == 8) memcpy(value, mv.mv_data, 8);
+    mdb_txn_abort(txn);
+    return found;
+  }
+
+  Result<bool> Insert(uint64_t key, std::string_view bkey, uint64_t value) override {
+    return Write(key, bkey, [&](MDB_txn* txn, MDB_val* mk) {
+      MDB_val mv{8, &value};
+      return mdb_put(txn, dbi_, mk, &mv, MDB_NOOVERWRITE);
+    });
+  }
+  Result<bool> Update(uint64_t key, std::string_view bkey, uint64_t value) override {
+    return Write(key, bkey, [&](MDB_txn* txn, MDB_val* mk) {
+      MDB_val old;
+      int rc = mdb_get(txn, dbi_, mk, &old);
+      if (rc) return rc;
+      MDB_val mv{8, &value};
+      return mdb_put(txn, dbi_, mk, &mv, 0);
+    });
+  }
+  Result<bool> Remove(uint64_t key, std::string_view bkey) override {
+    return Write(key, bkey, [&](MDB_txn* txn, MDB_val* mk) { return mdb_del(txn, dbi_, mk, nullptr); });
+  }
+
+  size_t Scan(uint64_t key, std::string_view bkey, uint32_t n) override {
+    KeyBuf k(key, bkey);
+    MDB_txn* txn;
+    if (mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn)) return 0;
+    MDB_cursor* cur;
+    size_t got = 0;
+    if (mdb_cursor_open(txn, dbi_, &cur) == 0) {
+      MDB_val mk{k.view.size(), const_cast<char*>(k.view.data())}, mv;
+      int rc = mdb_cursor_get(cur, &mk, &mv, MDB_SET_RANGE);
+      while (rc == 0 && got < n) {
+        got++;
+        rc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT);
+      }
+      mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+    return got;
+  }
+
+  Status Load(const std::vector<uint64_t>& sorted, bool bulk, double) override {
+    // Batched transactions: the load is setup, not a measured durable write.
+    MDB_txn* txn = nullptr;
+    std::string bytes;
+    Status s = ForEachLoadRank(sorted.size(), bulk, [&](size_t i, uint64_t r) -> Status {
+      int rc;
+      if (txn == nullptr && (rc = mdb_txn_begin(env_, nullptr, 0, &txn))) return LmdbError("txn_begin", rc);
+      bytes.clear();
+      if (c_.key_min) AppendBytesKey(sorted[r], c_.key_min, c_.key_max, &bytes);
+      KeyBuf k(sorted[r], bytes);
+      uint64_t v = ValueFor(sorted[r]);
+      MDB_val mk{k.view.size(), const_cast<char*>(k.view.data())}, mv{8, &v};
+      if ((rc = mdb_put(txn, dbi_, &mk, &mv, bulk ? MDB_APPEND : 0))) return LmdbError("put (load)", rc);
+      if ((i + 1) % 10000 == 0) {
+        rc = mdb_txn_commit(txn);
+        txn = nullptr;
+        if (rc) return LmdbError("commit (load)", rc);
+      }
+      return Status::Ok();
+    });
+    if (txn) {
+      if (!s.ok()) {
+        mdb_txn_abort(txn);
+        return s;
+      }
+      if (int rc = mdb_txn_commit(txn)) return LmdbError("commit (load)", rc);
+    }
+    return s;
+  }
+
+  TargetStats Stats() override {
+    TargetStats t;
+    t.pm_bytes = DirBytes(c_.dir);
+    MDB_stat st;
+    MDB_txn* txn;
+    if (mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn) == 0) {
+      if (mdb_stat(txn, dbi_, &st) == 0) {
+        t.height = st.ms_depth;
+        t.entries = st.ms_entries;
+        t.leaf_nodes = st.ms_leaf_pages;
+        t.inner_nodes = st.ms_branch_pages;
+      }
+      mdb_txn_abort(txn);
+    }
+    return t;
+  }
+
+  Status Finish() override {
+    if (env_) {
+      mdb_env_sync(env_, 1);
+      mdb_env_close(env_);
+      env_ = nullptr;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  template <class Fn>
+  Result<bool> Write(uint64_t key, std::string_view bkey, Fn fn) {
+    KeyBuf k(key, bkey);
+    MDB_txn* txn;
+    int rc = mdb_txn_begin(env_, nullptr, 0, &txn);
+    if (rc) return LmdbError("txn_begin", rc);
+    MDB_val mk{k.view.size(), const_cast<char*>(k.view.data())};
+    rc = fn(txn, &mk);
+    if (rc == MDB_KEYEXIST || rc == MDB_NOTFOUND) {
+      mdb_txn_abort(txn);
+      return false;
+    }
+    if (rc) {
+      mdb_txn_abort(txn);
+      return rc == MDB_MAP_FULL ? Status::OutOfSpace("lmdb map full (raise --pool-size)") : LmdbError("write", rc);
+    }
+    if ((rc = mdb_txn_commit(txn))) return LmdbError("commit", rc);
+    return true;
+  }
+
+  PeerConfig c_;
+  bool nosync_;
+  MDB_env* env_ = nullptr;
+  MDB_dbi dbi_ = 0;
+};
+
+// ---- Berkeley DB ---------------------------------------------------------------------
+
+Status BdbError(const char* what, int rc) { return Status::IoError(std::string("berkeley db ") + what + ": " + db_strerror(rc)); }
+
+class BdbTarget final : public Target {
+ public:
+  BdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {}
+  ~BdbTarget() override {
+    CloseHandles();
+    if (!c_.keep) {
+      std::error_code ec;
+      fs::remove_all(c_.dir, ec);
+    }
+  }
+
+  Status Open() {
+    if (Status s = PrepareDir(c_.dir); !s.ok()) return s;
+    int rc = db_env_create(&env_, 0);
+    if (rc) return BdbError("env_create", rc);
+    env_->set_cachesize(env_, 0, 256u << 20, 1);
+    env_->set_lk_detect(env_, DB_LOCK_DEFAULT);
+    env_->set_lk_max_locks(env_, 100000);
+    env_->set_lk_max_objects(env_, 100000);
+    env_->set_lk_max_lockers(env_, 10000);
+    env_->set_lg_bsize(env_, 4u << 20);
+    env_->set_lg_max(env_, 64u << 20);
+    if (nosync_) env_->set_flags(env_, DB_TXN_NOSYNC, 1);
+    u_int32_t flags = DB_CREATE | DB_INIT_MPOOL | DB_INIT_TXN | DB_INIT_LOG | DB_INIT_LOCK | DB_THREAD | DB_PRIVATE;
+    if ((rc = env_->open(env_, c_.dir.c_str(), flags, 0644))) return BdbError("env open", rc);
+    // Drop log files no longer needed after checkpoints (Finish only); the
+    // data set here is bounded by the run.
+    env_->log_set_config(env_, DB_LOG_AUTO_REMOVE, 1);
+    if ((rc = db_create(&db_, env_, 0))) return BdbError("db_create", rc);
+    if ((rc = db_->open(db_, nullptr, "data.db", nullptr, DB_BTREE, DB_CREATE | DB_AUTO_COMMIT | DB_THREAD, 0644)))
+      return BdbError("db open", rc);
+    return Status::Ok();
+  }
+
+  std::string label() const override { return nosync_ ? "bdb-nosync" : "bdb"; }
+  bool concurrent() const override { return true; }
+  std::string backend() const override {
+    return nosync_ ? "berkeley db: auto-commit per op, WAL, DB_TXN_NOSYNC"
+                   : "berkeley db: auto-commit per op, WAL flushed at commit";
+  }
+  bool counted() const override { return false; }
+
+  bool Lookup(uint64_t key, std::string_view bkey, uint64_t* value) override {
+    KeyBuf k(key, bkey);
+    DBT dk = Dbt(k.view), dv;
+    memset(&dv, 0, sizeof dv);
+    dv.data = value;
+    dv.ulen = 8;
+    dv.flags = DB_DBT_USERMEM;
+    for (;;) {
+      int rc = db_->get(db_, nullptr, &dk, &dv, 0);
+      if (rc == DB_LOCK_DEADLOCK) continue;
+      return rc == 0;
+    }
+  }
+
+  Result<bool> Insert(uint64_t key, std::string_view bkey, uint64_t value) override {
+    KeyBuf k(key, bkey);
+    DBT dk = Dbt(k.view), dv = Dbt(std::string_view(reinterpret_cast<char*>(&value), 8));
+    for (;;) {
+      int rc = db_->put(db_, nullptr, &dk, &dv, DB_NOOVERWRITE);  // auto-commit
+      if (rc == DB_LOCK_DEADLOCK) continue;
+      if (rc == DB_KEYEXIST) return false;
+      if (rc) return BdbError("put", rc);
+      return true;
+    }
+  }
+
+  Result<bool> Update(uint64_t key, std::string_view bkey, uint64_t value) override {
+    KeyBuf k(key, bkey);
+    DBT dk = Dbt(k.view), dv = Dbt(std::string_view(reinterpret_cast<char*>(&value), 8));
+    for (;;) {
+      // Replace only a present key: get (write-locked) and put in one transaction.
+      DB_TXN* txn;
+      int rc = env_->txn_begin(env_, nullptr, &txn, 0);
+      if (rc) return BdbError("txn_begin", rc);
+      uint64_t old;
+      DBT dold;
+      memset(&dold, 0, sizeof dold);
+      dold.data = &old;
+      dold.ulen = 8;
+      dold.flags = DB_DBT_USERMEM;
+      rc = db_->get(db_, txn, &dk, &dold, DB_RMW);
+      if (rc == 0) rc = db_->put(db_, txn, &dk, &dv, 0);
+      if (rc == DB_LOCK_DEADLOCK) {
+        txn->abort(txn);
+        continue;
+      }
+      if (rc == DB_NOTFOUND) {
+        txn->abort(txn);
+        return false;
+      }
+      if (rc) {
+        txn->abort(txn);
+        return BdbError("update", rc);
+      }
+      if ((rc = txn->commit(txn, 0))) return BdbError("commit", rc);
+      return true;
+    }
+  }
+
+  Result<bool> Remove(uint64_t key, std::string_view bkey) override {
+    KeyBuf k(key, bkey);
+    DBT dk = Dbt(k.view);
+    for (;;) {
+      int rc = db_->del(db_, nullptr, &dk, 0);  // auto-commit
+      if (rc == DB_LOCK_DEADLOCK) continue;
+      if (rc == DB_NOTFOUND) return false;
+      if (rc) return BdbError("del", rc);
+      return true;
+    }
+  }
+
+  size_t Scan(uint64_t key, std::string_view bkey, uint32_t n) override {
+    KeyBuf k(key, bkey);
+    char kbuf[kMaxKeyBytes + 8];
+    uint64_t v;
+    memcpy(kbuf, k.view.data(), k.view.size());
+    for (;;) {
+      DBC* cur;
+      if (db_->cursor(db_, nullptr, &cur, 0)) return 0;
+      DBT dk, dv;
+      memset(&dk, 0, sizeof dk);
+      memset(&dv, 0, sizeof dv);
+      dk.data = kbuf;
+      dk.size = static_cast<u_int32_t>(k.view.size());
+      dk.ulen = sizeof kbuf;
+      dk.flags = DB_DBT_USERMEM;
+      dv.data = &v;
+      dv.ulen = 8;
+      dv.flags = DB_DBT_USERMEM;
+      size_t got = 0;
+      int rc = cur->get(cur, &dk, &dv, DB_SET_RANGE);
+      while (rc == 0 && got < n) {
+        got++;
+        rc = cur->get(cur, &dk, &dv, DB_NEXT);
+      }
+      cur->close(cur);
+      if (rc == DB_LOCK_DEADLOCK) continue;
+      return got;
+    }
+  }
+
+  Status Load(const std::vector<uint64_t>& sorted, bool bulk, double) override {
+    DB_TXN* txn = nullptr;
+    std::string bytes;
+    Status s = ForEachLoadRank(sorted.size(), bulk, [&](size_t i, uint64_t r) -> Status {
+      int rc;
+      if (txn == nullptr && (rc = env_->txn_begin(env_, nullptr, &txn, 0))) return BdbError("txn_begin", rc);
+      bytes.clear();
+      if (c_.key_min) AppendBytesKey(sorted[r], c_.key_min, c_.key_max, &bytes);
+      KeyBuf k(sorted[r], bytes);
+      uint64_t v = ValueFor(sorted[r]);
+      DBT dk = Dbt(k.view), dv = Dbt(std::string_view(reinterpret_cast<char*>(&v), 8));
+      if ((rc = db_->put(db_, txn, &dk, &dv, 0))) return BdbError("put (load)", rc);
+      if ((i + 1) % 10000 == 0) {
+        rc = txn->commit(txn, 0);
+        txn = nullptr;
+        if (rc) return BdbError("commit (load)", rc);
+      }
+      return Status::Ok();
+    });
+    if (txn) {
+      if (!s.ok()) {
+        txn->abort(txn);
+        return s;
+      }
+      if (int rc = txn->commit(txn, 0)) return BdbError("commit (load)", rc);
+    }
+    env_->txn_checkpoint(env_, 0, 0, 0);
+    return s;
+  }
+
+  TargetStats Stats() override {
+    TargetStats t;
+    t.pm_bytes = DirBytes(c_.dir);
+    DB_BTREE_STAT* st = nullptr;
+    if (db_->stat(db_, nullptr, &st, 0) == 0 && st) {
+      t.height = st->bt_levels;
+      t.entries = st->bt_nkeys;
+      t.leaf_nodes = st->bt_leaf_pg;
+      t.inner_nodes = st->bt_int_pg;
+      free(st);
+    }
+    t.dram_bytes = 256u << 20;  // the configured cache
+    return t;
+  }
+
+  Status Finish() override {
+    if (env_) env_->txn_checkpoint(env_, 0, 0, 0);
+    CloseHandles();
+    return Status::Ok();
+  }
+
+ private:
+  static DBT Dbt(std::string_view s) {
+    DBT d;
+    memset(&d, 0, sizeof d);
+    d.data = const_cast<char*>(s.data());
+    d.size = static_cast<u_int32_t>(s.size());
+    return d;
+  }
+  void CloseHandles() {
+    if (db_) db_->close(db_, 0);
+    db_ = nullptr;
+    if (env_) env_->close(env_, 0);
+    env_ = nullptr;
+  }
+
+  PeerConfig c_;
+  bool nosync_;
+  DB_ENV* env_ = nullptr;
+  DB* db_ = nullptr;
+};
+
+template <class T, bool kNoSync>
+Result<std::unique_ptr<Target>> OpenPeer(const PeerConfig& c) {
+  auto t = std::make_unique<T>(c, kNoSync);
+  if (Status s = t->Open(); !s.ok()) return s;
+  return std::unique_ptr<Target>(std::move(t));
+}
+
+}  // namespace
+
+const std::vector<PeerInfo>& Peers() {
+  static const std::vector<PeerInfo> peers = {
+      {"lmdb", "LMDB B+-tree, one write transaction per op, synchronous commit",
+       "a committed op survives a process crash and (on a durable medium) power loss; on /dev/shm the file is "
+       "DRAM, so power loss loses everything",
+       &OpenPeer<LmdbTarget, false>},
+      {"lmdb-nosync", "LMDB with MDB_NOSYNC (relaxed)",
+       "a committed op is in the OS page cache: survives a process crash, not an OS crash or power loss",
+       &OpenPeer<LmdbTarget, true>},
+      {"bdb", "Berkeley DB B-tree, auto-commit per op with write-ahead logging, synchronous log flush",
+       "a committed op survives a process crash and (on a durable medium) power loss; on /dev/shm the files are "
+       "DRAM, so power loss loses everything",
+       &OpenPeer<BdbTarget, false>},
+      {"bdb-nosync", "Berkeley DB with DB_TXN_NOSYNC (relaxed)",
+       "the commit record may still be in the process's log buffer: a process crash can lose recent ops",
+       &OpenPeer<BdbTarget, true>},
+  };
+  return peers;
+}
+
+const PeerInfo* FindPeer(std::string_view name) {
+  for (const auto& p : Peers())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::string PeerNames() {
+  std::string s;
+  for (const auto& p : Peers()) s += (s.empty() ? "" : ", ") + std::string(p.name);
+  return s;
+}
+
+}  // namespace pmtree::bench

@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: Apache-2.0
+# The benchmark driver (src/bench/README.md): a library the CLI's `bench`
+# subcommand fronts.  Depends on the trees (through the registry only),
+# nlohmann_json, and the peers LMDB and Berkeley DB (Debian: liblmdb-dev,
+# libdb++-dev / libdb5.3-dev; scripts/setup.sh installs them).
+
+find_path(PMTREE_LMDB_INCLUDE lmdb.h)
+find_library(PMTREE_LMDB_LIBRARY lmdb)
+find_path(PMTREE_BDB_INCLUDE db.h)
+find_library(PMTREE_BDB_LIBRARY NAMES db-5.3 db)
+if(NOT PMTREE_LMDB_INCLUDE OR NOT PMTREE_LMDB_LIBRARY)
+  message(FATAL_ERROR "LMDB not found: install liblmdb-dev (scripts/setup.sh does)")
+endif()
+if(NOT PMTREE_BDB_INCLUDE OR NOT PMTREE_BDB_LIBRARY)
+  message(FATAL_ERROR "Berkeley DB not found: install libdb++-dev (scripts/setup.sh does)")
+endif()
+
+add_library(pmtree_bench
+  src/bench/workload.cc
+  src/bench/stats.cc
+  src/bench/tree_target.cc
+  src/bench/peers.cc
+  src/bench/driver.cc
+  src/bench/output.cc
+  src/bench/suites.cc
+  src/bench/suite_defs.cc)
+target_include_directories(pmtree_bench PUBLIC src PRIVATE ${PMTREE_LMDB_INCLUDE} ${PMTREE_BDB_INCLUDE})
+target_link_libraries(pmtree_bench
+  PUBLIC pmtree_trees nlohmann_json::nlohmann_json
+  PRIVATE ${PMTREE_LMDB_LIBRARY} ${PMTREE_BDB_LIBRARY})
+
+# Recorded in every report; output.cc prefers the live `git describe` of the
+# source tree when it is available at run time.
+execute_process(COMMAND git -C ${CMAKE_SOURCE_DIR} describe --always --dirty
+  OUTPUT_VARIABLE PMTREE_CONFIGURE_GIT_REV OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT PMTREE_CONFIGURE_GIT_REV)
+  set(PMTREE_CONFIGURE_GIT_REV "unknown")
+endif()
+set_source_files_properties(src/bench/output.cc PROPERTIES COMPILE_DEFINITIONS
+  "PMTREE_BUILD_TYPE=\"${CMAKE_BUILD_TYPE}\";PMTREE_GIT_REV=\"${PMTREE_CONFIGURE_GIT_REV}\";PMTREE_SOURCE_DIR=\"${CMAKE_SOURCE_DIR}\"")
+set_source_files_properties(src/bench/suites.cc PROPERTIES COMPILE_DEFINITIONS
+  "PMTREE_SOURCE_DIR=\"${CMAKE_SOURCE_DIR}\"")
+
+list(APPEND PMTREE_TOOL_LIBS pmtree_bench)
+
+pmtree_test(bench_test
+  src/bench/workload_test.cc
+  src/bench/driver_test.cc
+  src/bench/suites_test.cc)
+if(BUILD_TESTING)
+  pmtree_test(bench_cli_test src/bench/bench_cli_test.cc)
+  target_compile_definitions(bench_cli_test PRIVATE PMTREE_CLI="$<TARGET_FILE:pmtree>")
+  add_dependencies(bench_cli_test pmtree)
+endif()

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+
+#include "bench/suites.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "pmtree/registry.h"
+
+namespace pmtree::bench {
+namespace {
+
+TEST(VerdictTest, FactorsWithinARangeAreReproduced) {
+  EXPECT_EQ(FactorVerdict(7, 7, 6.0), "reproduced");
+  EXPECT_EQ(FactorVerdict(7, 7, 2.0), "same direction, smaller factor");
+  EXPECT_EQ(FactorVerdict(1.2, 1.24, 5.0), "same direction, larger factor");
+  EXPECT_EQ(FactorVerdict(7, 7, 0.5), "not reproduced (opposite direction)");
+  EXPECT_EQ(FactorVerdict(7, 7, std::nan("")), "not measured");
+  EXPECT_EQ(ComparableVerdict(1.02, 0.05), "reproduced");
+  EXPECT_NE(ComparableVerdict(1.5, 0.05), "reproduced");
+  EXPECT_EQ(ReductionVerdict(80, 97, 85), "reproduced");
+  EXPECT_EQ(ReductionVerdict(80, 97, 40), "same direction, smaller reduction");
+  EXPECT_EQ(ReductionVerdict(80, 97, -5), "not reproduced (no reduction)");
+}
+
+TEST(SuiteTest, UnknownSuiteIsRejectedListingValidOnes) {
+  Status s = ValidateSuites({"btree"});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("nvtree, circtree, wotree, cdds, lbtree, all"), std::string_view::npos);
+}
+
+// A suite whose trees are missing still writes a report that lists them; one
+// whose trees exist measures them.  Tiny scale keeps it fast.
+TEST(SuiteTest, SuiteReportsMissingTreesInsteadOfFailing) {
+  std::string dir = "/dev/shm/pmtree-suite-test-" + std::to_string(getpid());
+  SuiteOptions o;
+  o.suites = {"wotree"};
+  o.scale = 0.01;
+  o.out_dir = dir;
+  o.figures = false;
+  o.base.progress = false;
+  o.command = "bench_test";
+  std::string out;
+  ASSERT_TRUE(RunSuites(o, &out).ok());
+  EXPECT_EQ(out, dir);
+  std::ifstream in(dir + "/wotree.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string md = ss.str();
+  EXPECT_NE(md.find("| experiment | paper says | we measure | verdict |"), std::string::npos);
+  for (const char* t : {"wotree", "logtree", "wbtree", "fastfair"}) {
+    if (!FindTree(t)) {
+      EXPECT_NE(md.find(std::string("`") + t + "`"), std::string::npos) << t;
+    }
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir + "/report.md"));
+  nlohmann::json figs = nlohmann::json::parse(std::ifstream(dir + "/figures.json"));
+  ASSERT_TRUE(figs.is_array());
+  for (const auto& f : figs) EXPECT_TRUE(f.contains("command"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pmtree::bench
