@@ -84,30 +84,30 @@ INSTANTIATE_TEST_SUITE_P(Registry, CrashAllTreesTest, ::testing::ValuesIn(Persis
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CrashAllTreesTest);
 
 // The negative control on a real tree: the faithful FAST+FAIR variant keeps
-// the original code's crash bugs, and the explorer must find them.
-TEST(CrashNegativeControlTest, FastFairOrigFlawsAreFound) {
+// the original code's crash bugs, switched on one at a time (tree option
+// "flaws"), and the explorer must find each during the operation it breaks.
+TEST(CrashNegativeControlTest, EachFastFairOrigFlawIsFound) {
   const TreeFactory* f = FindTree("fastfair-orig");
   if (f == nullptr) GTEST_SKIP() << "fastfair-orig is not registered in this build";
-  ExploreOptions o;
-  o.depth = 2;
-  o.seed = Seed();
-  o.budget_seconds = 2 * BudgetPerMode();
-  o.max_tickets = 50;
-  auto r = Explore(*f, o);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  Print(*r);
-  EXPECT_GT(r->violations, 0u);
-  // One flaw per kind of operation: creation (tree header not flushed),
-  // insert (non-atomic root split), remove (left-shift flush condition).
-  bool create = false, insert = false, remove = false;
-  for (const auto& t : r->tickets) {
-    create = create || t.op == "create";
-    insert = insert || t.op.rfind("insert", 0) == 0;
-    remove = remove || t.op.rfind("remove", 0) == 0;
+  const struct {
+    const char* flaw;
+    const char* op;  // the operation in flight when the first violation shows
+  } kFlaws[] = {{"remove-flush", "remove"}, {"root-split", "insert"}, {"header-flush", "create"}};
+  for (const auto& fl : kFlaws) {
+    ExploreOptions o;
+    o.depth = 2;
+    o.seed = Seed();
+    o.budget_seconds = BudgetPerMode();
+    o.stop_at_first_violation = true;
+    o.tree_options.extra["flaws"] = fl.flaw;
+    auto r = Explore(*f, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    Print(*r);
+    ASSERT_GT(r->violations, 0u) << "flaw " << fl.flaw << " was not found";
+    ASSERT_FALSE(r->tickets.empty());
+    EXPECT_EQ(r->tickets[0].op.rfind(fl.op, 0), 0u) << "flaw " << fl.flaw << ": " << r->tickets[0].ToString();
+    EXPECT_NE(r->tickets[0].command.find("--tree-option flaws=" + std::string(fl.flaw)), std::string::npos);
   }
-  EXPECT_TRUE(create) << "the missing flush of the tree header at creation was not found";
-  EXPECT_TRUE(insert) << "the non-atomic root split was not found";
-  EXPECT_TRUE(remove) << "the remove left-shift flush flaw was not found";
 }
 
 }  // namespace

@@ -273,7 +273,7 @@ struct Shared {
   std::atomic<uint64_t> cur_op{0};
   std::atomic<int64_t> heartbeat_ms{0};
   std::atomic<uint64_t> images{0}, points{0}, points_exhaustive{0}, dedup{0}, continuations{0},
-      recovery_images{0}, scenarios_done{0}, violations{0};
+      recovery_images{0}, scenarios_done{0}, violations{0}, mutant_points{0}, mutant_points_exhaustive{0};
   std::atomic<uint64_t> fault_addr{0}, fault_pc{0};
   std::atomic<int> fault_in_view{0};
   std::atomic<int> budget_hit{0};
@@ -569,8 +569,12 @@ class Worker {
             shadow.Store(ev.off, &rlog.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
           }
           break;
-        case EventKind::kFlush: shadow.Flush(ev.off, ev.len, ev.site); break;
+        case EventKind::kFlush:
+          if (!o_.drop_fence && IsDropped(rlog, ev.site)) break;
+          shadow.Flush(ev.off, ev.len, ev.site);
+          break;
         case EventKind::kFence:
+          if (o_.drop_fence && IsDropped(rlog, ev.site)) break;
           if (inside && o_.mode != Mode::kEadr && !point("before the fence at " + rlog.sites.Name(ev.site)))
             return failure;
           shadow.Fence(ev.site);
@@ -582,6 +586,10 @@ class Worker {
   }
 
   std::string Command(const ImageRef& r) const { return ReplayCommand(f_, o_, r); }
+
+  bool IsDropped(const TraceLog& log, uint32_t site) const {
+    return !o_.drop_site.empty() && log.sites.Name(site) == o_.drop_site;
+  }
 
   void Report(const ImageRef& r, const Scenario& sc, uint64_t op, const std::string& point,
               const std::string& image, const std::string& failure) {
@@ -617,6 +625,14 @@ class Worker {
       for (uint32_t i = 0; i < log.sites.size(); i++)
         if (log.sites.Name(i) == o_.drop_site) drop_id = i;
     }
+    // A mutant run replays the unmutated trace alongside, to check only the
+    // crash points whose images differ from the correct program's.
+    std::vector<char> base_img;
+    std::unique_ptr<Shadow> base;
+    if (!o_.drop_site.empty()) {
+      base_img.assign(log.high_water + kLine, 0);
+      base = std::make_unique<Shadow>(base_img.data(), base_img.size(), o_.mode);
+    }
     // Coverage, per (site, kind) name.
     std::map<std::pair<std::string, std::string>, std::pair<uint64_t, bool>> cov;
     std::set<uint32_t> flushes_since_point;
@@ -627,6 +643,7 @@ class Worker {
     uint64_t last_gen = UINT64_MAX;
     std::unordered_set<uint64_t> seen;
     bool stop = false;
+    bool started = false;  // before the first operation: the pool's own header set-up, not counted
 
     auto crash_point = [&](const std::string& where, bool at_end, uint32_t fence_site) {
       if (!at_end && shadow.generation() == last_gen) return;  // same images as the last point
@@ -637,6 +654,11 @@ class Worker {
       if (fence_site != UINT32_MAX) cov[{log.sites.Name(fence_site), "fence"}].second = true;
       if (p < start.point) return;
       if (o_.replay && p != o_.replay->point) return;
+      bool mutant_specific = false;
+      if (base) {
+        if (base->Signature() == shadow.Signature()) return;  // checked by the base run
+        mutant_specific = true;
+      }
       Expect e;
       e.m0 = &model;
       e.m0_ok = !at_end;
@@ -649,6 +671,10 @@ class Worker {
       ImagePlan plan(units, img_.map, o_.max_images, o_.samples, seed);
       sh_->points.fetch_add(1);
       if (plan.exhaustive()) sh_->points_exhaustive.fetch_add(1);
+      if (mutant_specific) {
+        sh_->mutant_points.fetch_add(1);
+        if (plan.exhaustive()) sh_->mutant_points_exhaustive.fetch_add(1);
+      }
       std::vector<uint32_t> choice;
       const uint64_t first = p == start.point ? start.image : 0;
       for (uint64_t i = first; i < plan.planned(); i++) {
@@ -691,6 +717,7 @@ class Worker {
       switch (ev.kind) {
         case EventKind::kOpBegin:
           op = ev.off;
+          started = true;
           focus = op >= sc.check_from;
           seen.clear();
           last_gen = UINT64_MAX;
@@ -707,16 +734,19 @@ class Worker {
             for (uint64_t off = 0; off < ev.len && !stop;) {
               uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
               shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
+              if (base) base->Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
               off += n;
               if (focus) crash_point("after the store at " + log.sites.Name(ev.site), false, UINT32_MAX);
             }
           } else {
             shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+            if (base) base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
           }
           break;
         case EventKind::kFlush:
+          if (base) base->Flush(ev.off, ev.len, ev.site);
           if (!o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
-          cov[{log.sites.Name(ev.site), "flush"}].first++;
+          if (started) cov[{log.sites.Name(ev.site), "flush"}].first++;
           if (focus) {
             flushes_since_point.insert(ev.site);
             if (o_.mode == Mode::kEadr) cov[{log.sites.Name(ev.site), "flush"}].second = true;
@@ -724,13 +754,17 @@ class Worker {
           shadow.Flush(ev.off, ev.len, ev.site);
           break;
         case EventKind::kFence:
-          if (o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
-          cov[{log.sites.Name(ev.site), "fence"}].first++;
+          if (o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) {
+            if (base) base->Fence(ev.site);
+            break;
+          }
+          if (started) cov[{log.sites.Name(ev.site), "fence"}].first++;
           if (focus) {
             if (o_.mode != Mode::kEadr) crash_point("before the fence at " + log.sites.Name(ev.site), false, ev.site);
             else cov[{log.sites.Name(ev.site), "fence"}].second = true;
           }
           shadow.Fence(ev.site);
+          if (base) base->Fence(ev.site);
           break;
       }
     }
@@ -966,6 +1000,8 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
   rep.scenarios = sh->scenarios_done.load();
   rep.crash_points = sh->points.load();
   rep.crash_points_exhaustive = sh->points_exhaustive.load();
+  rep.mutant_points = sh->mutant_points.load();
+  rep.mutant_points_exhaustive = sh->mutant_points_exhaustive.load();
   rep.images_checked = sh->images.load();
   rep.images_deduplicated = sh->dedup.load();
   rep.continuation_runs = sh->continuations.load();
@@ -1002,7 +1038,7 @@ Result<MutationReport> Mutate(const TreeFactory& f, const ExploreOptions& option
       mu.outcome = "caught";
       if (!r.tickets.empty()) mu.evidence = r.tickets[0].failure;
       m.caught++;
-    } else if (!r.budget_exhausted && r.crash_points_exhaustive == r.crash_points) {
+    } else if (!r.budget_exhausted && r.mutant_points_exhaustive == r.mutant_points) {
       mu.outcome = "redundant";
       m.redundant++;
     } else {

@@ -92,7 +92,9 @@ struct ExploreOptions {
   double hang_seconds = 20;        // a worker silent this long is killed: "recovery hangs"
   size_t max_tickets = 20;
   bool stop_at_first_violation = false;
-  // Mutation: drop every flush (or fence) issued at this site name.
+  // Mutation: drop every flush (or fence) issued at this site name.  Only
+  // crash points whose image set differs from the unmutated program's are
+  // checked (the others were checked by the base run).
   std::string drop_site;
   bool drop_fence = false;
   // Check only this image, and print what it contains.
@@ -133,6 +135,10 @@ struct ExploreReport {
   uint64_t scenarios_total = 0;
   uint64_t crash_points = 0;
   uint64_t crash_points_exhaustive = 0;
+  // Mutant runs (drop_site set): crash points whose image set differs from
+  // the unmutated program's; only these are checked.
+  uint64_t mutant_points = 0;
+  uint64_t mutant_points_exhaustive = 0;
   uint64_t images_checked = 0;
   uint64_t images_deduplicated = 0;
   uint64_t continuation_runs = 0;
@@ -164,8 +170,9 @@ struct Mutant {
 struct MutationReport {
   uint64_t mutants = 0;
   uint64_t caught = 0;
-  uint64_t redundant = 0;  // not caught though every crash point was enumerated exhaustively
-  uint64_t survived = 0;   // not caught, with sampled crash points or a cut budget
+  uint64_t redundant = 0;  // not caught, and every crash point where the mutant's images differ
+                           // from the correct program's was enumerated exhaustively
+  uint64_t survived = 0;   // not caught, with some such point sampled or a cut budget
   double score = 0;        // caught / (caught + survived), 1 when that is 0
   std::vector<Mutant> list;
 };

@@ -154,6 +154,20 @@ void Shadow::OpEnd() {
   for (uint32_t s : sites) lints_.pending_at_op_end[s]++;
 }
 
+uint64_t Shadow::Signature() {
+  uint64_t h = p_hash_;
+  for (const Unit* u : DirtyUnits()) {
+    uint64_t x = Mix(u->off ^ (uint64_t{u->covered} << 48));
+    for (const Piece& p : u->pending) {
+      uint64_t w = 0;
+      std::memcpy(&w, p.data, p.len);
+      x = Mix(x ^ p.off ^ (uint64_t{p.len} << 56) ^ Mix(w));
+    }
+    h ^= x;
+  }
+  return h;
+}
+
 std::vector<Unit*> Shadow::DirtyUnits() {
   std::vector<Unit*> v;
   v.reserve(dirty_.size());

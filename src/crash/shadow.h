@@ -98,6 +98,9 @@ class Shadow {
   uint64_t generation() const { return generation_; }
   // Hash of P (XOR of per-line hashes, maintained incrementally).
   uint64_t p_hash() const { return p_hash_; }
+  // Hash of the whole shadow state (P and every pending piece with its
+  // covered flag): equal signatures mean equal image sets.
+  uint64_t Signature();
   static uint64_t LineHash(uint64_t line_off, const char* bytes);
   char* image() const { return image_; }
   Mode mode() const { return mode_; }

@@ -370,12 +370,26 @@ Status Pool::Close() {
   if (allocator_->rebuilding())
     return Status::Internal("closing a pool whose allocator was never rebuilt after a crash (tree recovery "
                             "did not call EndRebuild)");
-  // Save the free list for instant restart.  Room for one extent more than
-  // now: allocating the block itself may split one extent.
-  const uint64_t room = allocator_->FreeExtents().size() + 1;
-  auto block = allocator_->Allocate(sizeof(SavedAllocState) + 16 * room);
+  // Save the free list for instant restart.  Open frees the block as
+  // RoundUp(16 + 16 * count) bytes, so the block must have exactly that size
+  // for the count that remains once the block itself is taken (allocating it
+  // may consume one extent or split one).  Try both predictions; if neither
+  // is consistent, save nothing (the next open rebuilds the allocator).
+  Result<uint64_t> block = Status::OutOfSpace("no consistent size for the saved allocator state");
+  std::vector<std::pair<uint64_t, uint64_t>> extents;
+  const uint64_t before = allocator_->FreeExtents().size();
+  for (uint64_t predicted : {before, before == 0 ? 0 : before - 1}) {
+    const uint64_t bytes = Allocator::RoundUp(sizeof(SavedAllocState) + 16 * predicted);
+    auto b = allocator_->Allocate(bytes);
+    if (!b.ok()) continue;
+    extents = allocator_->FreeExtents();  // now without the block
+    if (Allocator::RoundUp(sizeof(SavedAllocState) + 16 * extents.size()) == bytes) {
+      block = b;
+      break;
+    }
+    allocator_->Free(*b, bytes);
+  }
   if (block.ok()) {
-    auto extents = allocator_->FreeExtents();  // now without the block
     auto* saved = At<SavedAllocState>(*block);
     std::vector<uint64_t> words;
     words.reserve(2 * extents.size());

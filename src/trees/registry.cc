@@ -9,7 +9,11 @@
 #include <unistd.h>
 
 #include "trees/fastfair/fastfair.h"
+#include "trees/fptree/fptree.h"
+#include "trees/logtree/logtree.h"
+#include "trees/nvtree/nvtree.h"
 #include "trees/volatile/volatile_tree.h"
+#include "trees/wbtree/wbtree.h"
 
 namespace pmtree {
 namespace {
@@ -28,6 +32,20 @@ const std::vector<TreeFactory>& Table() {
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapTestOnly, 512,
        "256..4096, multiple of 64", &fastfair::Create<uint64_t, true>, &fastfair::Recover<uint64_t, true>,
        &fastfair::Create<std::string_view, true>, &fastfair::Recover<std::string_view, true>},
+      {"fptree", "FPTree: PM leaves with bitmap + fingerprints, DRAM inner nodes, micro-logged splits",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
+       &CreateFpTree, &RecoverFpTree, &CreateFpTreeBytes, &RecoverFpTreeBytes},
+      {"wbtree", "wB+-Tree: PM leaves with bitmap + sorted slot array, DRAM inner nodes, logged splits",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
+       &CreateWbTree, &RecoverWbTree, &CreateWbTreeBytes, &RecoverWbTreeBytes},
+      {"logtree", "LCB+Tree: sorted B+-tree in PM with undo logging of every modified node (NV-Tree's baseline)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart, 512,
+       "512, 1024, 2048, 4096", &CreateLogTree, &RecoverLogTree, &CreateLogTreeBytes, &RecoverLogTreeBytes},
+      {"nvtree", "NV-Tree: unsorted append-only PM leaves, rebuildable DRAM inner array, adaptive node sizes",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapBulkLoadFill,
+       nvtree::kDefaultNodeSize,
+       nvtree::kNodeSizeRule, &nvtree::CreateU64, &nvtree::RecoverU64, &nvtree::CreateBytes,
+       &nvtree::RecoverBytes},
   };
   return kTrees;
 }

@@ -1,0 +1,2 @@
+target_sources(pmtree_trees PRIVATE src/trees/wbtree/wbtree.cc)
+pmtree_test(wbtree_test src/trees/wbtree/wbtree_test.cc)
