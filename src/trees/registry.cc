@@ -10,6 +10,7 @@
 
 #include "trees/fastfair/fastfair.h"
 #include "trees/fptree/fptree.h"
+#include "trees/lbtree/lbtree.h"
 #include "trees/logtree/logtree.h"
 #include "trees/nvtree/nvtree.h"
 #include "trees/volatile/volatile_tree.h"
@@ -32,6 +33,16 @@ const std::vector<TreeFactory>& Table() {
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapTestOnly, 512,
        "256..4096, multiple of 64", &fastfair::Create<uint64_t, true>, &fastfair::Recover<uint64_t, true>,
        &fastfair::Create<std::string_view, true>, &fastfair::Recover<std::string_view, true>},
+      {"lbtree", "LB+-Tree: 256 B PM leaves, entry moving, logless split, DRAM inner nodes",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
+           kCapParallelRecovery,
+       256, "256, 512, 768 or 1024", &lbtree::Create<uint64_t>, &lbtree::Recover<uint64_t>,
+       &lbtree::Create<std::string_view>, &lbtree::Recover<std::string_view>},
+      {"lbtree-paper", "TEST ONLY: lbtree with the paper's single-NAW split insert (loses keys on some crashes)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
+           kCapParallelRecovery | kCapTestOnly,
+       256, "256, 512, 768 or 1024", &lbtree::CreatePaperSplit<uint64_t>, &lbtree::RecoverPaperSplit<uint64_t>,
+       &lbtree::CreatePaperSplit<std::string_view>, &lbtree::RecoverPaperSplit<std::string_view>},
       {"fptree", "FPTree: PM leaves with bitmap + fingerprints, DRAM inner nodes, micro-logged splits",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 256, "256, 512, 1024",
        &CreateFpTree, &RecoverFpTree, &CreateFpTreeBytes, &RecoverFpTreeBytes},
