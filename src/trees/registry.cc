@@ -25,7 +25,7 @@ const std::vector<TreeFactory>& Table() {
        kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512, "128..16384, multiple of 64",
        &volatile_tree::Create<uint64_t>, &volatile_tree::Recover<uint64_t>,
        &volatile_tree::Create<std::string_view>, &volatile_tree::Recover<std::string_view>},
-      {"fastfair", "FAST+FAIR (FAST'18): in-place FAST shifts, FAIR sibling-pointer splits, lock-free reads",
+      {"fastfair", "FAST+FAIR (FAST'18): in-place FAST shifts, FAIR sibling-pointer splits, lock-free (seqlock-validated) reads",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill, 512,
        "256..4096, multiple of 64", &fastfair::Create<uint64_t, false>, &fastfair::Recover<uint64_t, false>,
        &fastfair::Create<std::string_view, false>, &fastfair::Recover<std::string_view, false>},
