@@ -71,7 +71,7 @@ FastFairTree<P>::~FastFairTree() = default;
 
 template <class P>
 uint32_t FastFairTree<P>::capabilities() const {
-  uint32_t c = kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill;
+  uint32_t c = kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapAssumesLineOrder;
   if (flaws_.any()) c |= kCapTestOnly;
   return c;
 }
