@@ -119,7 +119,9 @@ Status ValidateSuites(const std::vector<std::string>& names) {
 
 std::string FactorVerdict(double lo, double hi, double ours) {
   if (!std::isfinite(ours) || ours <= 0) return "not measured";
-  if (ours >= lo * 0.75 && ours <= hi * 1.25) return "reproduced";
+  if (ours >= lo * 0.9 && ours <= hi * 1.1) return "reproduced";
+  if (ours >= lo * 0.75 && ours <= hi * 1.25)
+    return ours < lo ? "close: smaller factor (within 25 %)" : "close: larger factor (within 25 %)";
   bool paper_above = lo > 1, ours_above = ours > 1;
   if (paper_above == ours_above) return ours < lo ? "same direction, smaller factor" : "same direction, larger factor";
   return "not reproduced (opposite direction)";

@@ -67,9 +67,9 @@ struct FigureSpec {
 };
 
 // Verdict of a claim given as a factor range [lo, hi] (lo == hi: one value)
-// against our factor: "reproduced" within 25 % of the range, "same
-// direction, smaller/larger factor" when only the side of 1 agrees, else "not
-// reproduced".
+// against our factor: "reproduced" within 10 % of the range, "close:
+// smaller/larger factor" within 25 %, "same direction, smaller/larger factor"
+// when only the side of 1 agrees, else "not reproduced".
 std::string FactorVerdict(double lo, double hi, double ours);
 // "comparable" claims: |ours - 1| <= tolerance.
 std::string ComparableVerdict(double ours, double tolerance);

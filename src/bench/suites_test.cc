@@ -17,7 +17,10 @@ namespace pmtree::bench {
 namespace {
 
 TEST(VerdictTest, FactorsWithinARangeAreReproduced) {
-  EXPECT_EQ(FactorVerdict(7, 7, 6.0), "reproduced");
+  EXPECT_EQ(FactorVerdict(7, 7, 6.5), "reproduced");
+  EXPECT_EQ(FactorVerdict(7, 7, 6.0), "close: smaller factor (within 25 %)");
+  EXPECT_EQ(FactorVerdict(2.31, 2.69, 1.77), "close: smaller factor (within 25 %)");
+  EXPECT_EQ(FactorVerdict(2.55, 2.92, 3.5), "close: larger factor (within 25 %)");
   EXPECT_EQ(FactorVerdict(7, 7, 2.0), "same direction, smaller factor");
   EXPECT_EQ(FactorVerdict(1.2, 1.24, 5.0), "same direction, larger factor");
   EXPECT_EQ(FactorVerdict(7, 7, 0.5), "not reproduced (opposite direction)");
