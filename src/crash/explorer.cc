@@ -195,8 +195,14 @@ std::vector<Op> Alphabet(const PreState& p) {
   uint64_t c = a;                   // existing, not the largest, when there is one
   if (m.size() >= 2) c = std::prev(m.end(), 2)->first;
   else if (m.size() == 1) c = max;
-  return {Insert(a, ValueFor(a, 1)), Insert(b, ValueFor(b, 1)), Remove(c), Op{OpKind::kUpsert, c, ValueFor(c, 2)},
-          Remove(a)};
+  // New, below every key: lands in the first leaf, so splits keep the new key
+  // in the old (left) node and LB+-Tree moves entries out of line 0.
+  const uint64_t min = m.empty() ? 10 : m.begin()->first;
+  const uint64_t low = min / 2;
+  std::vector<Op> ops = {Insert(a, ValueFor(a, 1)), Insert(b, ValueFor(b, 1)), Remove(c),
+                         Op{OpKind::kUpsert, c, ValueFor(c, 2)}, Remove(a)};
+  if (low < min && !m.count(low)) ops.push_back(Insert(low, ValueFor(low, 1)));
+  return ops;
 }
 
 std::vector<Op> RandomOps(uint64_t n, uint64_t seed) {
