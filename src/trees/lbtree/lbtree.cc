@@ -716,6 +716,8 @@ Status LbTree<K>::SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t k
     } else {
       pool_->Store64(&hd->word0, pw0);
     }
+    // Flush the early-inserted entry's line; the fence before the split's NAW
+    // orders it, so a crash after the flip never shows the slot without its entry.
     pool_->Flush(LinePtr(leaf, blk, LineOfSlot(slot)), kLineSize);
     inserted_early = true;
   }
@@ -1088,6 +1090,8 @@ Status LbTree<K>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
       for (int b = 0; b < m_; b++) img[b].header = {w[2 * b], w[2 * b + 1]};
       img[0].tail[0] = next;
       pool_->Write(LeafPtr(leaves[li]), img, node_size_);
+      // Flush each bulk-loaded leaf; the fence before the head's NAW orders them all,
+      // so a crash never leaves the chain naming a partly written leaf.
       pool_->Flush(LeafPtr(leaves[li]), node_size_);
       continue;
     }
@@ -1105,6 +1109,8 @@ Status LbTree<K>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
       pool_->Store64(&hd->word0, w[2 * b]);
       pool_->Store64(&hd->word1, w[2 * b + 1]);
     }
+    // Flush the head's slots, sibling pointer and inactive headers (not its
+    // line 0, which the NAW below writes): they must be durable before it.
     for (int b = 0; b < m_; b++)
       for (int line = 0; line < 4; line++)
         if (b != 0 || line != 0) pool_->Flush(LinePtr(head_, b, line), kLineSize);

@@ -472,6 +472,8 @@ Status LogTree<Keys>::UndoLog(uint64_t* undone_records) {
     const auto* rh = reinterpret_cast<const LogRecordHeader*>(first + i * slot_size);
     char* target = pool_->At<char>(rh->target);
     pool_->Write(target, first + i * slot_size + sizeof(LogRecordHeader), rh->len);
+    // Flush the restored original; the fence below completes every copy
+    // before the log is emptied.
     pool_->Flush(target, rh->len);
   }
   // Complete the copies before emptying the log, so a crash now repeats the
