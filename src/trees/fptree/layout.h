@@ -11,52 +11,25 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "trees/common/leaf_list_layout.h"
+
 namespace pmtree::fptree {
 
-// ---- FpMicroLog: one 64 B line --------------------------------------------------------
+// ---- FpMeta and FpMicroLog: the shared leaf-list meta block and logs ----------------------
 //
-//   off  size  field   meaning
-//   0    8     leaf    split log: PCurrentLeaf, the leaf being split
-//                      delete log: PCurrentLeaf, the empty leaf being unlinked
-//   8    8     other   split log: PNewLeaf, the new right sibling
-//                      delete log: PPrevLeaf, its predecessor (0 = the list head)
-//   16   48    pad     keeps each log in its own line
-//
+// FpMeta is LeafListMeta and FpMicroLog is LeafListLog (byte tables in
+// trees/common/leaf_list_layout.h): magic kFpMagic, head, node_size,
+// key_kind, the delete micro-log at 64 and kSplitLogs split micro-logs at 128.
+// What the two words of each micro-log mean here:
+//   split log   leaf = PCurrentLeaf, the leaf being split
+//               other = PNewLeaf, the new right sibling (written before the new leaf)
+//   delete log  leaf = PCurrentLeaf, the empty leaf being unlinked
+//               other = PPrevLeaf, its predecessor (0 = the list head)
 // A log is "set" when `leaf` != 0; recovery replays it and clears both words.
-struct FpMicroLog {
-  uint64_t leaf;
-  uint64_t other;
-  uint8_t pad[48];
-};
-static_assert(sizeof(FpMicroLog) == 64);
-static_assert(offsetof(FpMicroLog, other) == 8);
+using FpMicroLog = LeafListLog;
+using FpMeta = LeafListMeta;
 
-inline constexpr int kSplitLogs = 16;  // concurrent leaf splits (FPTree's log queue)
-
-// ---- FpMeta: the tree's anchor, referenced by pool root slot 0 ---------------------------
-//
-//   off   size  field       meaning
-//   0     8     magic       kFpMagic
-//   8     8     head        offset of the first (left-most) leaf; never 0
-//   16    4     node_size   leaf size in bytes (256, 512 or 1024)
-//   20    4     key_kind    KeyKind of the tree (0 u64, 1 bytes)
-//   24    40    reserved    zero
-//   64    64    delete_log  the delete micro-log (removals are serialised)
-//   128   1024  split_log   kSplitLogs split micro-logs
-struct FpMeta {
-  uint64_t magic;
-  uint64_t head;
-  uint32_t node_size;
-  uint32_t key_kind;
-  uint8_t reserved[40];
-  FpMicroLog delete_log;
-  FpMicroLog split_log[kSplitLogs];
-};
-static_assert(sizeof(FpMeta) == 128 + 64 * kSplitLogs);
-static_assert(offsetof(FpMeta, head) == 8);
-static_assert(offsetof(FpMeta, node_size) == 16);
-static_assert(offsetof(FpMeta, delete_log) == 64);
-static_assert(offsetof(FpMeta, split_log) == 128);
+inline constexpr int kSplitLogs = kLeafListSplitLogs;  // concurrent leaf splits (FPTree's log queue)
 
 inline constexpr uint64_t kFpMagic = 0x3130454552545046ull;  // "FPTREE01" as little-endian bytes
 
@@ -87,7 +60,8 @@ struct FpLeaf {
   uint8_t fingerprints[kMaxFingerprints];
   FpEntry entries[1];  // capacity entries follow
 };
-static_assert(offsetof(FpLeaf, next) == 8);
+static_assert(offsetof(FpLeaf, bitmap) == kLeafListBitmapOffset);
+static_assert(offsetof(FpLeaf, next) == kLeafListNextOffset);
 static_assert(offsetof(FpLeaf, fingerprints) == 16);
 static_assert(offsetof(FpLeaf, entries) == 64);
 

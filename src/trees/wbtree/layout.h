@@ -11,50 +11,26 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "trees/common/leaf_list_layout.h"
+
 namespace pmtree::wbtree {
 
-// ---- WbLog: one 64 B line --------------------------------------------------------------
+// ---- WbMeta and WbLog: the shared leaf-list meta block and logs ---------------------------
 //
-//   off  size  field  meaning
-//   0    8     leaf   split log: the leaf being split; delete log: the empty leaf unlinked
-//   8    8     other  split log: the new right sibling (complete and persisted before
-//                     the log is written); delete log: the predecessor (0 = list head)
-//   16   48    pad    keeps each log in its own line
-//
+// WbMeta is LeafListMeta and WbLog is LeafListLog (byte tables in
+// trees/common/leaf_list_layout.h): magic kWbMagic, head, node_size,
+// key_kind, the delete log at 64 and kSplitLogs split redo logs at 128.
+// What the two words of each log mean here:
+//   split log   leaf = the leaf being split
+//               other = the new right sibling, complete and persisted before
+//                       the log is written
+//   delete log  leaf = the empty leaf being unlinked
+//               other = its predecessor (0 = the list head)
 // A log is "set" when `leaf` != 0; recovery redoes the operation and clears it.
-struct WbLog {
-  uint64_t leaf;
-  uint64_t other;
-  uint8_t pad[48];
-};
-static_assert(sizeof(WbLog) == 64);
-static_assert(offsetof(WbLog, other) == 8);
+using WbLog = LeafListLog;
+using WbMeta = LeafListMeta;
 
-inline constexpr int kSplitLogs = 16;  // concurrent leaf splits
-
-// ---- WbMeta: the tree's anchor, referenced by pool root slot 0 ---------------------------
-//
-//   off   size  field       meaning
-//   0     8     magic       kWbMagic
-//   8     8     head        offset of the first (left-most) leaf; never 0
-//   16    4     node_size   leaf size in bytes (256, 512 or 1024)
-//   20    4     key_kind    KeyKind of the tree (0 u64, 1 bytes)
-//   24    40    reserved    zero
-//   64    64    delete_log  the delete log (removals are serialised)
-//   128   1024  split_log   kSplitLogs split redo logs
-struct WbMeta {
-  uint64_t magic;
-  uint64_t head;
-  uint32_t node_size;
-  uint32_t key_kind;
-  uint8_t reserved[40];
-  WbLog delete_log;
-  WbLog split_log[kSplitLogs];
-};
-static_assert(sizeof(WbMeta) == 128 + 64 * kSplitLogs);
-static_assert(offsetof(WbMeta, head) == 8);
-static_assert(offsetof(WbMeta, delete_log) == 64);
-static_assert(offsetof(WbMeta, split_log) == 128);
+inline constexpr int kSplitLogs = kLeafListSplitLogs;  // concurrent leaf splits
 
 inline constexpr uint64_t kWbMagic = 0x3130454552544257ull;  // "WBTREE01" as little-endian bytes
 
@@ -88,7 +64,8 @@ struct WbLeaf {
   uint64_t next;
   uint8_t slot[1];  // slot[0] = count, slot[1..cap]
 };
-static_assert(offsetof(WbLeaf, next) == 8);
+static_assert(offsetof(WbLeaf, bitmap) == kLeafListBitmapOffset);
+static_assert(offsetof(WbLeaf, next) == kLeafListNextOffset);
 static_assert(offsetof(WbLeaf, slot) == 16);
 
 inline constexpr uint64_t kSlotValid = 1;

@@ -1,27 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Design tests for wbtree: splits, leaf removal, micro-log recovery, flush
-// budgets, recovery round trips, concurrency, byte-string keys, bulk load,
-// out of space.  The shared conformance suite (tests/) covers the model
-// equivalence of every operation.
+// Design tests for wbtree: the shared leaf-list suite (leaf removal, delete-log
+// recovery, recovery round trips, concurrency, byte-string keys, bulk load,
+// options, out of space; trees/common/leaf_list_tree_test.h) instantiated for
+// wbtree, and wbtree's own tests: splits, split-log recovery, flush budgets.  The
+// shared conformance suite (tests/) covers the model equivalence of every
+// operation.
 
 #include "trees/wbtree/wbtree.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
-#include <random>
-#include <string>
-#include <thread>
 #include <vector>
 
 #include "pmtree/counters.h"
 #include "pmtree/pool.h"
+#include "trees/common/leaf_list_tree_test.h"
 #include "trees/wbtree/layout.h"
 
 namespace pmtree {
@@ -29,87 +26,35 @@ namespace {
 
 using wbtree::WbLeaf;
 using wbtree::WbMeta;
-
-uint64_t Seed() {
-  const char* e = getenv("PMTREE_SEED");
-  uint64_t s = e ? strtoull(e, nullptr, 0) : 0x5eed0f9;
-  printf("seed %llu (replay with PMTREE_SEED)\n", static_cast<unsigned long long>(s));
-  return s;
-}
-
-// A pool file under /dev/shm that the fixture removes.
-class WbTreeFile {
- public:
-  WbTreeFile() {
-    static std::atomic<int> n{0};
-    path_ = "/dev/shm/pmtree_wbtree_test_" + std::to_string(getpid()) + "_" + std::to_string(n++);
-  }
-  ~WbTreeFile() { unlink(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-struct Handle {
-  std::unique_ptr<Pool> pool;
-  std::unique_ptr<Tree> tree;
-  void Crash() {
-    tree.reset();
-    pool.reset();
-  }
-};
-
-Handle CreateOn(const std::string& path, uint64_t size = 64 << 20, uint32_t node_size = 0) {
-  Handle h;
-  PoolOptions po;
-  po.overwrite = true;
-  auto p = Pool::Create(path, size, "wbtree", 0, po);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  h.pool = std::move(*p);
-  TreeOptions o;
-  o.node_size = node_size;
-  auto t = CreateWbTree(h.pool.get(), o);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  h.tree = std::move(*t);
-  return h;
-}
-
-Handle Reopen(const std::string& path) {
-  Handle h;
-  auto p = Pool::Open(path, "wbtree");
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  h.pool = std::move(*p);
-  auto t = RecoverWbTree(h.pool.get(), TreeOptions{});
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  h.tree = std::move(*t);
-  return h;
-}
-
-void ExpectContents(Tree* t, const std::map<uint64_t, uint64_t>& model) {
-  std::vector<Tree::Entry> out(model.size() + 10);
-  size_t n = t->Scan(0, std::span<Tree::Entry>(out));
-  ASSERT_EQ(n, model.size());
-  size_t i = 0;
-  for (const auto& [k, v] : model) {
-    EXPECT_EQ(out[i].first, k);
-    EXPECT_EQ(out[i].second, v);
-    uint64_t got = 0;
-    EXPECT_TRUE(t->Lookup(k, &got));
-    EXPECT_EQ(got, v);
-    i++;
-  }
-}
-
-WbMeta* Meta(Pool* p) { return p->At<WbMeta>(p->root(0)); }
+using leaf_list_test::CreateOn;
+using leaf_list_test::ExpectContents;
+using leaf_list_test::Handle;
+using leaf_list_test::LeafListDesign;
+using leaf_list_test::LeafListDesignName;
+using leaf_list_test::LeafListTreeTest;
+using leaf_list_test::Meta;
+using leaf_list_test::PoolFile;
+using leaf_list_test::Reopen;
 
 const wbtree::WbEntry* EntryOf(const WbLeaf* l, int i) {
   return reinterpret_cast<const wbtree::WbEntry*>(reinterpret_cast<const char*>(l) + 32 + 16 * i);
 }
 
+std::vector<uint64_t> WbLeafKeys(const Pool* p, uint64_t leaf_off) {
+  const WbLeaf* leaf = p->At<WbLeaf>(leaf_off);
+  std::vector<uint64_t> keys;
+  for (uint64_t bm = leaf->bitmap & ~1ull; bm; bm &= bm - 1) keys.push_back(EntryOf(leaf, __builtin_ctzll(bm) - 1)->key);
+  return keys;
+}
+
+const LeafListDesign kWbDesign{"wbtree",  &CreateWbTree, &RecoverWbTree, &CreateWbTreeBytes, &RecoverWbTreeBytes,
+                               /*capacity_256=*/14, /*bulk_leaves_at_70=*/889, &WbLeafKeys};
+
+INSTANTIATE_TEST_SUITE_P(WbTree, LeafListTreeTest, testing::Values(kWbDesign), LeafListDesignName);
+
 TEST(WbTreeTest, SplitMovesUpperHalfToNewLeaf) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
+  PoolFile f(kWbDesign);
+  Handle h = CreateOn(kWbDesign, f.path());
   for (uint64_t k = 1; k <= 14; k++) ASSERT_TRUE(*h.tree->Insert(k * 10, k));
   EXPECT_EQ(h.tree->Stats().leaf_nodes, 1u);
   ASSERT_TRUE(*h.tree->Insert(65, 99));  // the 15th key splits the full leaf
@@ -126,68 +71,12 @@ TEST(WbTreeTest, SplitMovesUpperHalfToNewLeaf) {
   for (int j = 1; j <= 7; j++) EXPECT_EQ(EntryOf(right, right->slot[j])->key, 70u + 10 * j);
 }
 
-TEST(WbTreeTest, RandomWorkloadMatchesModelAndVerifies) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
-  std::mt19937_64 rng(Seed());
-  std::map<uint64_t, uint64_t> model;
-  for (int i = 0; i < 20000; i++) {
-    uint64_t k = rng() % 5000, v = rng();
-    switch (rng() % 4) {
-      case 0:
-      case 1: {
-        bool fresh = model.emplace(k, v).second;
-        ASSERT_EQ(*h.tree->Insert(k, v), fresh);
-        break;
-      }
-      case 2: {
-        bool had = model.erase(k) > 0;
-        ASSERT_EQ(*h.tree->Remove(k), had);
-        break;
-      }
-      case 3: {
-        bool had = model.count(k) > 0;
-        if (had) model[k] = v;
-        ASSERT_EQ(*h.tree->Update(k, v), had);
-        break;
-      }
-    }
-    if (i % 4000 == 0) {
-      ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-    }
-  }
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  ExpectContents(h.tree.get(), model);
-  std::vector<Tree::Entry> out(50);
-  size_t n = h.tree->ScanRange(1000, 1100, std::span<Tree::Entry>(out));
-  auto it = model.lower_bound(1000);
-  for (size_t i = 0; i < n; i++, ++it) EXPECT_EQ(out[i].first, it->first);
-  EXPECT_TRUE(it == model.end() || it->first > 1100 || n == out.size());
-}
-
-TEST(WbTreeTest, EmptiedLeafLeavesListAndIndex) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
-  for (uint64_t k = 0; k < 120; k++) ASSERT_TRUE(*h.tree->Insert(k, k));
-  uint64_t before = h.tree->Stats().leaf_nodes;
-  for (uint64_t k = 0; k < 120; k++)
-    if (k < 40 || k >= 80) {
-      ASSERT_TRUE(*h.tree->Remove(k));
-    }
-  EXPECT_LT(h.tree->Stats().leaf_nodes, before);
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  for (uint64_t k = 40; k < 80; k++) ASSERT_TRUE(*h.tree->Remove(k));
-  EXPECT_EQ(h.tree->Stats().leaf_nodes, 1u);
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  ASSERT_TRUE(*h.tree->Insert(7, 7));
-}
-
 // Flush budgets of the design (docs/trees/wbtree.md, "Flush budgets"): the
 // entry, the slot-valid bit, the slot array, the bitmap -- four flushes; the
 // entry shares the invalidation's fence.
 TEST(WbTreeTest, InsertWithoutSplitCostsFourFlushesThreeFences) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
+  PoolFile f(kWbDesign);
+  Handle h = CreateOn(kWbDesign, f.path());
   ASSERT_TRUE(*h.tree->Insert(1, 1));
   counters::BeginOperation();
   PersistCounters a = counters::Snapshot();
@@ -208,8 +97,8 @@ TEST(WbTreeTest, InsertWithoutSplitCostsFourFlushesThreeFences) {
 // After a delete the slot array is already invalid: the insert skips the
 // invalidating write: three flushes, two fences.
 TEST(WbTreeTest, InsertAfterDeleteCostsThreeFlushesTwoFences) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
+  PoolFile f(kWbDesign);
+  Handle h = CreateOn(kWbDesign, f.path());
   for (uint64_t k = 1; k <= 4; k++) ASSERT_TRUE(*h.tree->Insert(k, k));
   ASSERT_TRUE(*h.tree->Remove(2));
   counters::BeginOperation();
@@ -222,8 +111,8 @@ TEST(WbTreeTest, InsertAfterDeleteCostsThreeFlushesTwoFences) {
 }
 
 TEST(WbTreeTest, DeleteCostsOneFlushOneFence) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
+  PoolFile f(kWbDesign);
+  Handle h = CreateOn(kWbDesign, f.path());
   ASSERT_TRUE(*h.tree->Insert(1, 1));
   ASSERT_TRUE(*h.tree->Insert(2, 2));
   counters::BeginOperation();
@@ -241,8 +130,8 @@ TEST(WbTreeTest, DeleteCostsOneFlushOneFence) {
 // A leaf split with its log, then the insert that caused it (U64 keys, 256 B
 // leaves); docs/trees/wbtree.md derives the count.
 TEST(WbTreeTest, SplitWithInsertCostsTheLoggedBudget) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
+  PoolFile f(kWbDesign);
+  Handle h = CreateOn(kWbDesign, f.path());
   for (uint64_t k = 1; k <= 14; k++) ASSERT_TRUE(*h.tree->Insert(k * 10, k));
   counters::BeginOperation();
   PersistCounters a = counters::Snapshot();
@@ -254,8 +143,8 @@ TEST(WbTreeTest, SplitWithInsertCostsTheLoggedBudget) {
 }
 
 TEST(WbTreeTest, UpdateCostsOneFlushOneFence) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
+  PoolFile f(kWbDesign);
+  Handle h = CreateOn(kWbDesign, f.path());
   ASSERT_TRUE(*h.tree->Insert(1, 1));
   counters::BeginOperation();
   PersistCounters a = counters::Snapshot();
@@ -265,50 +154,11 @@ TEST(WbTreeTest, UpdateCostsOneFlushOneFence) {
   EXPECT_EQ(d.fences, 1u);
 }
 
-TEST(WbTreeTest, CloseAndReopenKeepsEverything) {
-  WbTreeFile f;
-  std::map<uint64_t, uint64_t> model;
-  {
-    Handle h = CreateOn(f.path(), 64 << 20, 512);
-    for (uint64_t k = 0; k < 3000; k++) {
-      ASSERT_TRUE(*h.tree->Insert(k * 7, k));
-      model[k * 7] = k;
-    }
-    ASSERT_TRUE(h.tree->Close().ok());
-    h.tree.reset();
-  }
-  Handle h = Reopen(f.path());
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  ExpectContents(h.tree.get(), model);
-}
-
-TEST(WbTreeTest, CrashMidWorkloadKeepsAcknowledgedOperations) {
-  WbTreeFile f;
-  std::mt19937_64 rng(Seed());
-  std::map<uint64_t, uint64_t> model;
-  Handle h = CreateOn(f.path());
-  for (int round = 0; round < 4; round++) {
-    for (int i = 0; i < 3000; i++) {
-      uint64_t k = rng() % 4000;
-      if (rng() % 3 == 0) {
-        ASSERT_EQ(*h.tree->Remove(k), model.erase(k) > 0);
-      } else {
-        ASSERT_EQ(*h.tree->Upsert(k, i), model.count(k) == 0);
-        model[k] = i;
-      }
-    }
-    h.Crash();  // destroy without Close
-    h = Reopen(f.path());
-    ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-    ExpectContents(h.tree.get(), model);
-  }
-}
-
 // Recovery rule R1: a crash after the new leaf and the split log are
 // persisted, before the old leaf changed, is finished by redoing the split.
 TEST(WbTreeTest, RecoveryRedoesSplitFromLog) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
+  PoolFile f(kWbDesign);
+  Handle h = CreateOn(kWbDesign, f.path());
   std::map<uint64_t, uint64_t> model;
   for (uint64_t k = 1; k <= 14; k++) {
     ASSERT_TRUE(*h.tree->Insert(k, k));
@@ -333,167 +183,10 @@ TEST(WbTreeTest, RecoveryRedoesSplitFromLog) {
   h.pool->Store64(&m->split_log[5].other, nl);
   h.pool->Persist(&m->split_log[5], 16);
   h.Crash();
-  h = Reopen(f.path());
+  h = Reopen(kWbDesign, f.path());
   ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
   EXPECT_EQ(h.tree->Stats().leaf_nodes, 2u);
   ExpectContents(h.tree.get(), model);
-}
-
-// Recovery rule R3: a crash after a delete emptied a leaf and the delete log
-// was persisted, before the unlink, is finished by redoing the unlink.
-TEST(WbTreeTest, RecoveryRedoesUnlinkFromDeleteLog) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
-  std::map<uint64_t, uint64_t> model;
-  for (uint64_t k = 1; k <= 15; k++) {
-    ASSERT_TRUE(*h.tree->Insert(k, k));
-    model[k] = k;
-  }
-  WbMeta* m = Meta(h.pool.get());
-  uint64_t l1 = m->head;
-  WbLeaf* left = h.pool->At<WbLeaf>(l1);
-  uint64_t l2 = left->next;
-  WbLeaf* right = h.pool->At<WbLeaf>(l2);
-  for (uint64_t bm = right->bitmap & ~1ull; bm; bm &= bm - 1)
-    model.erase(EntryOf(right, __builtin_ctzll(bm) - 1)->key);
-  h.pool->Store64(&right->bitmap, 0);
-  h.pool->Persist(&right->bitmap, 8);
-  h.pool->Store64(&m->delete_log.leaf, l2);
-  h.pool->Store64(&m->delete_log.other, l1);
-  h.pool->Persist(&m->delete_log, 16);
-  h.Crash();
-  h = Reopen(f.path());
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  EXPECT_EQ(h.tree->Stats().leaf_nodes, 1u);
-  ExpectContents(h.tree.get(), model);
-}
-
-TEST(WbTreeTest, ConcurrentWritersAndReadersLeaveAValidTree) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
-  constexpr int kThreads = 4;
-  constexpr uint64_t kPer = 3000;
-  std::vector<std::thread> ts;
-  for (int t = 0; t < kThreads; t++) {
-    ts.emplace_back([&, t] {
-      for (uint64_t i = 0; i < kPer; i++) {
-        uint64_t k = i * kThreads + t;
-        ASSERT_TRUE(*h.tree->Insert(k, k + 1));
-        uint64_t v;
-        ASSERT_TRUE(h.tree->Lookup(k, &v));
-        ASSERT_EQ(v, k + 1);
-        if (i % 3 == 0) {
-          ASSERT_TRUE(*h.tree->Remove(k));
-        }
-        if (i % 100 == 0) {
-          std::vector<Tree::Entry> out(20);
-          size_t n = h.tree->Scan(k, std::span<Tree::Entry>(out));
-          for (size_t j = 1; j < n; j++) ASSERT_LT(out[j - 1].first, out[j].first);
-        }
-      }
-    });
-  }
-  for (auto& th : ts) th.join();
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  std::map<uint64_t, uint64_t> model;
-  for (int t = 0; t < kThreads; t++)
-    for (uint64_t i = 0; i < kPer; i++)
-      if (i % 3 != 0) model[i * kThreads + t] = i * kThreads + t + 1;
-  ExpectContents(h.tree.get(), model);
-}
-
-TEST(WbTreeTest, ByteStringKeysWorkAndRecover) {
-  WbTreeFile f;
-  std::map<std::string, uint64_t> model;
-  std::mt19937_64 rng(Seed());
-  {
-    PoolOptions po;
-    po.overwrite = true;
-    auto p = Pool::Create(f.path(), 64 << 20, "wbtree", 1, po);
-    ASSERT_TRUE(p.ok());
-    auto t = CreateWbTreeBytes(p->get(), TreeOptions{});
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    auto& tree = *t;
-    for (int i = 0; i < 3000; i++) {
-      std::string k = "key/" + std::string(rng() % 5, 'x') + std::to_string(rng() % 2000);
-      if (rng() % 4 == 0) {
-        ASSERT_EQ(*tree->Remove(k), model.erase(k) > 0);
-      } else {
-        ASSERT_EQ(*tree->Upsert(k, i), model.count(k) == 0);
-        model[k] = i;
-      }
-    }
-    ASSERT_TRUE(tree->Verify().ok()) << tree->Verify().ToString();
-    EXPECT_FALSE(tree->Insert(std::string(kMaxKeyBytes + 1, 'a'), 1).ok());
-    // Crash: destroy without Close.
-  }
-  auto p = Pool::Open(f.path(), "wbtree");
-  ASSERT_TRUE(p.ok());
-  auto t = RecoverWbTreeBytes(p->get(), TreeOptions{});
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
-  std::vector<BytesTree::Entry> out(model.size() + 1);
-  size_t n = (*t)->Scan("", std::span<BytesTree::Entry>(out));
-  ASSERT_EQ(n, model.size());
-  size_t i = 0;
-  for (const auto& [k, v] : model) {
-    EXPECT_EQ(out[i].first, k);
-    EXPECT_EQ(out[i].second, v);
-    i++;
-  }
-  // A u64 recover on a byte-key pool is refused.
-  EXPECT_FALSE(RecoverWbTree(p->get(), TreeOptions{}).ok());
-}
-
-TEST(WbTreeTest, BulkLoadHonoursFillFactor) {
-  WbTreeFile f;
-  Handle h = CreateOn(f.path());
-  std::vector<Tree::InputEntry> in;
-  for (uint64_t k = 0; k < 8000; k++) in.emplace_back(k * 2, k);
-  ASSERT_TRUE(h.tree->BulkLoad(in, 0.7).ok());
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  EXPECT_EQ(h.tree->Stats().leaf_nodes, 889u);  // 0.7 * 14 slots -> 9 entries per leaf
-  ASSERT_TRUE(*h.tree->Insert(1, 1));
-  EXPECT_FALSE(h.tree->BulkLoad(in, 1.0).ok());  // not empty any more
-  h.Crash();
-  h = Reopen(f.path());
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  EXPECT_EQ(h.tree->Stats().entries, 8001u);
-}
-
-TEST(WbTreeTest, InvalidOptionsAreRejected) {
-  auto p = Pool::CreateAnonymous(8 << 20, "wbtree", 0);
-  ASSERT_TRUE(p.ok());
-  TreeOptions o;
-  o.node_size = 300;
-  EXPECT_EQ(CreateWbTree(p->get(), o).status().code(), Status::Code::kInvalidArgument);
-  o.node_size = 0;
-  o.extra["bogus"] = "1";
-  EXPECT_EQ(CreateWbTree(p->get(), o).status().code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(RecoverWbTree(p->get(), TreeOptions{}).status().code(), Status::Code::kNotFound);
-}
-
-TEST(WbTreeTest, OutOfSpaceLeavesTreeUsable) {
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "wbtree", 0);
-  ASSERT_TRUE(p.ok());
-  auto t = CreateWbTree(p->get(), TreeOptions{});
-  ASSERT_TRUE(t.ok());
-  Tree& tree = **t;
-  uint64_t k = 0;
-  for (;; k++) {
-    auto r = tree.Insert(k, k);
-    if (!r.ok()) {
-      EXPECT_TRUE(r.status().IsOutOfSpace()) << r.status().ToString();
-      break;
-    }
-  }
-  ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
-  uint64_t v;
-  EXPECT_TRUE(tree.Lookup(0, &v));
-  EXPECT_FALSE(tree.Lookup(k, &v));
-  for (uint64_t i = 0; i < k; i += 2) ASSERT_TRUE(*tree.Remove(i));
-  ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
-  ASSERT_TRUE(*tree.Insert(k, k));
 }
 
 }  // namespace

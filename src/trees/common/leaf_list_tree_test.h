@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Design tests shared by the leaf-list designs (fptree, wbtree; the code
+// they test is trees/common/leaf_list_tree.h), written once as the
+// value-parameterised suite LeafListTreeTest.  A design's test file includes
+// this header, describes itself in a LeafListDesign and instantiates the
+// suite with it:
+//
+//   INSTANTIATE_TEST_SUITE_P(FpTree, LeafListTreeTest, testing::Values(kFpDesign),
+//                            LeafListDesignName);
+//
+// so each design's binary runs every shared test on that design
+// ("FpTree/LeafListTreeTest.CloseAndReopenKeepsEverything/fptree").  The
+// helpers (pool files, Handle, CreateOn, Reopen, ExpectContents) serve the
+// design's own tests too.  Include it in one test source per binary only.
+
+#ifndef PMTREE_TREES_COMMON_LEAF_LIST_TREE_TEST_H_
+#define PMTREE_TREES_COMMON_LEAF_LIST_TREE_TEST_H_
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pmtree/pool.h"
+#include "pmtree/status.h"
+#include "pmtree/tree.h"
+#include "trees/common/leaf_list_layout.h"
+
+namespace pmtree {
+namespace leaf_list_test {
+
+// What the shared tests need to know about a design.
+struct LeafListDesign {
+  const char* name;  // registry name, pool layout name, test parameter name
+  Result<std::unique_ptr<Tree>> (*create)(Pool*, const TreeOptions&);
+  Result<std::unique_ptr<Tree>> (*recover)(Pool*, const TreeOptions&);
+  Result<std::unique_ptr<BytesTree>> (*create_bytes)(Pool*, const TreeOptions&);
+  Result<std::unique_ptr<BytesTree>> (*recover_bytes)(Pool*, const TreeOptions&);
+  int capacity_256;            // entries of a 256 B leaf
+  uint64_t bulk_leaves_at_70;  // leaves of an 8000-key bulk load at fill 0.7, 256 B leaves
+  // The keys of the valid entries of the leaf at `leaf_off` (U64 keys).
+  std::vector<uint64_t> (*leaf_keys)(const Pool*, uint64_t leaf_off);
+};
+
+inline std::string LeafListDesignName(const testing::TestParamInfo<LeafListDesign>& info) {
+  return info.param.name;
+}
+
+inline uint64_t Seed() {
+  const char* e = getenv("PMTREE_SEED");
+  uint64_t s = e ? strtoull(e, nullptr, 0) : 0x5eed0f9;
+  printf("seed %llu (replay with PMTREE_SEED)\n", static_cast<unsigned long long>(s));
+  return s;
+}
+
+// A pool file under /dev/shm that the fixture removes.
+class PoolFile {
+ public:
+  explicit PoolFile(const LeafListDesign& d) {
+    static std::atomic<int> n{0};
+    path_ = std::string("/dev/shm/pmtree_") + d.name + "_test_" + std::to_string(getpid()) + "_" +
+            std::to_string(n++);
+  }
+  ~PoolFile() { unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct Handle {
+  std::unique_ptr<Pool> pool;
+  std::unique_ptr<Tree> tree;
+  void Crash() {
+    tree.reset();
+    pool.reset();
+  }
+};
+
+inline Handle CreateOn(const LeafListDesign& d, const std::string& path, uint64_t size = 64 << 20,
+                       uint32_t node_size = 0) {
+  Handle h;
+  PoolOptions po;
+  po.overwrite = true;
+  auto p = Pool::Create(path, size, d.name, 0, po);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  h.pool = std::move(*p);
+  TreeOptions o;
+  o.node_size = node_size;
+  auto t = d.create(h.pool.get(), o);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  h.tree = std::move(*t);
+  return h;
+}
+
+inline Handle Reopen(const LeafListDesign& d, const std::string& path) {
+  Handle h;
+  auto p = Pool::Open(path, d.name);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  h.pool = std::move(*p);
+  auto t = d.recover(h.pool.get(), TreeOptions{});
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  h.tree = std::move(*t);
+  return h;
+}
+
+inline void ExpectContents(Tree* t, const std::map<uint64_t, uint64_t>& model) {
+  std::vector<Tree::Entry> out(model.size() + 10);
+  size_t n = t->Scan(0, std::span<Tree::Entry>(out));
+  ASSERT_EQ(n, model.size());
+  size_t i = 0;
+  for (const auto& [k, v] : model) {
+    EXPECT_EQ(out[i].first, k);
+    EXPECT_EQ(out[i].second, v);
+    uint64_t got = 0;
+    EXPECT_TRUE(t->Lookup(k, &got));
+    EXPECT_EQ(got, v);
+    i++;
+  }
+}
+
+inline LeafListMeta* Meta(Pool* p) { return p->At<LeafListMeta>(p->root(0)); }
+
+class LeafListTreeTest : public testing::TestWithParam<LeafListDesign> {
+ protected:
+  const LeafListDesign& design() const { return GetParam(); }
+};
+
+TEST_P(LeafListTreeTest, RandomWorkloadMatchesModelAndVerifies) {
+  PoolFile f(design());
+  Handle h = CreateOn(design(), f.path());
+  std::mt19937_64 rng(Seed());
+  std::map<uint64_t, uint64_t> model;
+  for (int i = 0; i < 20000; i++) {
+    uint64_t k = rng() % 5000, v = rng();
+    switch (rng() % 4) {
+      case 0:
+      case 1: {
+        bool fresh = model.emplace(k, v).second;
+        ASSERT_EQ(*h.tree->Insert(k, v), fresh);
+        break;
+      }
+      case 2: {
+        bool had = model.erase(k) > 0;
+        ASSERT_EQ(*h.tree->Remove(k), had);
+        break;
+      }
+      case 3: {
+        bool had = model.count(k) > 0;
+        if (had) model[k] = v;
+        ASSERT_EQ(*h.tree->Update(k, v), had);
+        break;
+      }
+    }
+    if (i % 4000 == 0) {
+      ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+    }
+  }
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  ExpectContents(h.tree.get(), model);
+  std::vector<Tree::Entry> out(50);
+  size_t n = h.tree->ScanRange(1000, 1100, std::span<Tree::Entry>(out));
+  auto it = model.lower_bound(1000);
+  for (size_t i = 0; i < n; i++, ++it) EXPECT_EQ(out[i].first, it->first);
+  EXPECT_TRUE(it == model.end() || it->first > 1100 || n == out.size());
+}
+
+TEST_P(LeafListTreeTest, EmptiedLeafLeavesListAndIndex) {
+  PoolFile f(design());
+  Handle h = CreateOn(design(), f.path());
+  for (uint64_t k = 0; k < 120; k++) ASSERT_TRUE(*h.tree->Insert(k, k));
+  uint64_t before = h.tree->Stats().leaf_nodes;
+  for (uint64_t k = 0; k < 120; k++)
+    if (k < 40 || k >= 80) {
+      ASSERT_TRUE(*h.tree->Remove(k));
+    }
+  EXPECT_LT(h.tree->Stats().leaf_nodes, before);
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  for (uint64_t k = 40; k < 80; k++) ASSERT_TRUE(*h.tree->Remove(k));
+  EXPECT_EQ(h.tree->Stats().leaf_nodes, 1u);
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  ASSERT_TRUE(*h.tree->Insert(7, 7));
+}
+
+TEST_P(LeafListTreeTest, CloseAndReopenKeepsEverything) {
+  PoolFile f(design());
+  std::map<uint64_t, uint64_t> model;
+  {
+    Handle h = CreateOn(design(), f.path(), 64 << 20, 512);
+    for (uint64_t k = 0; k < 3000; k++) {
+      ASSERT_TRUE(*h.tree->Insert(k * 7, k));
+      model[k * 7] = k;
+    }
+    ASSERT_TRUE(h.tree->Close().ok());
+    h.tree.reset();
+  }
+  Handle h = Reopen(design(), f.path());
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  ExpectContents(h.tree.get(), model);
+}
+
+TEST_P(LeafListTreeTest, CrashMidWorkloadKeepsAcknowledgedOperations) {
+  PoolFile f(design());
+  std::mt19937_64 rng(Seed());
+  std::map<uint64_t, uint64_t> model;
+  Handle h = CreateOn(design(), f.path());
+  for (int round = 0; round < 4; round++) {
+    for (int i = 0; i < 3000; i++) {
+      uint64_t k = rng() % 4000;
+      if (rng() % 3 == 0) {
+        ASSERT_EQ(*h.tree->Remove(k), model.erase(k) > 0);
+      } else {
+        ASSERT_EQ(*h.tree->Upsert(k, i), model.count(k) == 0);
+        model[k] = i;
+      }
+    }
+    h.Crash();  // destroy without Close
+    h = Reopen(design(), f.path());
+    ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+    ExpectContents(h.tree.get(), model);
+  }
+}
+
+// The shared delete-log recovery step (fptree's rule R4, wbtree's R3): a
+// crash after a delete emptied a leaf and the delete log was persisted,
+// before the unlink, is finished by redoing the unlink.
+TEST_P(LeafListTreeTest, RecoveryRedoesUnlinkFromDeleteLog) {
+  PoolFile f(design());
+  Handle h = CreateOn(design(), f.path());
+  std::map<uint64_t, uint64_t> model;
+  for (uint64_t k = 1; k <= static_cast<uint64_t>(design().capacity_256) + 1; k++) {
+    ASSERT_TRUE(*h.tree->Insert(k, k));
+    model[k] = k;
+  }
+  LeafListMeta* m = Meta(h.pool.get());
+  uint64_t l1 = m->head;
+  uint64_t l2 = h.pool->Load64(h.pool->At<uint64_t>(l1 + kLeafListNextOffset));
+  for (uint64_t k : design().leaf_keys(h.pool.get(), l2)) model.erase(k);
+  uint64_t* right_bitmap = h.pool->At<uint64_t>(l2 + kLeafListBitmapOffset);
+  h.pool->Store64(right_bitmap, 0);
+  h.pool->Persist(right_bitmap, 8);
+  h.pool->Store64(&m->delete_log.leaf, l2);
+  h.pool->Store64(&m->delete_log.other, l1);
+  h.pool->Persist(&m->delete_log, 16);
+  h.Crash();
+  h = Reopen(design(), f.path());
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  EXPECT_EQ(h.tree->Stats().leaf_nodes, 1u);
+  ExpectContents(h.tree.get(), model);
+}
+
+TEST_P(LeafListTreeTest, ConcurrentWritersAndReadersLeaveAValidTree) {
+  PoolFile f(design());
+  Handle h = CreateOn(design(), f.path());
+  constexpr int kThreads = 4;
+  constexpr uint64_t kPer = 3000;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; t++) {
+    ts.emplace_back([&, t] {
+      for (uint64_t i = 0; i < kPer; i++) {
+        uint64_t k = i * kThreads + t;
+        ASSERT_TRUE(*h.tree->Insert(k, k + 1));
+        uint64_t v;
+        ASSERT_TRUE(h.tree->Lookup(k, &v));
+        ASSERT_EQ(v, k + 1);
+        if (i % 3 == 0) {
+          ASSERT_TRUE(*h.tree->Remove(k));
+        }
+        if (i % 100 == 0) {
+          std::vector<Tree::Entry> out(20);
+          size_t n = h.tree->Scan(k, std::span<Tree::Entry>(out));
+          for (size_t j = 1; j < n; j++) ASSERT_LT(out[j - 1].first, out[j].first);
+        }
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  std::map<uint64_t, uint64_t> model;
+  for (int t = 0; t < kThreads; t++)
+    for (uint64_t i = 0; i < kPer; i++)
+      if (i % 3 != 0) model[i * kThreads + t] = i * kThreads + t + 1;
+  ExpectContents(h.tree.get(), model);
+}
+
+TEST_P(LeafListTreeTest, ByteStringKeysWorkAndRecover) {
+  PoolFile f(design());
+  std::map<std::string, uint64_t> model;
+  std::mt19937_64 rng(Seed());
+  {
+    PoolOptions po;
+    po.overwrite = true;
+    auto p = Pool::Create(f.path(), 64 << 20, design().name, 1, po);
+    ASSERT_TRUE(p.ok());
+    auto t = design().create_bytes(p->get(), TreeOptions{});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    auto& tree = *t;
+    for (int i = 0; i < 3000; i++) {
+      std::string k = "key/" + std::string(rng() % 5, 'x') + std::to_string(rng() % 2000);
+      if (rng() % 4 == 0) {
+        ASSERT_EQ(*tree->Remove(k), model.erase(k) > 0);
+      } else {
+        ASSERT_EQ(*tree->Upsert(k, i), model.count(k) == 0);
+        model[k] = i;
+      }
+    }
+    ASSERT_TRUE(tree->Verify().ok()) << tree->Verify().ToString();
+    EXPECT_FALSE(tree->Insert(std::string(kMaxKeyBytes + 1, 'a'), 1).ok());
+    // Crash: destroy without Close.
+  }
+  auto p = Pool::Open(f.path(), design().name);
+  ASSERT_TRUE(p.ok());
+  auto t = design().recover_bytes(p->get(), TreeOptions{});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+  std::vector<BytesTree::Entry> out(model.size() + 1);
+  size_t n = (*t)->Scan("", std::span<BytesTree::Entry>(out));
+  ASSERT_EQ(n, model.size());
+  size_t i = 0;
+  for (const auto& [k, v] : model) {
+    EXPECT_EQ(out[i].first, k);
+    EXPECT_EQ(out[i].second, v);
+    i++;
+  }
+  // A u64 recover on a byte-key pool is refused.
+  EXPECT_FALSE(design().recover(p->get(), TreeOptions{}).ok());
+}
+
+TEST_P(LeafListTreeTest, BulkLoadHonoursFillFactor) {
+  PoolFile f(design());
+  Handle h = CreateOn(design(), f.path());
+  std::vector<Tree::InputEntry> in;
+  for (uint64_t k = 0; k < 8000; k++) in.emplace_back(k * 2, k);
+  ASSERT_TRUE(h.tree->BulkLoad(in, 0.7).ok());
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  // floor(0.7 * capacity) entries per leaf: fptree 8 of 12, wbtree 9 of 14.
+  EXPECT_EQ(h.tree->Stats().leaf_nodes, design().bulk_leaves_at_70);
+  ASSERT_TRUE(*h.tree->Insert(1, 1));
+  EXPECT_FALSE(h.tree->BulkLoad(in, 1.0).ok());  // not empty any more
+  h.Crash();
+  h = Reopen(design(), f.path());
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  EXPECT_EQ(h.tree->Stats().entries, 8001u);
+}
+
+TEST_P(LeafListTreeTest, InvalidOptionsAreRejected) {
+  auto p = Pool::CreateAnonymous(8 << 20, design().name, 0);
+  ASSERT_TRUE(p.ok());
+  TreeOptions o;
+  o.node_size = 300;
+  EXPECT_EQ(design().create(p->get(), o).status().code(), Status::Code::kInvalidArgument);
+  o.node_size = 0;
+  o.extra["bogus"] = "1";
+  EXPECT_EQ(design().create(p->get(), o).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(design().recover(p->get(), TreeOptions{}).status().code(), Status::Code::kNotFound);
+}
+
+TEST_P(LeafListTreeTest, OutOfSpaceLeavesTreeUsable) {
+  auto p = Pool::CreateAnonymous(kMinPoolSize, design().name, 0);
+  ASSERT_TRUE(p.ok());
+  auto t = design().create(p->get(), TreeOptions{});
+  ASSERT_TRUE(t.ok());
+  Tree& tree = **t;
+  uint64_t k = 0;
+  for (;; k++) {
+    auto r = tree.Insert(k, k);
+    if (!r.ok()) {
+      EXPECT_TRUE(r.status().IsOutOfSpace()) << r.status().ToString();
+      break;
+    }
+  }
+  ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
+  uint64_t v;
+  EXPECT_TRUE(tree.Lookup(0, &v));
+  EXPECT_FALSE(tree.Lookup(k, &v));
+  for (uint64_t i = 0; i < k; i += 2) ASSERT_TRUE(*tree.Remove(i));
+  ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
+  ASSERT_TRUE(*tree.Insert(k, k));
+}
+
+}  // namespace leaf_list_test
+}  // namespace pmtree
+
+#endif  // PMTREE_TREES_COMMON_LEAF_LIST_TREE_TEST_H_
