@@ -158,14 +158,10 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
 
   bool Lookup(Arg key, uint64_t* value) override {
     auto guard = pool_->epochs().Protect();
-    const auto probe = Derived::MakeProbe(key);
-    size_t s;
-    auto r = RouteAndLock(key, /*exclusive=*/false, &s);
-    const LeafT* leaf = LeafAt(r.leaf);
-    int i = D().FindInLeaf(leaf, key, probe);
-    if (i >= 0) *value = Ent(leaf, i)->value;
-    locks_.UnlockShared(s);
-    return i >= 0;
+    const Located at = Locate(key, Derived::MakeProbe(key), /*exclusive=*/false);
+    if (at.i >= 0) *value = Ent(at.leaf, at.i)->value;
+    locks_.UnlockShared(at.stripe);
+    return at.i >= 0;
   }
 
   Result<bool> Insert(Arg key, uint64_t value) override { return Put(key, value, Mode::kInsert); }
@@ -175,19 +171,15 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   Result<bool> Remove(Arg key) override {
     PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
     auto guard = pool_->epochs().Protect();
-    const auto probe = Derived::MakeProbe(key);
-    size_t s;
-    auto r = RouteAndLock(key, /*exclusive=*/true, &s);
-    LeafT* leaf = LeafAt(r.leaf);
-    int i = D().FindInLeaf(leaf, key, probe);
-    if (i < 0) {
-      locks_.Unlock(s);
+    const Located at = Locate(key, Derived::MakeProbe(key), /*exclusive=*/true);
+    if (at.i < 0) {
+      locks_.Unlock(at.stripe);
       return false;
     }
-    uint64_t slot = Ent(leaf, i)->key;
-    D().ClearEntry(leaf, i);  // the design's one persisted bitmap write
-    const bool emptied = EntryMask(leaf) == 0;
-    locks_.Unlock(s);
+    uint64_t slot = Ent(at.leaf, at.i)->key;
+    D().ClearEntry(at.leaf, at.i);  // the design's one persisted bitmap write
+    const bool emptied = EntryMask(at.leaf) == 0;
+    locks_.Unlock(at.stripe);
     keys_.Release(slot);
     if (emptied) TryRemoveLeaf(key);
     return true;
@@ -529,14 +521,30 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     }
   }
 
+  // A key's leaf, locked, and the key's entry in it (i = -1: absent).
+  struct Located {
+    typename Index::Route route;
+    size_t stripe;
+    LeafT* leaf;
+    int i;
+  };
+  template <class Probe>
+  Located Locate(Arg key, const Probe& probe, bool exclusive) {
+    Located at;
+    at.route = RouteAndLock(key, exclusive, &at.stripe);
+    at.leaf = LeafAt(at.route.leaf);
+    at.i = D().FindInLeaf(at.leaf, key, probe);
+    return at;
+  }
+
   Result<bool> Put(Arg key, uint64_t value, Mode mode) {
     PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
     auto guard = pool_->epochs().Protect();
     const auto probe = Derived::MakeProbe(key);
-    size_t s;
-    auto r = RouteAndLock(key, /*exclusive=*/true, &s);
-    LeafT* leaf = LeafAt(r.leaf);
-    int i = D().FindInLeaf(leaf, key, probe);
+    const Located at = Locate(key, probe, /*exclusive=*/true);
+    const size_t s = at.stripe;
+    LeafT* leaf = at.leaf;
+    const int i = at.i;
     if (i >= 0) {
       if (mode == Mode::kInsert) {
         locks_.Unlock(s);
@@ -555,7 +563,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
       return false;
     }
     if (EntryMask(leaf) != entry_mask_) {
-      Status st = D().InsertIntoLeaf(r.leaf, key, value, probe);
+      Status st = D().InsertIntoLeaf(at.route.leaf, key, value, probe);
       locks_.Unlock(s);
       if (!st.ok()) return st;
       return true;
@@ -564,12 +572,12 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     // the new leaf is still private, then publish the split in the index.
     uint64_t new_leaf = 0;
     Owned sep;
-    Status st = D().SplitLeaf(r.leaf, &new_leaf, &sep);
+    Status st = D().SplitLeaf(at.route.leaf, &new_leaf, &sep);
     if (!st.ok()) {
       locks_.Unlock(s);
       return st;
     }
-    uint64_t target = Index::Cmp(sep, key) <= 0 ? new_leaf : r.leaf;
+    uint64_t target = Index::Cmp(sep, key) <= 0 ? new_leaf : at.route.leaf;
     Status ins = D().InsertIntoLeaf(target, key, value, probe);
     {
       std::lock_guard<std::mutex> smo(smo_mu_);

@@ -25,6 +25,7 @@ namespace {
 
 using fptree::FpLeaf;
 using fptree::FpMeta;
+using leaf_list_test::CostOf;
 using leaf_list_test::CreateOn;
 using leaf_list_test::ExpectContents;
 using leaf_list_test::Handle;
@@ -69,27 +70,10 @@ TEST(FpTreeTest, InsertWithoutSplitCostsThreeFlushesTwoFences) {
   PoolFile f(kFpDesign);
   Handle h = CreateOn(kFpDesign, f.path());
   ASSERT_TRUE(*h.tree->Insert(1, 1));
-  counters::BeginOperation();
-  PersistCounters a = counters::Snapshot();
-  ASSERT_TRUE(*h.tree->Insert(2, 2));
-  PersistCounters d = counters::Snapshot() - a;
+  PersistCounters d = CostOf([&] { ASSERT_TRUE(*h.tree->Insert(2, 2)); });
   EXPECT_EQ(d.flushes, 3u);  // entry line, fingerprint line; bitmap (header line again)
   EXPECT_EQ(d.fences, 2u);
   EXPECT_EQ(d.lines, 2u);
-}
-
-TEST(FpTreeTest, DeleteCostsOneFlushOneFence) {
-  PoolFile f(kFpDesign);
-  Handle h = CreateOn(kFpDesign, f.path());
-  ASSERT_TRUE(*h.tree->Insert(1, 1));
-  ASSERT_TRUE(*h.tree->Insert(2, 2));
-  counters::BeginOperation();
-  PersistCounters a = counters::Snapshot();
-  ASSERT_TRUE(*h.tree->Remove(2));
-  PersistCounters d = counters::Snapshot() - a;
-  EXPECT_EQ(d.flushes, 1u);
-  EXPECT_EQ(d.fences, 1u);
-  EXPECT_EQ(d.lines, 1u);
 }
 
 // A leaf split with its log, then the insert that caused it (U64 keys, 256 B
@@ -98,25 +82,10 @@ TEST(FpTreeTest, SplitWithInsertCostsTheLoggedBudget) {
   PoolFile f(kFpDesign);
   Handle h = CreateOn(kFpDesign, f.path());
   for (uint64_t k = 1; k <= 12; k++) ASSERT_TRUE(*h.tree->Insert(k * 10, k));
-  counters::BeginOperation();
-  PersistCounters a = counters::Snapshot();
-  ASSERT_TRUE(*h.tree->Insert(5, 5));
-  PersistCounters d = counters::Snapshot() - a;
+  PersistCounters d = CostOf([&] { ASSERT_TRUE(*h.tree->Insert(5, 5)); });
   printf("split + insert: %s\n", d.ToString().c_str());
   EXPECT_EQ(d.flushes, 11u);
   EXPECT_EQ(d.fences, 6u);
-}
-
-TEST(FpTreeTest, UpdateCostsOneFlushOneFence) {
-  PoolFile f(kFpDesign);
-  Handle h = CreateOn(kFpDesign, f.path());
-  ASSERT_TRUE(*h.tree->Insert(1, 1));
-  counters::BeginOperation();
-  PersistCounters a = counters::Snapshot();
-  ASSERT_TRUE(*h.tree->Update(1, 5));
-  PersistCounters d = counters::Snapshot() - a;
-  EXPECT_EQ(d.flushes, 1u);
-  EXPECT_EQ(d.fences, 1u);
 }
 
 // Recovery rule R1: a crash after the split log is persisted, before the old
