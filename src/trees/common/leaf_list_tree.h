@@ -24,11 +24,7 @@
 // replay, its bulk-load leaf image and its invariant 5.  Hooks it must define
 // (called through the derived type, no virtual dispatch):
 //
-//   static constexpr const char* kName;          "fptree"
-//   static constexpr uint64_t kMagic;            LeafListMeta::magic
-//   static constexpr uint32_t kDefaultNodeSize;
-//   static constexpr int kEntryBitShift;         bitmap bit of entry i is i + shift
-//   static constexpr uint64_t kFlagBits;         bitmap bits that are not entry bits
+//   static constexpr LeafListTraits kTraits;     name, magic, default node size, bitmap layout
 //   static int Capacity(uint32_t node_size);     entries per leaf
 //   static uint32_t EntriesOffset(uint32_t node_size);  byte offset of entry 0
 //   static void InitEmptyLeaf(Pool*, Leaf*, uint32_t node_size);  writes and flushes
@@ -84,6 +80,16 @@ inline std::string HexOffset(uint64_t v) {
   return buf;
 }
 
+// The constants a leaf-list design declares as `static constexpr
+// LeafListTraits kTraits`.
+struct LeafListTraits {
+  const char* name;            // registry name, prefix of every message ("fptree")
+  uint64_t magic;              // LeafListMeta::magic
+  uint32_t default_node_size;  // for TreeOptions::node_size 0
+  int entry_bit_shift;         // the bitmap bit of entry i is i + entry_bit_shift
+  uint64_t flag_bits;          // bitmap bits that are not entry bits
+};
+
 template <class Derived, class Keys, class LeafT, class EntryT>
 class LeafListTree : public BasicTree<typename Keys::Arg> {
  public:
@@ -101,7 +107,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     uint32_t node_size;
     PMTREE_RETURN_IF_ERROR(CheckOptions(options, &node_size));
     if (pool->root(0) != 0)
-      return Status::Busy(std::string(Derived::kName) + ": pool root slot 0 already holds a tree");
+      return Status::Busy(std::string(Derived::kTraits.name) + ": pool root slot 0 already holds a tree");
     PMTREE_ASSIGN_OR_RETURN(uint64_t meta_off, pool->allocator().Allocate(sizeof(Meta)));
     auto leaf_r = pool->allocator().Allocate(node_size);
     if (!leaf_r.ok()) {
@@ -113,7 +119,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     auto* meta = pool->At<Meta>(meta_off);
     pool->Zero(meta, sizeof(Meta));
     Meta head{};
-    head.magic = Derived::kMagic;
+    head.magic = Derived::kTraits.magic;
     head.head = leaf_off;
     head.node_size = node_size;
     head.key_kind = static_cast<uint32_t>(Keys::kKind);
@@ -129,14 +135,14 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   }
 
   static Result<std::unique_ptr<Base>> Recover(Pool* pool, const TreeOptions& options) {
-    const std::string name = Derived::kName;
+    const std::string name = Derived::kTraits.name;
     PMTREE_RETURN_IF_ERROR(CheckExtra(options));
     uint64_t meta_off = pool->root(0);
     if (meta_off == 0) return Status::NotFound(name + ": pool root slot 0 is empty (no tree in this pool)");
     if (meta_off % 64 != 0 || !pool->InHeap(meta_off, sizeof(Meta)))
       return Status::Corruption(name + ": root slot 0 holds " + HexOffset(meta_off) + ", outside the heap");
     const auto* meta = pool->At<Meta>(meta_off);
-    if (meta->magic != Derived::kMagic)
+    if (meta->magic != Derived::kTraits.magic)
       return Status::Corruption(name + " meta at offset " + HexOffset(meta_off) + ": bad magic (invariant 1)");
     if (!ValidNodeSize(meta->node_size))
       return Status::Corruption(name + " meta at offset " + HexOffset(meta_off) + ": node size " +
@@ -149,7 +155,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     return std::unique_ptr<Base>(std::move(t));
   }
 
-  std::string_view name() const override { return Derived::kName; }
+  std::string_view name() const override { return Derived::kTraits.name; }
   uint32_t capabilities() const override {
     return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill;
   }
@@ -295,7 +301,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     // what is really in use.
     pool_->epochs().DrainAll();
     auto guard = pool_->epochs().Protect();
-    if (meta_->magic != Derived::kMagic || meta_->node_size != node_size_ ||
+    if (meta_->magic != Derived::kTraits.magic || meta_->node_size != node_size_ ||
         meta_->key_kind != static_cast<uint32_t>(Keys::kKind))
       return Corrupt("meta", meta_off_, 1, "magic, node size or key kind wrong");
     if (meta_->delete_log.leaf != 0 || meta_->delete_log.other != 0)
@@ -402,7 +408,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
         node_size_(node_size),
         cap_(Derived::Capacity(node_size)),
         entries_off_(Derived::EntriesOffset(node_size)),
-        entry_mask_((cap_ == 64 ? ~0ull : (1ull << cap_) - 1) << Derived::kEntryBitShift),
+        entry_mask_((cap_ == 64 ? ~0ull : (1ull << cap_) - 1) << Derived::kTraits.entry_bit_shift),
         index_(pool) {}
 
   // Default hooks (a design hides them with its own).
@@ -419,16 +425,16 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     return reinterpret_cast<EntryT*>(reinterpret_cast<char*>(const_cast<LeafT*>(leaf)) + entries_off_ +
                                      sizeof(EntryT) * i);
   }
-  static uint64_t EntryBit(int i) { return 1ull << (i + Derived::kEntryBitShift); }
+  static uint64_t EntryBit(int i) { return 1ull << (i + Derived::kTraits.entry_bit_shift); }
   // The entry index of the lowest set bit of a (non-zero) entry mask.
-  static int EntryOfBit(uint64_t bits) { return __builtin_ctzll(bits) - Derived::kEntryBitShift; }
+  static int EntryOfBit(uint64_t bits) { return __builtin_ctzll(bits) - Derived::kTraits.entry_bit_shift; }
   // Bits of the leaf's valid entries.
   uint64_t EntryMask(const LeafT* leaf) const { return leaf->bitmap & entry_mask_; }
   // Set bitmap bits that are neither entry bits nor the design's flags (invariant 4).
-  uint64_t StrayBits(const LeafT* leaf) const { return leaf->bitmap & ~(entry_mask_ | Derived::kFlagBits); }
+  uint64_t StrayBits(const LeafT* leaf) const { return leaf->bitmap & ~(entry_mask_ | Derived::kTraits.flag_bits); }
 
   Status Corrupt(const char* what, uint64_t off, int inv, const std::string& msg) const {
-    return Status::Corruption(std::string(Derived::kName) + " " + what + " at offset " + HexOffset(off) +
+    return Status::Corruption(std::string(Derived::kTraits.name) + " " + what + " at offset " + HexOffset(off) +
                               ": invariant " + std::to_string(inv) + " violated: " + msg);
   }
 
@@ -457,7 +463,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
 
   Status CheckLeafOff(uint64_t off, const char* what) const {
     if (off % 64 != 0 || !pool_->InHeap(off, node_size_))
-      return Status::Corruption(std::string(Derived::kName) + " " + what + ": leaf offset " + HexOffset(off) +
+      return Status::Corruption(std::string(Derived::kTraits.name) + " " + what + ": leaf offset " + HexOffset(off) +
                                 " outside the heap");
     return Status::Ok();
   }
@@ -481,16 +487,16 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
 
   static Status CheckExtra(const TreeOptions& o) {
     if (!o.extra.empty())
-      return Status::InvalidArgument(std::string(Derived::kName) + ": unknown option '" + o.extra.begin()->first +
-                                     "' (" + Derived::kName + " has no extra options)");
+      return Status::InvalidArgument(std::string(Derived::kTraits.name) + ": unknown option '" + o.extra.begin()->first +
+                                     "' (" + Derived::kTraits.name + " has no extra options)");
     return Status::Ok();
   }
 
   static Status CheckOptions(const TreeOptions& o, uint32_t* node_size) {
     PMTREE_RETURN_IF_ERROR(CheckExtra(o));
-    uint32_t n = o.node_size == 0 ? Derived::kDefaultNodeSize : o.node_size;
+    uint32_t n = o.node_size == 0 ? Derived::kTraits.default_node_size : o.node_size;
     if (!ValidNodeSize(n))
-      return Status::InvalidArgument(std::string(Derived::kName) + ": invalid node size " + std::to_string(n) +
+      return Status::InvalidArgument(std::string(Derived::kTraits.name) + ": invalid node size " + std::to_string(n) +
                                      " (valid: 256, 512, 1024)");
     *node_size = n;
     return Status::Ok();
@@ -710,7 +716,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
       for (uint64_t b = EntryMask(leaf); b != 0; b &= b - 1) {
         uint64_t k = Ent(leaf, EntryOfBit(b))->key;
         Status st = keys_.MarkUsed(k);
-        if (!st.ok()) return st.Annotate(std::string(Derived::kName) + " leaf at offset " + HexOffset(off));
+        if (!st.ok()) return st.Annotate(std::string(Derived::kTraits.name) + " leaf at offset " + HexOffset(off));
         if (!min || keys_.CompareSlots(k, *min) < 0) min = k;
       }
       mins.emplace_back(min ? keys_.Load(*min) : Owned{}, off);

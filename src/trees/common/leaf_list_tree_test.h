@@ -3,8 +3,9 @@
 // Design tests shared by the leaf-list designs (fptree, wbtree; the code
 // they test is trees/common/leaf_list_tree.h), written once as the
 // value-parameterised suite LeafListTreeTest.  A design's test file includes
-// this header, describes itself in a LeafListDesign and instantiates the
-// suite with it:
+// this header, puts its tests in namespace pmtree::leaf_list_test (so the
+// helpers need no using-declarations), describes itself in a LeafListDesign
+// and instantiates the suite with it:
 //
 //   INSTANTIATE_TEST_SUITE_P(FpTree, LeafListTreeTest, testing::Values(kFpDesign),
 //                            LeafListDesignName);

@@ -39,11 +39,9 @@ class FpTree final : public LeafListTree<FpTree<Keys>, Keys, FpLeaf, FpEntry> {
   using Entry = typename LL::Entry;
   using Index = typename LL::Index;
 
-  static constexpr const char* kName = "fptree";
-  static constexpr uint64_t kMagic = kFpMagic;
-  static constexpr uint32_t kDefaultNodeSize = kFpDefaultNodeSize;
-  static constexpr int kEntryBitShift = 0;     // bitmap bit i validates entries[i]
-  static constexpr uint64_t kFlagBits = 0;     // no other bitmap bits
+  // Bitmap bit i validates entries[i]; the bitmap has no other bits.
+  static constexpr LeafListTraits kTraits{"fptree", kFpMagic, kFpDefaultNodeSize, /*entry_bit_shift=*/0,
+                                          /*flag_bits=*/0};
 
   FpTree(Pool* pool, uint64_t meta_off, uint32_t node_size) : LL(pool, meta_off, node_size) {}
 

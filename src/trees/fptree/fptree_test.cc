@@ -21,20 +21,11 @@
 #include "trees/fptree/layout.h"
 
 namespace pmtree {
+namespace leaf_list_test {
 namespace {
 
 using fptree::FpLeaf;
 using fptree::FpMeta;
-using leaf_list_test::CostOf;
-using leaf_list_test::CreateOn;
-using leaf_list_test::ExpectContents;
-using leaf_list_test::Handle;
-using leaf_list_test::LeafListDesign;
-using leaf_list_test::LeafListDesignName;
-using leaf_list_test::LeafListTreeTest;
-using leaf_list_test::Meta;
-using leaf_list_test::PoolFile;
-using leaf_list_test::Reopen;
 
 std::vector<uint64_t> FpLeafKeys(const Pool* p, uint64_t leaf_off) {
   const FpLeaf* leaf = p->At<FpLeaf>(leaf_off);
@@ -111,4 +102,5 @@ TEST(FpTreeTest, RecoveryRedoesSplitFromLog) {
 }
 
 }  // namespace
+}  // namespace leaf_list_test
 }  // namespace pmtree

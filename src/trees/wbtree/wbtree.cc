@@ -37,11 +37,9 @@ class WbTree final : public LeafListTree<WbTree<Keys>, Keys, WbLeaf, WbEntry> {
   using Owned = typename LL::Owned;
   using Entry = typename LL::Entry;
 
-  static constexpr const char* kName = "wbtree";
-  static constexpr uint64_t kMagic = kWbMagic;
-  static constexpr uint32_t kDefaultNodeSize = kWbDefaultNodeSize;
-  static constexpr int kEntryBitShift = 1;           // bit 1+i validates entry i
-  static constexpr uint64_t kFlagBits = kSlotValid;  // bit 0: the slot array is valid
+  // Bitmap bit 1+i validates entry i; bit 0 (kSlotValid) says the slot array is valid.
+  static constexpr LeafListTraits kTraits{"wbtree", kWbMagic, kWbDefaultNodeSize, /*entry_bit_shift=*/1,
+                                          /*flag_bits=*/kSlotValid};
 
   WbTree(Pool* pool, uint64_t meta_off, uint32_t node_size)
       : LL(pool, meta_off, node_size), hdr_(WbHeaderSize(node_size)) {}

@@ -22,20 +22,11 @@
 #include "trees/wbtree/layout.h"
 
 namespace pmtree {
+namespace leaf_list_test {
 namespace {
 
 using wbtree::WbLeaf;
 using wbtree::WbMeta;
-using leaf_list_test::CostOf;
-using leaf_list_test::CreateOn;
-using leaf_list_test::ExpectContents;
-using leaf_list_test::Handle;
-using leaf_list_test::LeafListDesign;
-using leaf_list_test::LeafListDesignName;
-using leaf_list_test::LeafListTreeTest;
-using leaf_list_test::Meta;
-using leaf_list_test::PoolFile;
-using leaf_list_test::Reopen;
 
 const wbtree::WbEntry* EntryOf(const WbLeaf* l, int i) {
   return reinterpret_cast<const wbtree::WbEntry*>(reinterpret_cast<const char*>(l) + 32 + 16 * i);
@@ -150,4 +141,5 @@ TEST(WbTreeTest, RecoveryRedoesSplitFromLog) {
 }
 
 }  // namespace
+}  // namespace leaf_list_test
 }  // namespace pmtree
