@@ -107,7 +107,12 @@ class FpTree final : public LeafListTree<FpTree<Keys>, Keys, FpLeaf, FpEntry> {
     FpEntry en{slot, value};
     pool_->Write(&leaf->entries[i], &en, sizeof(en));
     pool_->Write(&leaf->fingerprints[i], &fp, 1);
+    // Flush the entry and its fingerprint (the fence below makes them durable
+    // before the bitmap bit), so a crash never validates an unwritten slot.
     pool_->Flush(&leaf->entries[i], sizeof(en));
+    // Flush the fingerprint too, so the bitmap bit is never durable while the
+    // fingerprint it validates is not, without relying on both sharing the
+    // header line.
     pool_->Flush(&leaf->fingerprints[i], 1);
     // Persist entry and fingerprint before the bitmap bit that validates them,
     // so a crash never exposes a slot with an unwritten key, value or
