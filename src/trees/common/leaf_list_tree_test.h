@@ -52,6 +52,16 @@ struct LeafListDesign {
   uint64_t bulk_leaves_at_70;  // leaves of an 8000-key bulk load at fill 0.7, 256 B leaves
   // The keys of the valid entries of the leaf at `leaf_off` (U64 keys).
   std::vector<uint64_t> (*leaf_keys)(const Pool*, uint64_t leaf_off);
+  // Budget of a split plus the insert that caused it (U64 keys, 256 B leaves);
+  // the design's doc derives the counts.
+  uint64_t split_flushes;
+  uint64_t split_fences;
+  // Crafts the persistent state of a crash in the middle of splitting the
+  // full first leaf into the allocated leaf `new_leaf`, as the design's split
+  // leaves it just after its split log is persisted and before the old leaf
+  // changes (the new leaf's contents, if the design writes them first, and
+  // the split log).
+  void (*craft_split_crash)(Pool*, uint64_t new_leaf);
 };
 
 inline std::string LeafListDesignName(const testing::TestParamInfo<LeafListDesign>& info) {
@@ -229,6 +239,17 @@ TEST_P(LeafListTreeTest, UpdateCostsOneFlushOneFence) {
   EXPECT_EQ(d.fences, 1u);
 }
 
+TEST_P(LeafListTreeTest, SplitWithInsertCostsTheLoggedBudget) {
+  PoolFile f(design());
+  Handle h = CreateOn(design(), f.path());
+  for (uint64_t k = 1; k <= static_cast<uint64_t>(design().capacity_256); k++)
+    ASSERT_TRUE(*h.tree->Insert(k * 10, k));
+  PersistCounters d = CostOf([&] { ASSERT_TRUE(*h.tree->Insert(5, 5)); });
+  printf("split + insert: %s\n", d.ToString().c_str());
+  EXPECT_EQ(d.flushes, design().split_flushes);
+  EXPECT_EQ(d.fences, design().split_fences);
+}
+
 TEST_P(LeafListTreeTest, CloseAndReopenKeepsEverything) {
   PoolFile f(design());
   std::map<uint64_t, uint64_t> model;
@@ -266,6 +287,26 @@ TEST_P(LeafListTreeTest, CrashMidWorkloadKeepsAcknowledgedOperations) {
     ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
     ExpectContents(h.tree.get(), model);
   }
+}
+
+// Recovery rule R1 of both designs: a crash after the split log is persisted
+// (fptree: before the new leaf is written; wbtree: after it), before the old
+// leaf changed, is finished by redoing the split.
+TEST_P(LeafListTreeTest, RecoveryRedoesSplitFromLog) {
+  PoolFile f(design());
+  Handle h = CreateOn(design(), f.path());
+  std::map<uint64_t, uint64_t> model;
+  for (uint64_t k = 1; k <= static_cast<uint64_t>(design().capacity_256); k++) {
+    ASSERT_TRUE(*h.tree->Insert(k, k));
+    model[k] = k;
+  }
+  uint64_t nl = *h.pool->allocator().Allocate(256);
+  design().craft_split_crash(h.pool.get(), nl);
+  h.Crash();
+  h = Reopen(design(), f.path());
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+  EXPECT_EQ(h.tree->Stats().leaf_nodes, 2u);
+  ExpectContents(h.tree.get(), model);
 }
 
 // The shared delete-log recovery step (fptree's rule R4, wbtree's R3): a

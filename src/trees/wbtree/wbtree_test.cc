@@ -39,8 +39,38 @@ std::vector<uint64_t> WbLeafKeys(const Pool* p, uint64_t leaf_off) {
   return keys;
 }
 
-const LeafListDesign kWbDesign{"wbtree",  &CreateWbTree, &RecoverWbTree, &CreateWbTreeBytes, &RecoverWbTreeBytes,
-                               /*capacity_256=*/14, /*bulk_leaves_at_70=*/889, &WbLeafKeys};
+// wB+-Tree persists the complete new leaf before its split redo log.
+void WbCraftSplitCrash(Pool* pool, uint64_t new_leaf) {
+  WbMeta* m = Meta(pool);
+  const WbLeaf* leaf = pool->At<WbLeaf>(m->head);
+  auto* n = pool->At<WbLeaf>(new_leaf);
+  // The new leaf as SplitLeaf writes it: keys 8..14 packed, identity slot array.
+  for (int j = 0; j < 7; j++)
+    pool->Write(const_cast<wbtree::WbEntry*>(EntryOf(n, j)), EntryOf(leaf, leaf->slot[8 + j]), 16);
+  uint8_t hdr[32] = {};
+  uint64_t bm = (((1ull << 7) - 1) << 1) | 1, next = leaf->next;
+  memcpy(hdr, &bm, 8);
+  memcpy(hdr + 8, &next, 8);
+  hdr[16] = 7;
+  for (int j = 0; j < 7; j++) hdr[17 + j] = static_cast<uint8_t>(j);
+  pool->Write(n, hdr, 32);
+  pool->Persist(n, 256);
+  pool->Store64(&m->split_log[5].leaf, m->head);
+  pool->Store64(&m->split_log[5].other, new_leaf);
+  pool->Persist(&m->split_log[5], 16);
+}
+
+const LeafListDesign kWbDesign{"wbtree",
+                               &CreateWbTree,
+                               &RecoverWbTree,
+                               &CreateWbTreeBytes,
+                               &RecoverWbTreeBytes,
+                               /*capacity_256=*/14,
+                               /*bulk_leaves_at_70=*/889,
+                               &WbLeafKeys,
+                               /*split_flushes=*/10,
+                               /*split_fences=*/7,
+                               &WbCraftSplitCrash};
 
 INSTANTIATE_TEST_SUITE_P(WbTree, LeafListTreeTest, testing::Values(kWbDesign), LeafListDesignName);
 
@@ -91,53 +121,6 @@ TEST(WbTreeTest, InsertAfterDeleteCostsThreeFlushesTwoFences) {
   EXPECT_EQ(d.flushes, 3u);
   EXPECT_EQ(d.fences, 2u);
   ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-}
-
-// A leaf split with its log, then the insert that caused it (U64 keys, 256 B
-// leaves); docs/trees/wbtree.md derives the count.
-TEST(WbTreeTest, SplitWithInsertCostsTheLoggedBudget) {
-  PoolFile f(kWbDesign);
-  Handle h = CreateOn(kWbDesign, f.path());
-  for (uint64_t k = 1; k <= 14; k++) ASSERT_TRUE(*h.tree->Insert(k * 10, k));
-  PersistCounters d = CostOf([&] { ASSERT_TRUE(*h.tree->Insert(5, 5)); });
-  printf("split + insert: %s\n", d.ToString().c_str());
-  EXPECT_EQ(d.flushes, 10u);
-  EXPECT_EQ(d.fences, 7u);
-}
-
-// Recovery rule R1: a crash after the new leaf and the split log are
-// persisted, before the old leaf changed, is finished by redoing the split.
-TEST(WbTreeTest, RecoveryRedoesSplitFromLog) {
-  PoolFile f(kWbDesign);
-  Handle h = CreateOn(kWbDesign, f.path());
-  std::map<uint64_t, uint64_t> model;
-  for (uint64_t k = 1; k <= 14; k++) {
-    ASSERT_TRUE(*h.tree->Insert(k, k));
-    model[k] = k;
-  }
-  WbMeta* m = Meta(h.pool.get());
-  WbLeaf* leaf = h.pool->At<WbLeaf>(m->head);
-  uint64_t nl = *h.pool->allocator().Allocate(256);
-  auto* n = h.pool->At<WbLeaf>(nl);
-  // The new leaf as SplitLeaf writes it: keys 8..14 packed, identity slot array.
-  for (int j = 0; j < 7; j++)
-    h.pool->Write(const_cast<wbtree::WbEntry*>(EntryOf(n, j)), EntryOf(leaf, leaf->slot[8 + j]), 16);
-  uint8_t hdr[32] = {};
-  uint64_t bm = (((1ull << 7) - 1) << 1) | 1, next = leaf->next;
-  memcpy(hdr, &bm, 8);
-  memcpy(hdr + 8, &next, 8);
-  hdr[16] = 7;
-  for (int j = 0; j < 7; j++) hdr[17 + j] = static_cast<uint8_t>(j);
-  h.pool->Write(n, hdr, 32);
-  h.pool->Persist(n, 256);
-  h.pool->Store64(&m->split_log[5].leaf, m->head);
-  h.pool->Store64(&m->split_log[5].other, nl);
-  h.pool->Persist(&m->split_log[5], 16);
-  h.Crash();
-  h = Reopen(kWbDesign, f.path());
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  EXPECT_EQ(h.tree->Stats().leaf_nodes, 2u);
-  ExpectContents(h.tree.get(), model);
 }
 
 }  // namespace
