@@ -22,7 +22,8 @@
 // supplies what differs: its leaf format (how a key is found, inserted and
 // cleared, how a leaf is scanned in key order), its split and the split log's
 // replay, its bulk-load leaf image and its invariant 5.  Hooks it must define
-// (called through the derived type, no virtual dispatch):
+// (called through the derived type, no virtual dispatch; they may be private
+// when the design befriends its base, as FpTree and WbTree do):
 //
 //   static constexpr LeafListTraits kTraits;     name, magic, default node size, bitmap layout
 //   static int Capacity(uint32_t node_size);     entries per leaf
