@@ -115,7 +115,8 @@ struct Ticket {
 };
 
 struct SiteReport {
-  std::string name;
+  std::string name;       // "src/trees/x/x.cc:123:7"
+  std::string function;   // "pmtree::x::XTree<K>::Insert": match by this, line numbers move
   std::string kind;       // "flush" or "fence"
   uint64_t reached = 0;   // executions in all traced runs
   bool covered = false;   // a checked crash point depended on it

@@ -172,7 +172,7 @@ int Run(const CrashArgs& a) {
 
   std::vector<std::string> uncovered;
   for (const auto& site : rep.sites)
-    if (!site.covered) uncovered.push_back(site.name + "@" + site.kind);
+    if (!site.covered) uncovered.push_back(site.name + "@" + site.kind + " (" + site.function + ")");
   if (a.json) {
     nlohmann::json j;
     j["tree"] = rep.tree;
@@ -196,6 +196,10 @@ int Run(const CrashArgs& a) {
     j["sites_covered"] = rep.sites_covered;
     j["sites_total"] = rep.sites_total;
     j["uncovered_sites"] = uncovered;
+    j["sites"] = nlohmann::json::array();
+    for (const auto& site : rep.sites)
+      j["sites"].push_back({{"site", site.name}, {"function", site.function}, {"kind", site.kind},
+                            {"reached", site.reached}, {"covered", site.covered}});
     j["exhaustive_fraction"] = rep.exhaustive_fraction;
     j["tickets"] = nlohmann::json::array();
     for (const auto& t : rep.tickets) j["tickets"].push_back(TicketJson(t));
