@@ -44,6 +44,7 @@ std::string OpString(const Op& op) {
     case OpKind::kUpdate: return "update(" + std::to_string(op.key) + ")";
     case OpKind::kUpsert: return "upsert(" + std::to_string(op.key) + ")";
     case OpKind::kRemove: return "remove(" + std::to_string(op.key) + ")";
+    case OpKind::kReopen: return "reopen";
   }
   return "?";
 }
@@ -238,7 +239,7 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
   return out;
 }
 
-std::vector<Op> Alphabet(const PreState& p) {
+std::vector<Op> Alphabet(const PreState& p, bool reopen) {
   Model m;
   for (const Op& op : p.ops) ApplyEffect(&m, EffectOf(m, op));
   const uint64_t max = m.empty() ? 10 : m.rbegin()->first;
@@ -254,6 +255,9 @@ std::vector<Op> Alphabet(const PreState& p) {
   std::vector<Op> ops = {Insert(a, ValueFor(a, 1)), Insert(b, ValueFor(b, 1)), Remove(c),
                          Op{OpKind::kUpsert, c, ValueFor(c, 2)}, Remove(a)};
   if (low < min && !m.count(low)) ops.push_back(Insert(low, ValueFor(low, 1)));
+  // Close and reopen: the clean-shutdown writes and instant restart, and the
+  // operations after it run on the restarted tree.
+  if (reopen) ops.push_back(Op{OpKind::kReopen, 0, 0});
   return ops;
 }
 
@@ -297,7 +301,7 @@ Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& f, const Explore
   // cuts the deepest sequences, not whole pre-states.
   for (uint32_t d = 1; d <= depth; d++) {
     for (const PreState& p : pres) {
-      auto alpha = Alphabet(p);
+      auto alpha = Alphabet(p, o.reopen);
       size_t count = 1;
       for (uint32_t i = 0; i < d; i++) count *= alpha.size();
       for (size_t code = 0; code < count; code++) {
@@ -402,6 +406,7 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
   c += " --seed " + std::to_string(o.seed);
   if (o.workload == Workload::kRandom) c += " --ops " + std::to_string(o.ops);
   if (o.workload == Workload::kSmall && o.depth != 3) c += " --depth " + std::to_string(o.depth);
+  if (o.workload == Workload::kSmall && o.reopen) c += " --reopen";
   if (o.tree_options.node_size != 0) c += " --node-size " + std::to_string(o.tree_options.node_size);
   for (const auto& [k, v] : o.tree_options.extra) c += " --tree-option " + k + "=" + v;
   if (o.max_images != 4096) c += " --max-images " + std::to_string(o.max_images);
@@ -477,13 +482,14 @@ class Worker {
     po.backend_factory = TracingFactory(&run->log, &tb);
     po.counting = false;
     po.use_env = false;
-    auto pool = Pool::CreateAnonymous(o_.pool_size, f_.name, 0, po, /*read_only_view=*/true);
-    if (!pool.ok()) {
-      run->failure = "cannot create the traced pool: " + pool.status().ToString();
+    auto created = Pool::CreateAnonymous(o_.pool_size, f_.name, 0, po, /*read_only_view=*/true);
+    if (!created.ok()) {
+      run->failure = "cannot create the traced pool: " + created.status().ToString();
       return;
     }
-    g_view.store((*pool)->base());
-    g_view_size.store((*pool)->size());
+    std::unique_ptr<Pool> pool = std::move(*created);
+    g_view.store(pool->base());
+    g_view_size.store(pool->size());
     Model m;
     std::unique_ptr<Tree> tree;
     for (size_t i = 0; i < sc.ops.size(); i++) {
@@ -495,7 +501,7 @@ class Worker {
       Result<bool> r = false;
       switch (op.kind) {
         case OpKind::kCreate: {
-          auto t = f_.create(pool->get(), o_.tree_options);
+          auto t = f_.create(pool.get(), o_.tree_options);
           if (!t.ok()) {
             run->failure = "create failed: " + t.status().ToString();
           } else {
@@ -508,6 +514,41 @@ class Worker {
         case OpKind::kUpdate: r = tree->Update(op.key, op.value); break;
         case OpKind::kUpsert: r = tree->Upsert(op.key, op.value); break;
         case OpKind::kRemove: r = tree->Remove(op.key); break;
+        case OpKind::kReopen: {
+          // A clean shutdown and the next session's open, traced as one
+          // operation: Close writes what instant restart needs, the new pool
+          // object opens the same bytes and the tree recovers from them.
+          // Pool::Close releases the memfd: keep a descriptor of the bytes.
+          const int fd = dup(pool->memfd());
+          if (fd < 0) {
+            run->failure = "dup of the traced pool's memfd failed";
+            break;
+          }
+          Status cs = tree->Close();
+          tree.reset();
+          if (!cs.ok()) {
+            close(fd);
+            run->failure = "close failed: " + cs.ToString();
+            break;
+          }
+          auto reopened = Pool::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
+          close(fd);  // OpenAnonymous duplicated it
+          if (!reopened.ok()) {
+            run->failure = "reopening the closed pool failed: " + reopened.status().ToString();
+            break;
+          }
+          pool = std::move(*reopened);  // tb now names the new pool's backend
+          g_view.store(pool->base());
+          g_view_size.store(pool->size());
+          auto t = f_.recover(pool.get(), o_.tree_options);
+          if (!t.ok()) {
+            run->failure = "recovery after a clean close failed: " + t.status().ToString();
+          } else {
+            tree = std::move(*t);
+            r = true;
+          }
+          break;
+        }
       }
       tb->EndOp(i);
       if (run->failure.empty() && !r.ok()) run->failure = OpString(op) + " failed: " + r.status().ToString();
@@ -521,7 +562,7 @@ class Worker {
       ApplyEffect(&m, e);
     }
     tree.reset();  // a crash: no Close()
-    pool->reset();
+    pool.reset();
     g_view.store(nullptr);
   }
 
