@@ -121,7 +121,8 @@ TEST(CrashNegativeControlTest, EachFastFairOrigFlawIsFound) {
 // line, and counted: a path that stops being reached makes its sites
 // invisible (a tracer sees only executed sites), so the count catches that
 // too.  The sites the explorer's operations cannot reach are listed with the
-// reason (docs/trees/lbtree.md, "Crash explorer coverage").
+// reason (docs/trees/lbtree.md, "Crash explorer coverage"); Close and
+// instant restart are reached with the "reopen" letter (depth 1, 256 B).
 TEST(LbTreeCrashCoverageTest, SmallWorkloadCoversEveryLeafWritePathAt256And512Bytes) {
   const TreeFactory* f = FindTree("lbtree");
   if (f == nullptr) GTEST_SKIP() << "lbtree is not registered in this build";
@@ -138,10 +139,10 @@ TEST(LbTreeCrashCoverageTest, SmallWorkloadCoversEveryLeafWritePathAt256And512By
       {"::Remove", 2, 2},          // delete: the bitmap word
       {"::RecordHints", 4, 4},     // hint array and its switch, after the leaf count doubles
   };
-  // Not reachable by insert/update/upsert/remove sequences on a crashed tree:
-  // bulk load (no such operation in the explorer), Close and the instant
-  // restart it enables (the explorer never closes), and the stale-lock clear
-  // of recovery (this code never sets the PM lock bit; deviation 1).
+  // Not reachable by insert/update/upsert/remove sequences: bulk load (no
+  // such operation in the explorer) and the stale-lock clear of recovery
+  // (this code never sets the PM lock bit; deviation 1).  Close and the
+  // instant restart it enables need the "reopen" letter, checked below.
   const char* kUnreachable[] = {"::BulkLoad", "::WriteRestartImage", "::Close", "::TryInstantRestart",
                                 "::ScanSegment"};
   auto ends_with = [](const std::string& s, const std::string& suffix) {
@@ -173,6 +174,30 @@ TEST(LbTreeCrashCoverageTest, SmallWorkloadCoversEveryLeafWritePathAt256And512By
       EXPECT_EQ(covered[p.function], node_size == 256 ? p.sites_256 : p.sites_multi)
           << "covered flush/fence sites in " << p.function;
   }
+  // Close and reopen (clean shutdown, instant restart), one operation after
+  // each pre-state: the restart image and its pointer (2 persists), and the
+  // restart consuming the image (1 persist).
+  SCOPED_TRACE("reopen, node size 256, PMTREE_SEED=" + std::to_string(Seed()));
+  ExploreOptions o;
+  o.depth = 1;
+  o.reopen = true;
+  o.seed = Seed();
+  o.max_tickets = 5;
+  o.tree_options.node_size = 256;
+  auto r = Explore(*f, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Print(*r);
+  EXPECT_EQ(r->violations, 0u);
+  std::map<std::string, size_t> covered;
+  for (const SiteReport& s : r->sites) {
+    if (s.name.find("src/trees/lbtree/") != 0) continue;
+    EXPECT_TRUE(s.covered || ends_with(s.function, "::BulkLoad") || ends_with(s.function, "::ScanSegment"))
+        << s.name << "@" << s.kind << " (" << s.function << ") is not covered";
+    for (const char* fn : {"::WriteRestartImage", "::TryInstantRestart"})
+      if (s.covered && ends_with(s.function, fn)) covered[fn]++;
+  }
+  EXPECT_EQ(covered["::WriteRestartImage"], 4u);
+  EXPECT_EQ(covered["::TryInstantRestart"], 2u);
 }
 
 }  // namespace
