@@ -26,6 +26,10 @@ std::string SiteTable::FunctionOf(const Site& site) {
   // GCC/Clang spell it "void ns::Class<K>::Fn(args) [with K = ...]": keep the
   // qualified name between the return type and the parameter list.
   std::string f = site.function_name();
+  // Clang names anonymous namespaces "(anonymous namespace)"; use GCC's
+  // spelling so the parenthesis is not taken for the parameter list.
+  for (size_t at; (at = f.find("(anonymous namespace)")) != std::string::npos;)
+    f.replace(at, 21, "{anonymous}");
   int depth = 0;
   size_t open = std::string::npos;
   for (size_t i = 0; i < f.size(); i++) {
