@@ -17,6 +17,7 @@ Effect EffectOf(const Model& m, const Op& op) {
   const bool present = it != m.end();
   switch (op.kind) {
     case OpKind::kCreate:
+    case OpKind::kReopen:
       e.expected = true;
       break;
     case OpKind::kInsert:

@@ -15,9 +15,30 @@
 #include "crash/kill.h"
 #include "crash/shadow.h"
 #include "crash/test_trees.h"
+#include "crash/trace.h"
 
 namespace pmtree::crash {
 namespace {
+
+template <class T>
+struct SiteHolder {
+  static Site Here(std::vector<int>, T) { return Site::current(); }
+};
+
+// Coverage tests match sites by function (SiteReport::function), so the name
+// must be the qualified function without return type, parameters or template
+// arguments, whatever the compiler puts around it.
+TEST(SiteTableTest, FunctionNameIsQualifiedWithoutReturnTypeOrParameters) {
+  const std::string f = SiteTable::FunctionOf(SiteHolder<std::pair<int, long>>::Here({}, {}));
+  EXPECT_NE(f.find("SiteHolder<"), std::string::npos) << f;
+  EXPECT_TRUE(f.size() >= 6 && f.compare(f.size() - 6, 6, "::Here") == 0) << f;
+  EXPECT_EQ(f.find('('), std::string::npos) << f;
+  EXPECT_EQ(f.find(' '), std::string::npos) << f;
+  TraceLog log;
+  const uint32_t id = log.sites.Intern(SiteHolder<int>::Here({}, 0));
+  EXPECT_TRUE(log.sites.Function(id).ends_with("::Here"));
+  EXPECT_EQ(log.sites.Function(log.sites.InternName("by-name-only")), "");
+}
 
 using testing::CowArrayFactory;
 using testing::CowArrayMode;

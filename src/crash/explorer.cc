@@ -44,6 +44,7 @@ std::string OpString(const Op& op) {
     case OpKind::kUpdate: return "update(" + std::to_string(op.key) + ")";
     case OpKind::kUpsert: return "upsert(" + std::to_string(op.key) + ")";
     case OpKind::kRemove: return "remove(" + std::to_string(op.key) + ")";
+    case OpKind::kReopen: return "reopen";
   }
   return "?";
 }
@@ -125,7 +126,11 @@ uint64_t ValueFor(uint64_t key, uint64_t version) { return key * 1000 + version;
 
 // Pre-states found by watching Stats() while a probe tree grows: the
 // moments just before its first leaf split, a non-root leaf split, a new
-// level, a merge; plus an empty tree and a churned one.
+// level, a merge, and the first change of each design counter of
+// Stats().extra (LB+-Tree's first entry move, its first hint record, ...);
+// the moment before the second split of the first leaf when keys arrive in
+// descending order (a node that splits again after a split); plus an empty
+// tree and a churned one.
 Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreOptions& o) {
   std::vector<PreState> out;
   out.push_back({"empty", {}});
@@ -133,15 +138,30 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
   const uint64_t kMax = 3000;
   std::vector<TreeStats> st(1, p.tree->Stats());
   uint64_t s1 = 0, s2 = 0, s3 = 0;
+  // Design counters: name -> the first insert that changed it.
+  std::vector<std::pair<std::string, uint64_t>> first_change;
+  std::set<std::string> seen_counters;
   for (uint64_t n = 1; n <= kMax; n++) {
     auto r = p.tree->Insert(10 * n, ValueFor(10 * n, 0));
     if (!r.ok()) break;  // out of space: enough
     st.push_back(p.tree->Stats());
     const TreeStats& a = st[n - 1];
     const TreeStats& b = st[n];
-    if (s1 == 0 && (b.leaf_nodes > 1 || b.height > 1)) s1 = n;
+    // The one-key tree is the base: some trees count a DRAM root above their
+    // single leaf as a level (LB+-Tree: height 2 from the start).
+    if (n >= 2 && s1 == 0 && (b.leaf_nodes > st[1].leaf_nodes || b.height > st[1].height)) s1 = n;
     else if (s1 != 0 && s2 == 0 && b.leaf_nodes > a.leaf_nodes) s2 = n;
     if (s3 == 0 && b.height >= 3 && a.height < 3) s3 = n;
+    for (const auto& [name, value] : b.extra) {
+      if (seen_counters.count(name)) continue;
+      double before = 0;
+      for (const auto& [an, av] : a.extra)
+        if (an == name) before = av;
+      if (value != before) {
+        seen_counters.insert(name);
+        first_change.emplace_back(name, n);
+      }
+    }
     if (s3 != 0 && s2 != 0) break;
   }
   auto inserts = [](uint64_t n) {
@@ -154,10 +174,24 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
     for (uint64_t n : {1, 16, 64}) out.push_back({std::to_string(n) + "-keys", inserts(n)});
     return out;
   }
-  if (s1 >= 3) out.push_back({"root-leaf-one-short", inserts(s1 - 2)});
-  out.push_back({"root-leaf-full", inserts(s1 - 1)});
-  if (s2 != 0) out.push_back({"leaf-full", inserts(s2 - 1)});
-  if (s3 != 0) out.push_back({"inner-full", inserts(s3 - 1)});
+  std::set<uint64_t> sizes{0};  // insert-only pre-states already present, by key count
+  auto add_inserts = [&](const std::string& name, uint64_t n) {
+    if (sizes.insert(n).second) out.push_back({name, inserts(n)});
+  };
+  if (s1 >= 3) add_inserts("root-leaf-one-short", s1 - 2);
+  add_inserts("root-leaf-full", s1 - 1);
+  if (s2 != 0) add_inserts("leaf-full", s2 - 1);
+  if (s3 != 0) add_inserts("inner-full", s3 - 1);
+  // A counter that first changes at the n-th insert names a path the
+  // workload's operations reach from the state before it (the first change
+  // at insert 1 is the empty pre-state).  At most 8, in order of appearance.
+  size_t counters = 0;
+  for (const auto& [name, n] : first_change) {
+    if (n < 2 || counters >= 8) continue;
+    if (sizes.count(n - 1)) continue;
+    add_inserts("before-first-" + name, n - 1);
+    counters++;
+  }
   // Merge threshold: from the first two-leaf state, remove the smallest keys
   // until the leaf count drops.
   {
@@ -175,6 +209,25 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
       }
     }
   }
+  // Descending keys: every insert lands in the first leaf, every split keeps
+  // the new key in the old (left) node, and the second split splits a node
+  // that has split before (LB+-Tree flips its alt bit back).  The state just
+  // before that second split.
+  {
+    PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
+    const uint64_t top = 10 * (kMax + 1);
+    const uint64_t leaves0 = q.tree->Stats().leaf_nodes;
+    std::vector<Op> pre;
+    int splits = 0;
+    for (uint64_t i = 0; i < kMax && splits < 2; i++) {
+      const Op op = Insert(top - 10 * i, ValueFor(top - 10 * i, 0));
+      if (!q.tree->Insert(op.key, op.value).ok()) break;
+      const uint64_t leaves = q.tree->Stats().leaf_nodes;
+      if (leaves > leaves0 + static_cast<uint64_t>(splits)) splits++;
+      if (splits == 2) out.push_back({"descending-leaf-full", pre});
+      pre.push_back(op);
+    }
+  }
   // Churn: a full-ish tree with every other key of its first half removed
   // (dead slots, reusable entries, rings that wrap).
   {
@@ -186,7 +239,7 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
   return out;
 }
 
-std::vector<Op> Alphabet(const PreState& p) {
+std::vector<Op> Alphabet(const PreState& p, bool reopen) {
   Model m;
   for (const Op& op : p.ops) ApplyEffect(&m, EffectOf(m, op));
   const uint64_t max = m.empty() ? 10 : m.rbegin()->first;
@@ -202,6 +255,9 @@ std::vector<Op> Alphabet(const PreState& p) {
   std::vector<Op> ops = {Insert(a, ValueFor(a, 1)), Insert(b, ValueFor(b, 1)), Remove(c),
                          Op{OpKind::kUpsert, c, ValueFor(c, 2)}, Remove(a)};
   if (low < min && !m.count(low)) ops.push_back(Insert(low, ValueFor(low, 1)));
+  // Close and reopen: the clean-shutdown writes and instant restart, and the
+  // operations after it run on the restarted tree.
+  if (reopen) ops.push_back(Op{OpKind::kReopen, 0, 0});
   return ops;
 }
 
@@ -245,7 +301,7 @@ Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& f, const Explore
   // cuts the deepest sequences, not whole pre-states.
   for (uint32_t d = 1; d <= depth; d++) {
     for (const PreState& p : pres) {
-      auto alpha = Alphabet(p);
+      auto alpha = Alphabet(p, o.reopen);
       size_t count = 1;
       for (uint32_t i = 0; i < d; i++) count *= alpha.size();
       for (size_t code = 0; code < count; code++) {
@@ -350,6 +406,7 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
   c += " --seed " + std::to_string(o.seed);
   if (o.workload == Workload::kRandom) c += " --ops " + std::to_string(o.ops);
   if (o.workload == Workload::kSmall && o.depth != 3) c += " --depth " + std::to_string(o.depth);
+  if (o.workload == Workload::kSmall && o.reopen) c += " --reopen";
   if (o.tree_options.node_size != 0) c += " --node-size " + std::to_string(o.tree_options.node_size);
   for (const auto& [k, v] : o.tree_options.extra) c += " --tree-option " + k + "=" + v;
   if (o.max_images != 4096) c += " --max-images " + std::to_string(o.max_images);
@@ -425,13 +482,14 @@ class Worker {
     po.backend_factory = TracingFactory(&run->log, &tb);
     po.counting = false;
     po.use_env = false;
-    auto pool = Pool::CreateAnonymous(o_.pool_size, f_.name, 0, po, /*read_only_view=*/true);
-    if (!pool.ok()) {
-      run->failure = "cannot create the traced pool: " + pool.status().ToString();
+    auto created = Pool::CreateAnonymous(o_.pool_size, f_.name, 0, po, /*read_only_view=*/true);
+    if (!created.ok()) {
+      run->failure = "cannot create the traced pool: " + created.status().ToString();
       return;
     }
-    g_view.store((*pool)->base());
-    g_view_size.store((*pool)->size());
+    std::unique_ptr<Pool> pool = std::move(*created);
+    g_view.store(pool->base());
+    g_view_size.store(pool->size());
     Model m;
     std::unique_ptr<Tree> tree;
     for (size_t i = 0; i < sc.ops.size(); i++) {
@@ -443,7 +501,7 @@ class Worker {
       Result<bool> r = false;
       switch (op.kind) {
         case OpKind::kCreate: {
-          auto t = f_.create(pool->get(), o_.tree_options);
+          auto t = f_.create(pool.get(), o_.tree_options);
           if (!t.ok()) {
             run->failure = "create failed: " + t.status().ToString();
           } else {
@@ -456,6 +514,41 @@ class Worker {
         case OpKind::kUpdate: r = tree->Update(op.key, op.value); break;
         case OpKind::kUpsert: r = tree->Upsert(op.key, op.value); break;
         case OpKind::kRemove: r = tree->Remove(op.key); break;
+        case OpKind::kReopen: {
+          // A clean shutdown and the next session's open, traced as one
+          // operation: Close writes what instant restart needs, the new pool
+          // object opens the same bytes and the tree recovers from them.
+          // Pool::Close releases the memfd: keep a descriptor of the bytes.
+          const int fd = dup(pool->memfd());
+          if (fd < 0) {
+            run->failure = "dup of the traced pool's memfd failed";
+            break;
+          }
+          Status cs = tree->Close();
+          tree.reset();
+          if (!cs.ok()) {
+            close(fd);
+            run->failure = "close failed: " + cs.ToString();
+            break;
+          }
+          auto reopened = Pool::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
+          close(fd);  // OpenAnonymous duplicated it
+          if (!reopened.ok()) {
+            run->failure = "reopening the closed pool failed: " + reopened.status().ToString();
+            break;
+          }
+          pool = std::move(*reopened);  // tb now names the new pool's backend
+          g_view.store(pool->base());
+          g_view_size.store(pool->size());
+          auto t = f_.recover(pool.get(), o_.tree_options);
+          if (!t.ok()) {
+            run->failure = "recovery after a clean close failed: " + t.status().ToString();
+          } else {
+            tree = std::move(*t);
+            r = true;
+          }
+          break;
+        }
       }
       tb->EndOp(i);
       if (run->failure.empty() && !r.ok()) run->failure = OpString(op) + " failed: " + r.status().ToString();
@@ -469,7 +562,7 @@ class Worker {
       ApplyEffect(&m, e);
     }
     tree.reset();  // a crash: no Close()
-    pool->reset();
+    pool.reset();
     g_view.store(nullptr);
   }
 
@@ -777,7 +870,10 @@ class Worker {
     }
     // Coverage and lints of this scenario, for the parent to sum.
     json sites = json::array();
-    for (const auto& [key, val] : cov) sites.push_back({key.first, key.second, val.first, val.second});
+    std::map<std::string, std::string> function_of;
+    for (uint32_t i = 0; i < log.sites.size(); i++) function_of[log.sites.Name(i)] = log.sites.Function(i);
+    for (const auto& [key, val] : cov)
+      sites.push_back({key.first, key.second, val.first, val.second, function_of[key.first]});
     json lints = json::array();
     auto add = [&](const char* kind, const std::map<uint32_t, uint64_t>& m) {
       for (const auto& [site, n] : m) lints.push_back({kind, log.sites.Name(site), n});
@@ -993,6 +1089,7 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
         auto& r = sites[{s[0].get<std::string>(), s[1].get<std::string>()}];
         r.name = s[0].get<std::string>();
         r.kind = s[1].get<std::string>();
+        if (s.size() > 4 && r.function.empty()) r.function = s[4].get<std::string>();
         r.reached += s[2].get<uint64_t>();
         r.covered = r.covered || s[3].get<bool>();
       }

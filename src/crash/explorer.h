@@ -44,7 +44,10 @@
 
 namespace pmtree::crash {
 
-enum class OpKind : uint8_t { kCreate, kInsert, kUpdate, kUpsert, kRemove };
+// kReopen: Close() the tree (a clean shutdown), open the pool again and
+// recover (instant restart where the tree supports it); the contents do not
+// change.
+enum class OpKind : uint8_t { kCreate, kInsert, kUpdate, kUpsert, kRemove, kReopen };
 
 struct Op {
   OpKind kind = OpKind::kInsert;
@@ -79,6 +82,7 @@ struct ExploreOptions {
   uint64_t seed = 1;
   uint64_t ops = 1000;           // random workload: operations
   uint32_t depth = 3;            // small workload: operations per sequence (1..3)
+  bool reopen = false;           // small workload: "close and reopen" joins the alphabet
   uint64_t max_images = 4096;    // exhaustive bound per crash point
   uint64_t samples = 512;        // random images added above the bound
   double budget_seconds = 0;     // 0: no limit
@@ -115,7 +119,8 @@ struct Ticket {
 };
 
 struct SiteReport {
-  std::string name;
+  std::string name;       // "src/trees/x/x.cc:123:7"
+  std::string function;   // "pmtree::x::XTree<K>::Insert": match by this, line numbers move
   std::string kind;       // "flush" or "fence"
   uint64_t reached = 0;   // executions in all traced runs
   bool covered = false;   // a checked crash point depended on it

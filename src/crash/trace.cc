@@ -22,11 +22,41 @@ std::string SiteTable::NameOf(const Site& site) {
   return file + ":" + std::to_string(site.line()) + ":" + std::to_string(site.column());
 }
 
+std::string SiteTable::FunctionOf(const Site& site) {
+  // GCC/Clang spell it "void ns::Class<K>::Fn(args) [with K = ...]": keep the
+  // qualified name between the return type and the parameter list.
+  std::string f = site.function_name();
+  // Clang names anonymous namespaces "(anonymous namespace)"; use GCC's
+  // spelling so the parenthesis is not taken for the parameter list.
+  for (size_t at; (at = f.find("(anonymous namespace)")) != std::string::npos;)
+    f.replace(at, 21, "{anonymous}");
+  int depth = 0;
+  size_t open = std::string::npos;
+  for (size_t i = 0; i < f.size(); i++) {
+    if (f[i] == '<') depth++;
+    else if (f[i] == '>') depth--;
+    else if (f[i] == '(' && depth == 0) {
+      open = i;
+      break;
+    }
+  }
+  if (open != std::string::npos) f.resize(open);
+  depth = 0;
+  for (size_t i = f.size(); i > 0; i--) {
+    const char c = f[i - 1];
+    if (c == '>') depth++;
+    else if (c == '<') depth--;
+    else if (c == ' ' && depth == 0) return f.substr(i);
+  }
+  return f;
+}
+
 uint32_t SiteTable::InternName(const std::string& name) {
   auto it = by_name_.find(name);
   if (it != by_name_.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(names_.size());
   names_.push_back(name);
+  functions_.emplace_back();
   by_name_.emplace(name, id);
   return id;
 }
@@ -36,6 +66,7 @@ uint32_t SiteTable::Intern(const Site& site) {
   auto it = by_site_.find(key);
   if (it != by_site_.end()) return it->second;
   uint32_t id = InternName(NameOf(site));
+  if (functions_[id].empty()) functions_[id] = FunctionOf(site);
   by_site_.emplace(key, id);
   return id;
 }

@@ -43,9 +43,15 @@ class SiteTable {
   uint32_t Intern(const Site& site);
   uint32_t InternName(const std::string& name);
   const std::string& Name(uint32_t id) const { return names_[id]; }
+  // The function the site is in, qualified, without return type and
+  // parameters ("pmtree::lbtree::LbTree<K>::LeafInsert"); "" for a site
+  // interned by name only.  Tests match coverage by function, not by line.
+  const std::string& Function(uint32_t id) const { return functions_[id]; }
   size_t size() const { return names_.size(); }
   // The shortened name of a site (what Name() returns for it).
   static std::string NameOf(const Site& site);
+  // The shortened function name of a site (what Function() returns for it).
+  static std::string FunctionOf(const Site& site);
 
  private:
   struct Key {
@@ -62,6 +68,7 @@ class SiteTable {
   std::unordered_map<Key, uint32_t, KeyHash> by_site_;
   std::unordered_map<std::string, uint32_t> by_name_;
   std::vector<std::string> names_;
+  std::vector<std::string> functions_;
 };
 
 enum class EventKind : uint8_t {

@@ -36,6 +36,7 @@ struct CrashArgs {
   uint64_t kill = 0;
   bool json = false;
   uint32_t depth = 3;
+  bool reopen = false;
   uint32_t node_size = 0;
   std::vector<std::string> tree_options;
   uint64_t max_images = 4096;
@@ -123,6 +124,7 @@ int Run(const CrashArgs& a) {
   o.ops = a.ops;
   o.seed = a.seed;
   o.depth = a.depth;
+  o.reopen = a.reopen;
   o.budget_seconds = a.budget_seconds;
   o.max_images = a.max_images;
   o.samples = a.samples;
@@ -172,7 +174,7 @@ int Run(const CrashArgs& a) {
 
   std::vector<std::string> uncovered;
   for (const auto& site : rep.sites)
-    if (!site.covered) uncovered.push_back(site.name + "@" + site.kind);
+    if (!site.covered) uncovered.push_back(site.name + "@" + site.kind + " (" + site.function + ")");
   if (a.json) {
     nlohmann::json j;
     j["tree"] = rep.tree;
@@ -196,6 +198,10 @@ int Run(const CrashArgs& a) {
     j["sites_covered"] = rep.sites_covered;
     j["sites_total"] = rep.sites_total;
     j["uncovered_sites"] = uncovered;
+    j["sites"] = nlohmann::json::array();
+    for (const auto& site : rep.sites)
+      j["sites"].push_back({{"site", site.name}, {"function", site.function}, {"kind", site.kind},
+                            {"reached", site.reached}, {"covered", site.covered}});
     j["exhaustive_fraction"] = rep.exhaustive_fraction;
     j["tickets"] = nlohmann::json::array();
     for (const auto& t : rep.tickets) j["tickets"].push_back(TicketJson(t));
@@ -265,6 +271,7 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--kill", a->kill, "run the real-crash harness for N SIGKILL iterations instead");
   sub->add_flag("--json", a->json, "one JSON object on stdout");
   sub->add_option("--depth", a->depth, "small workload: operations per sequence (1..3)")->check(CLI::Range(1, 3));
+  sub->add_flag("--reopen", a->reopen, "small workload: add 'close and reopen' (clean shutdown, instant restart) to the alphabet");
   sub->add_option("--node-size", a->node_size, "tree node size in bytes (0: the tree's default)");
   sub->add_option("--tree-option", a->tree_options, "design-specific option KEY=VALUE (repeatable)");
   sub->add_option("--max-images", a->max_images, "exhaustive bound per crash point")->check(CLI::PositiveNumber);
