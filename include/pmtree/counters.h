@@ -15,6 +15,9 @@
 //   bytes      bytes named by Flush ranges (Circ-Tree's "flushed bytes")
 //   nt_stores  non-temporal store calls, nt_bytes their bytes
 //   delay_ns   media latency injected by emulation (--write-latency-ns)
+//   allocations  successful Allocator::Allocate calls (any pool, any backend):
+//              lets a caller tell the operations that took new PM space (a
+//              split, a log block, a key blob) from those that did not
 //
 // Only what really executes is counted: the `dram` backend counts no flush
 // and no fence, `eadr` counts fences but no flushes.
@@ -43,6 +46,7 @@ struct PersistCounters {
   uint64_t nt_stores = 0;
   uint64_t nt_bytes = 0;
   uint64_t delay_ns = 0;
+  uint64_t allocations = 0;
 
   PersistCounters& operator+=(const PersistCounters& o);
   PersistCounters operator-(const PersistCounters& o) const;
@@ -63,6 +67,8 @@ void RecordFlushRange(const void* p, uint64_t n);
 void RecordFence();
 void RecordNt(uint64_t n);
 void RecordDelay(uint64_t ns);
+// Used by the allocator, once per successful Allocate.
+void RecordAllocation();
 
 }  // namespace counters
 }  // namespace pmtree

@@ -35,7 +35,8 @@ def main(argv=None):
     rows = figures.load_rows(args.data)
     spec = {"kind": args.kind, "x": args.x, "y": args.y, "group": args.group,
             "title": args.title or "%s by %s" % (args.y, args.x), "file": args.out, "ylabel": args.y}
-    figures.draw_one(spec, rows, args.out, command=rows[0].get("command", args.data) if rows else args.data)
+    command = next((r["command"] for r in rows if r.get("command")), "(not recorded in %s)" % args.data)
+    figures.draw_one(spec, rows, args.out, command=command, source=args.data)
     return 0
 
 

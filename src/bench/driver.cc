@@ -61,6 +61,23 @@ Status BenchConfig::Validate() const {
     return Status::InvalidArgument("--backend '" + backend +
                                    "' is not valid; valid: hardware, hardware:clwb, hardware:clflushopt, "
                                    "hardware:clflush, eadr, msync, dram");
+  if (value_size < kMinValueSize || value_size > kMaxValueSize)
+    return Status::InvalidArgument("--value-size must be in " + std::to_string(kMinValueSize) + ".." +
+                                   std::to_string(kMaxValueSize) + " bytes (8 = inline values), got " +
+                                   std::to_string(value_size));
+  if (value_size > 8) {
+    // The records live in the pool beside the tree, which knows nothing of
+    // them: its Verify() counts the pool bytes it reaches, and its recovery
+    // rebuilds the allocator from what it reaches.
+    if (verify)
+      return Status::InvalidArgument("--verify needs --value-size 8: a tree's Verify() compares the pool bytes it "
+                                     "reaches with the allocator's, and value records are outside the tree");
+    if (skip_load)
+      return Status::InvalidArgument("--skip-load needs --value-size 8: value records are not reachable by the "
+                                     "tree's recovery");
+    if (kind == WorkloadKind::kRecovery)
+      return Status::InvalidArgument("--value-size > 8 applies to the ops workload only, not --workload recovery");
+  }
   if (skip_load && kind == WorkloadKind::kRecovery)
     return Status::InvalidArgument("--skip-load does not apply to the recovery workload");
   if (skip_load)
@@ -89,10 +106,14 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
 
   struct PerThread {
     std::array<uint64_t, kOpTypes> done{}, succeeded{};
+    std::array<NoAllocCost, kOpTypes> no_alloc{};
     std::vector<uint64_t> lat_ticks;
     uint64_t ops = 0;
     std::string error;
   };
+  // Per-operation split of the counters (allocating or not): only where the
+  // pool counts; one read of this thread's counters per operation.
+  const bool split_counters = target.counted();
   std::vector<PerThread> per(nthreads);
   std::vector<Progress> progress(nthreads);
   uint64_t total_ops = 0;
@@ -114,6 +135,8 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
     start.arrive_and_wait();
     const uint64_t deadline = deadline_ticks;
     uint64_t value;
+    PersistCounters prev = split_counters ? counters::ThisThread() : PersistCounters{};
+    uint64_t prev_records = split_counters ? ValueRecordAllocations() : 0;
     size_t i = 0;
     for (; i < s.ops.size(); i++) {
       if (timed_run && (i & 63) == 0 && (TickClock::Now() >= deadline || stop.load(std::memory_order_relaxed))) break;
@@ -155,6 +178,20 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
       const int ty = static_cast<int>(op.type);
       me.done[ty]++;
       me.succeeded[ty] += ok;
+      if (split_counters) {
+        const PersistCounters now = counters::ThisThread();
+        const uint64_t records = ValueRecordAllocations();
+        const PersistCounters d = now - prev;
+        // The target's own value records (--value-size) are not the tree's
+        // allocations: an insert that stored a record but did not split
+        // still counts as split-free.
+        if (d.allocations == records - prev_records) {
+          me.no_alloc[ty].ops++;
+          me.no_alloc[ty].sum += d;
+        }
+        prev = now;
+        prev_records = records;
+      }
       progress[t].ops.store(i + 1, std::memory_order_relaxed);
     }
     me.ops = i;
@@ -209,6 +246,8 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
     for (int k = 0; k < kOpTypes; k++) {
       res.done[k] += me.done[k];
       res.succeeded[k] += me.succeeded[k];
+      res.no_alloc[k].ops += me.no_alloc[k].ops;
+      res.no_alloc[k].sum += me.no_alloc[k].sum;
     }
     for (uint64_t tk : me.lat_ticks) res.latency_ns.push_back(clock.ToNs(tk));
     if (res.error.empty() && !me.error.empty()) res.error = me.error;
@@ -239,6 +278,7 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
     pc.keep = c.keep_pool;
     pc.key_min = c.workload.key_min;
     pc.key_max = c.workload.key_max;
+    pc.value_size = c.value_size;
     auto r = peer->open(pc);
     if (r.ok()) o.target = std::move(*r); else o.status = r.status();
     return o;
@@ -259,6 +299,7 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
   tc.tree_options.recovery_threads = recovery_threads;
   tc.key_min = c.workload.key_min;
   tc.key_max = c.workload.key_max;
+  tc.value_size = c.value_size;
   tc.open_existing = open_existing;
   tc.keep_pool = c.keep_pool || open_existing;  // never delete a pool we did not create
   auto r = OpenTreeTarget(*f, tc);
@@ -282,6 +323,7 @@ Measurement BaseRow(const BenchConfig& c, const std::string& name, uint32_t thre
   m.scan_length = c.workload.scan_length;
   m.key_min = c.workload.key_min;
   m.key_max = c.workload.key_max;
+  m.value_size = c.value_size;
   m.records = c.records;
   m.window_ms = c.window_ms;
   m.backend = c.backend;
@@ -391,6 +433,7 @@ Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threa
     m.bytes = r.counters.bytes / n;
     m.nt_stores = r.counters.nt_stores / n;
   }
+  if (m.counted) m.no_alloc = r.no_alloc;
   if (c.verify)
     if (Status s = t.Verify(); !s.ok()) m.error = "verify after run: " + s.ToString();
   m.stats = t.Stats();

@@ -12,6 +12,11 @@
 //      barrier, run the timed loop (RunStreams), snapshot again: per-op
 //      counters cover the run phase only;
 //   4. collect stats (footprint, height, fill) and close.
+// Per-operation persistence cost comes in two views: over every completed
+// operation (per_op), and per operation type over the operations during which
+// the tree allocated no PM (no split, no new log or key blob; value records
+// of --value-size excluded): the LB+-Tree paper's "line writes per insert in
+// a stable tree".
 // Latency: every k-th operation of each thread (k = 1/--latency-sample) is
 // timed individually with TickClock (calibrated rdtsc); percentiles, max and
 // the geometric mean come from those samples.  Throughput: completed ops /
@@ -59,6 +64,9 @@ struct BenchConfig {
   std::string backend = "hardware";
   uint32_t write_latency_ns = 0;
   uint32_t node_size = 0;
+  // Bytes per value: 8 = the tree's inline value; larger values are records
+  // in the pool referenced by the tree value (TreeTargetConfig::value_size).
+  uint32_t value_size = 8;
   std::map<std::string, std::string> extra;  // TreeOptions::extra (--tree-option k=v)
   uint32_t repeat = 1;
   double latency_sample = 0.1;  // fraction of ops timed individually
@@ -74,6 +82,14 @@ struct BenchConfig {
   Status Validate() const;
 };
 
+// Persistence cost summed over the operations of one type during which the
+// tree allocated no PM (counters' `allocations` unchanged apart from the
+// driver's own value records).
+struct NoAllocCost {
+  uint64_t ops = 0;
+  PersistCounters sum;
+};
+
 // One row of output.
 struct Measurement {
   std::string tree, variant, workload, backend, dist, mix, command;
@@ -81,12 +97,14 @@ struct Measurement {
   std::string experiment;  // suites: the experiment id
   uint32_t threads = 1, rep = 0, node_size = 0, write_latency_ns = 0, scan_length = 0;
   uint32_t key_min = 0, key_max = 0;
+  uint32_t value_size = 8;
   uint64_t records = 0, ops = 0;
   double seconds = 0, throughput_ops_s = 0, load_s = 0;
   std::array<uint64_t, kOpTypes> done{}, succeeded{};
   LatencySummary latency;
   bool counted = false;  // per_op figures are meaningful
   double flushes = 0, fences = 0, lines = 0, blocks256 = 0, bytes = 0, nt_stores = 0;
+  std::array<NoAllocCost, kOpTypes> no_alloc{};  // when counted
   TargetStats stats;
   uint32_t window_ms = 0;
   std::vector<double> series;  // ops/s per window
@@ -127,6 +145,7 @@ struct RunResult {
   std::vector<double> latency_ns;  // samples
   std::vector<double> series;      // ops/s per window
   PersistCounters counters;        // run phase, all threads
+  std::array<NoAllocCost, kOpTypes> no_alloc{};  // counted targets only
   std::string error;               // first operation error, if any
 };
 

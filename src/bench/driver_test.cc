@@ -13,6 +13,7 @@
 
 #include "bench/output.h"
 #include "bench/peers.h"
+#include "pmtree/counters.h"
 #include "pmtree/registry.h"
 
 namespace pmtree::bench {
@@ -321,6 +322,248 @@ const TreeFactory* FirstPersistentTree() {
   for (const auto& f : Registry())
     if (f.persistent() && !f.test_only()) return &f;
   return nullptr;
+}
+
+// ---- value sizes and the split-free cost ------------------------------------------
+
+// A persistent concurrent tree for the tests below (fastfair when present).
+const TreeFactory* ConcurrentPersistentTree() {
+  if (const TreeFactory* f = FindTree("fastfair"); f && f->persistent()) return f;
+  for (const auto& f : Registry())
+    if (f.persistent() && !f.test_only() && (f.capabilities & kCapConcurrent)) return &f;
+  return nullptr;
+}
+
+// A tree target in an anonymous pool on the counting hardware backend.
+std::unique_ptr<Target> AnonTreeTarget(const TreeFactory& f, uint32_t value_size, uint64_t pool_size = 64 << 20) {
+  TreeTargetConfig tc;
+  tc.pool_size = pool_size;
+  tc.pool_options.backend = BackendKind::kHardware;
+  tc.pool_options.use_env = false;
+  tc.value_size = value_size;
+  auto t = OpenTreeTarget(f, tc);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+// Runs every pending epoch callback (no guard is held in these tests).
+void Reclaim(Pool* pool) {
+  for (int i = 0; i < 4; i++) pool->epochs().Reclaim();
+}
+
+TEST(ValueSizeTest, InsertFlushesIncludeTheRecordsFourLinesAndOneFence) {
+  const TreeFactory* f = ConcurrentPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent concurrent tree registered";
+  auto inline8 = AnonTreeTarget(*f, 8);
+  auto rec256 = AnonTreeTarget(*f, 256);
+  ASSERT_TRUE(inline8 && rec256);
+  auto keys = SortedLoadKeys(2000);
+  ASSERT_TRUE(inline8->Load(keys, false, 1).ok());
+  ASSERT_TRUE(rec256->Load(keys, false, 1).ok());
+  // The same inserts into the same tree shapes: the record adds exactly one
+  // flush per line (256 B = 4 lines), one fence and one allocation.
+  for (uint64_t i = 0; i < 300; i++) {
+    const uint64_t key = keys[(i * 37) % keys.size()] + 1;  // odd: never loaded
+    SCOPED_TRACE(key);
+    auto measure = [&](Target& t) {
+      counters::BeginOperation();
+      PersistCounters before = counters::ThisThread();
+      EXPECT_TRUE(*t.Insert(key, {}, ValueFor(key)));
+      return counters::ThisThread() - before;
+    };
+    PersistCounters a = measure(*inline8), b = measure(*rec256);
+    EXPECT_EQ(b.flushes, a.flushes + 4);
+    EXPECT_EQ(b.lines, a.lines + 4);
+    EXPECT_EQ(b.fences, a.fences + 1);
+    EXPECT_EQ(b.bytes, a.bytes + 256);
+    EXPECT_EQ(b.allocations, a.allocations + 1);
+  }
+  EXPECT_TRUE(inline8->Finish().ok());
+  EXPECT_TRUE(rec256->Finish().ok());
+}
+
+TEST(ValueSizeTest, LookupsReturnTheRecordBytesWrittenForTreesAndPeers) {
+  std::vector<std::unique_ptr<Target>> targets;
+  if (const TreeFactory* f = ConcurrentPersistentTree()) targets.push_back(AnonTreeTarget(*f, 256));
+  targets.push_back(AnonTreeTarget(*FindTree("volatile"), 256));
+  for (const char* peer : {"lmdb", "bdb-nosync"}) {
+    PeerConfig c;
+    c.dir = ShmDir((std::string("values-") + peer).c_str());
+    c.map_size = 64 << 20;
+    c.value_size = 256;
+    auto t = FindPeer(peer)->open(c);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    targets.push_back(std::move(*t));
+  }
+  auto keys = SortedLoadKeys(500);
+  for (auto& t : targets) {
+    ASSERT_TRUE(t);
+    SCOPED_TRACE(t->label());
+    ASSERT_TRUE(t->Load(keys, false, 1).ok());
+    std::string got;
+    ASSERT_TRUE(t->LookupBytes(keys[7], {}, &got));
+    EXPECT_EQ(got, ValueBytes(ValueFor(keys[7]), 256));
+    uint64_t v;
+    ASSERT_TRUE(t->Lookup(keys[7], {}, &v));
+    EXPECT_EQ(v, ValueFor(keys[7])) << "Lookup returns the record's first 8 bytes";
+    EXPECT_TRUE(*t->Update(keys[7], {}, 99));
+    ASSERT_TRUE(t->LookupBytes(keys[7], {}, &got));
+    EXPECT_EQ(got, ValueBytes(99, 256));
+    EXPECT_TRUE(*t->Insert(keys[7] + 1, {}, 1234));
+    ASSERT_TRUE(t->LookupBytes(keys[7] + 1, {}, &got));
+    EXPECT_EQ(got, ValueBytes(1234, 256));
+    EXPECT_FALSE(*t->Insert(keys[7] + 1, {}, 5)) << "present: nothing changes";
+    ASSERT_TRUE(t->LookupBytes(keys[7] + 1, {}, &got));
+    EXPECT_EQ(got, ValueBytes(1234, 256));
+    EXPECT_TRUE(*t->Remove(keys[7], {}));
+    EXPECT_FALSE(t->LookupBytes(keys[7], {}, &got));
+    EXPECT_FALSE(*t->Update(keys[7], {}, 1));
+    EXPECT_EQ(t->Scan(keys[0], {}, 10), 10u);
+    EXPECT_TRUE(t->Finish().ok());
+  }
+}
+
+TEST(ValueSizeTest, UpdatesAndRemovesDoNotLeakPoolSpace) {
+  const TreeFactory* f = ConcurrentPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent concurrent tree registered";
+  // Twin targets under the same operations: the tree's own space is the same
+  // in both, so the difference in the pool's bytes in use is the records.
+  auto inline8 = AnonTreeTarget(*f, 8);
+  auto rec = AnonTreeTarget(*f, 200);  // 200 B -> 256 B allocations
+  ASSERT_TRUE(inline8 && rec);
+  auto keys = SortedLoadKeys(3000);
+  auto diff = [&] {
+    Reclaim(inline8->pool());
+    Reclaim(rec->pool());
+    return static_cast<int64_t>(rec->pool()->allocator().bytes_in_use()) -
+           static_cast<int64_t>(inline8->pool()->allocator().bytes_in_use());
+  };
+  for (Target* t : {inline8.get(), rec.get()}) ASSERT_TRUE(t->Load(keys, false, 1).ok());
+  EXPECT_EQ(diff(), 3000 * 256);
+  for (Target* t : {inline8.get(), rec.get()})
+    for (uint64_t k : keys) ASSERT_TRUE(*t->Update(k, {}, k + 1));
+  EXPECT_EQ(diff(), 3000 * 256) << "every update retires the record it replaced";
+  for (Target* t : {inline8.get(), rec.get()})
+    for (size_t i = 0; i < keys.size(); i++) ASSERT_TRUE(*t->Remove(keys[(i * 7) % keys.size()], {}));
+  EXPECT_EQ(diff(), 0) << "removing every key frees every record";
+  EXPECT_EQ(rec->Stats().entries, 0u);
+  EXPECT_TRUE(inline8->Finish().ok());
+  EXPECT_TRUE(rec->Finish().ok());
+}
+
+TEST(ValueSizeTest, RecordThatDoesNotFitIsACleanOutOfSpaceAndTheTreeStaysUsable) {
+  const TreeFactory* f = ConcurrentPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent concurrent tree registered";
+  auto t = AnonTreeTarget(*f, kMaxValueSize, 8 << 20);
+  ASSERT_TRUE(t);
+  auto keys = SortedLoadKeys(4);
+  ASSERT_TRUE(t->Load(keys, false, 1).ok());
+  Result<bool> r = Status::Ok();
+  uint64_t k = keys.back() + 1;
+  for (int i = 0; i < 16 && r.ok(); i++, k += 2) r = t->Insert(k, {}, k);
+  ASSERT_FALSE(r.ok()) << "an 8 MiB pool cannot hold 20 records of 1 MiB";
+  EXPECT_EQ(r.status().code(), Status::Code::kOutOfSpace);
+  EXPECT_NE(r.status().message().find("--value-size"), std::string_view::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("--pool-size"), std::string_view::npos) << r.status().ToString();
+  std::string got;
+  EXPECT_TRUE(t->LookupBytes(keys[2], {}, &got));
+  EXPECT_EQ(got, ValueBytes(ValueFor(keys[2]), kMaxValueSize));
+  EXPECT_TRUE(*t->Remove(keys[2], {}));
+  EXPECT_TRUE(t->Finish().ok());
+}
+
+TEST(ValueSizeTest, ValueSizeOutsideItsRangeOrWithVerifyIsRejected) {
+  BenchConfig base;
+  base.targets = {"volatile"};
+  for (uint32_t bad : {0u, 7u, kMaxValueSize + 1}) {
+    BenchConfig c = base;
+    c.value_size = bad;
+    Status s = c.Validate();
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("--value-size"), std::string_view::npos) << s.ToString();
+  }
+  BenchConfig c = base;
+  c.value_size = kMaxValueSize;
+  EXPECT_TRUE(c.Validate().ok());
+  c.verify = true;
+  EXPECT_NE(c.Validate().message().find("--verify"), std::string_view::npos);
+  c.verify = false;
+  c.kind = WorkloadKind::kRecovery;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
+TEST(NoAllocCostTest, SplitFreeInsertsAreAggregatedApartAndRecordsDoNotCountAsTreeAllocations) {
+  const TreeFactory* f = ConcurrentPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent concurrent tree registered";
+  auto keys = SortedLoadKeys(2000);
+  Workload w;
+  w.mix = *ParseMix("insert=0.8,read=0.2");
+  auto streams = BuildStreams(w, keys, 1, 3000);
+  ASSERT_TRUE(streams.ok());
+  RunParams p;
+  RunResult r8, r256;
+  for (auto [size, out] : {std::pair{8u, &r8}, std::pair{256u, &r256}}) {
+    auto t = AnonTreeTarget(*f, size);
+    ASSERT_TRUE(t);
+    ASSERT_TRUE(t->Load(keys, false, 1).ok());
+    *out = RunStreams(*t, *streams, p);
+    ASSERT_TRUE(out->error.empty()) << out->error;
+    EXPECT_TRUE(t->Finish().ok());
+  }
+  const int ins = static_cast<int>(OpType::kInsert), rd = static_cast<int>(OpType::kRead);
+  const NoAllocCost& a = r8.no_alloc[ins];
+  // 2400 inserts into 2000 keys split some leaves, not most.
+  EXPECT_GT(a.ops, r8.done[ins] / 2);
+  EXPECT_LT(a.ops, r8.done[ins]);
+  EXPECT_EQ(r8.no_alloc[rd].ops, r8.done[rd]) << "a read allocates nothing";
+  EXPECT_LE(a.sum.lines, r8.counters.lines);
+  EXPECT_EQ(a.sum.allocations, 0u);
+  // With 256-byte records every insert allocates one record, yet the same
+  // inserts count as split-free, each with the record's 4 lines more.
+  const NoAllocCost& b = r256.no_alloc[ins];
+  EXPECT_EQ(b.ops, a.ops);
+  EXPECT_EQ(b.sum.lines, a.sum.lines + 4 * a.ops);
+  EXPECT_EQ(b.sum.allocations, b.ops);
+  // A target the counters do not see reports nothing.
+  MapTarget map;
+  ASSERT_TRUE(map.Load(keys, false, 1).ok());
+  RunResult rm = RunStreams(map, *streams, p);
+  EXPECT_EQ(rm.no_alloc[ins].ops, 0u);
+}
+
+TEST(EndToEndTest, TwoThreadsWithValueRecordsKeepEveryEntryAndReportPerOpNoAlloc) {
+  const TreeFactory* f = ConcurrentPersistentTree();
+  if (!f) GTEST_SKIP() << "no persistent concurrent tree registered";
+  for (uint32_t vs : {8u, 100u}) {
+    BenchConfig c;
+    c.targets = {std::string(f->name), "volatile"};
+    c.records = 3000;
+    c.ops = 6000;
+    c.threads = {2};
+    c.value_size = vs;
+    c.progress = false;
+    c.pool_size = 64 << 20;
+    c.pool_path = "/dev/shm/pmtree-bench-test-2t-" + std::to_string(getpid()) + ".pool";
+    c.workload.mix = *ParseMix("read=0.4,insert=0.3,update=0.15,remove=0.1,scan=0.05");
+    std::vector<Measurement> rows;
+    ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+    ASSERT_EQ(rows.size(), 2u);
+    for (const Measurement& m : rows) {
+      SCOPED_TRACE(m.tree + " value_size " + std::to_string(vs));
+      EXPECT_TRUE(m.error.empty()) << m.error;
+      EXPECT_EQ(m.ops, 6000u);
+      EXPECT_EQ(m.value_size, vs);
+      const int ins = static_cast<int>(OpType::kInsert), rm = static_cast<int>(OpType::kRemove);
+      EXPECT_EQ(m.stats.entries, 3000 + m.succeeded[ins] - m.succeeded[rm]);
+      nlohmann::json j = ToJson(m);
+      EXPECT_EQ(j["value_size"], vs);
+      if (m.counted) {
+        ASSERT_TRUE(j.contains("per_op_no_alloc"));
+        EXPECT_GT(j["per_op_no_alloc"]["insert"]["share"].get<double>(), 0);
+        EXPECT_GT(j["per_op_no_alloc"]["insert"]["lines"].get<double>(), 0);
+      }
+    }
+  }
 }
 
 TEST(RecoveryWorkloadTest, TimesCleanAndCrashRecoveryOfAPersistentTree) {

@@ -93,6 +93,7 @@ Environment DetectEnvironment(const BenchConfig& c) {
   e.flush_instruction = std::string(FlushInstructionName(DetectFlushInstruction()));
   e.backend = c.backend;
   e.write_latency_ns = c.write_latency_ns;
+  e.value_size = c.value_size;
   e.pool_path = c.targets.empty() ? PoolPathFor(c, "<tree>") : PoolPathFor(c, c.targets.front());
   e.pool_kind = PoolKind(e.pool_path);
   e.compiler = "gcc " __VERSION__;
@@ -110,6 +111,10 @@ std::string FormatEnvironment(const Environment& e) {
   line("cpu", e.cpu_model + " (" + std::to_string(e.cores) + " cores)");
   line("flush instruction (CPUID)", e.flush_instruction);
   line("backend", e.backend + (e.write_latency_ns ? " + " + std::to_string(e.write_latency_ns) + " ns/line emulated" : ""));
+  line("values", e.value_size <= 8 ? std::string("8 B, inline in the tree")
+                                     : std::to_string(e.value_size) +
+                                           " B: trees hold a reference to a record in the same pool (volatile: "
+                                           "heap); peers store the bytes");
   line("pool", e.pool_path + " on " + e.pool_kind);
   line("compiler", e.compiler);
   line("build type", e.build_type);
@@ -121,7 +126,8 @@ std::string FormatEnvironment(const Environment& e) {
 
 nlohmann::json EnvironmentJson(const Environment& e) {
   return {{"cpu", e.cpu_model},        {"cores", e.cores},         {"flush_instruction", e.flush_instruction},
-          {"backend", e.backend},      {"pool_path", e.pool_path}, {"pool_kind", e.pool_kind},
+          {"backend", e.backend},      {"value_size", e.value_size},
+          {"pool_path", e.pool_path}, {"pool_kind", e.pool_kind},
           {"compiler", e.compiler},    {"build_type", e.build_type}, {"git_revision", e.git_revision},
           {"clock", e.clock},          {"kernel", e.kernel}};
 }
@@ -143,6 +149,7 @@ nlohmann::json ToJson(const Measurement& m) {
   j["key_size"] = m.key_min == 0 ? nlohmann::json(8) : m.key_min == m.key_max
                                                            ? nlohmann::json(m.key_min)
                                                            : nlohmann::json(std::to_string(m.key_min) + "-" + std::to_string(m.key_max));
+  j["value_size"] = m.value_size;
   j["distribution"] = m.dist;
   j["mix"] = m.mix;
   j["scan_length"] = m.scan_length;
@@ -177,6 +184,25 @@ nlohmann::json ToJson(const Measurement& m) {
   else
     j["per_op"] = {{"flushes", nullptr}, {"fences", nullptr}, {"lines", nullptr},
                    {"blocks256", nullptr}, {"bytes", nullptr}, {"nt_stores", nullptr}};
+  if (m.counted) {
+    // Per type, over the operations during which the tree allocated no PM.
+    nlohmann::json na = nlohmann::json::object();
+    for (int k = 0; k < kOpTypes; k++) {
+      if (m.done[k] == 0) continue;
+      const NoAllocCost& c = m.no_alloc[k];
+      const double n = static_cast<double>(c.ops);
+      auto avg = [&](uint64_t sum) { return c.ops ? nlohmann::json(sum / n) : nlohmann::json(nullptr); };
+      na[std::string(OpName(static_cast<OpType>(k)))] = {
+          {"ops", c.ops},
+          {"share", n / static_cast<double>(m.done[k])},
+          {"flushes", avg(c.sum.flushes)},
+          {"fences", avg(c.sum.fences)},
+          {"lines", avg(c.sum.lines)},
+          {"blocks256", avg(c.sum.blocks256)},
+          {"bytes", avg(c.sum.bytes)}};
+    }
+    j["per_op_no_alloc"] = na;
+  }
   nlohmann::json extra = nlohmann::json::object();
   for (const auto& [k, v] : m.stats.extra) extra[k] = v;
   j["stats"] = {{"pm_bytes", m.stats.pm_bytes},       {"dram_bytes", m.stats.dram_bytes},
@@ -198,10 +224,11 @@ nlohmann::json ToJson(const Measurement& m) {
 }
 
 std::string CsvHeader() {
-  return "tree,variant,workload,threads,records,ops,rep,backend,write_latency_ns,node_size,key_size,distribution,mix,"
-         "seconds,load_s,throughput_ops_s,lat_p50,lat_p90,lat_p99,lat_p999,lat_p9999,lat_max,lat_geomean,"
-         "flushes,fences,lines,blocks256,bytes,pm_bytes,dram_bytes,height,leaf_fill,recovery_kind,recovery_ms,"
-         "recovery_threads,error";
+  return "tree,variant,workload,threads,records,ops,rep,backend,write_latency_ns,node_size,key_size,value_size,"
+         "distribution,mix,seconds,load_s,throughput_ops_s,lat_p50,lat_p90,lat_p99,lat_p999,lat_p9999,lat_max,"
+         "lat_geomean,flushes,fences,lines,blocks256,bytes,insert_no_alloc_share,insert_no_alloc_flushes,"
+         "insert_no_alloc_lines,pm_bytes,dram_bytes,height,leaf_fill,recovery_kind,recovery_ms,recovery_threads,error,"
+         "command";
 }
 
 std::string ToCsv(const Measurement& m) {
@@ -220,16 +247,25 @@ std::string ToCsv(const Measurement& m) {
                   std::to_string(m.records) + "," + std::to_string(m.ops) + "," +
                   (m.summary ? "summary" : std::to_string(m.rep)) + "," + q(m.backend) + "," +
                   std::to_string(m.write_latency_ns) + "," + std::to_string(m.node_size) + "," + key + "," +
-                  q(m.dist) + "," + q(m.mix) + "," + n(m.seconds) + "," + n(m.load_s) + "," + n(m.throughput_ops_s) +
+                  std::to_string(m.value_size) + "," + q(m.dist) + "," + q(m.mix) + "," + n(m.seconds) + "," + n(m.load_s) + "," + n(m.throughput_ops_s) +
                   "," + n(m.latency.p50) + "," + n(m.latency.p90) + "," + n(m.latency.p99) + "," + n(m.latency.p999) +
                   "," + n(m.latency.p9999) + "," + n(m.latency.max) + "," + n(m.latency.geomean) + ",";
   if (m.counted)
     c += n(m.flushes) + "," + n(m.fences) + "," + n(m.lines) + "," + n(m.blocks256) + "," + n(m.bytes) + ",";
   else
     c += ",,,,,";
+  const int ins = static_cast<int>(OpType::kInsert);
+  if (m.counted && m.done[ins] > 0) {
+    const NoAllocCost& na = m.no_alloc[ins];
+    const double k = static_cast<double>(na.ops);
+    c += n(k / static_cast<double>(m.done[ins])) + "," + (na.ops ? n(na.sum.flushes / k) + "," + n(na.sum.lines / k) : ",") +
+         ",";
+  } else {
+    c += ",,,";
+  }
   c += std::to_string(m.stats.pm_bytes) + "," + std::to_string(m.stats.dram_bytes) + "," +
        std::to_string(m.stats.height) + "," + n(m.stats.leaf_fill) + "," + m.recovery_kind + "," + n(m.recovery_ms) +
-       "," + std::to_string(m.recovery_threads) + "," + q(m.error);
+       "," + std::to_string(m.recovery_threads) + "," + q(m.error) + "," + q(m.command);
   return c;
 }
 

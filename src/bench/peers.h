@@ -16,7 +16,7 @@
 //
 // Keys are the big-endian 8 bytes of the 64-bit key (so the stores' byte
 // order is the integer order) or the workload's byte-string key; values are
-// 8 bytes.  Peers are not in the tree registry: they are not PM trees, have
+// PeerConfig::value_size bytes (ValueBytes(), target.h), stored natively.  Peers are not in the tree registry: they are not PM trees, have
 // no pool and no persistence counters (per-op flush columns are empty).
 //
 // Thread safety: every peer accepts concurrent operations (LMDB serialises
@@ -39,6 +39,7 @@ struct PeerConfig {
   uint64_t map_size = 4ull << 30;    // LMDB map size / space bound
   bool keep = false;
   uint32_t key_min = 0, key_max = 0;  // byte-string keys when key_min != 0
+  uint32_t value_size = 8;            // bytes per value
 };
 
 struct PeerInfo {

@@ -52,3 +52,16 @@ if(BUILD_TESTING)
   target_compile_definitions(bench_cli_test PRIVATE PMTREE_CLI="$<TARGET_FILE:pmtree>")
   add_dependencies(bench_cli_test pmtree)
 endif()
+
+# The figures package (python/pmtree_figures) over a short real `pmtree bench`
+# run.  Debian's python3-matplotlib is importable only by /usr/bin/python3;
+# the test exits 77 (skipped, with the reason) when it is not.
+if(BUILD_TESTING)
+  if(EXISTS /usr/bin/python3)
+    add_test(NAME figures_test
+      COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/python/tests/test_figures.py --pmtree $<TARGET_FILE:pmtree>)
+  else()
+    add_test(NAME figures_test COMMAND sh -c "echo 'SKIPPED: /usr/bin/python3 not found'; exit 77")
+  endif()
+  set_tests_properties(figures_test PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()

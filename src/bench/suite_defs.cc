@@ -34,6 +34,16 @@ double Geo(const Measurement& m) { return m.latency.geomean; }
 double Flushes(const Measurement& m) { return m.counted ? m.flushes : kNaN; }
 double Bytes(const Measurement& m) { return m.counted ? m.bytes : kNaN; }
 double Lines(const Measurement& m) { return m.counted ? m.lines : kNaN; }
+// Lines per insert over the inserts during which the tree allocated nothing
+// (no split): the LB+-Tree paper's "line writes per insertion".
+double SplitFreeInsertLines(const Measurement& m) {
+  const NoAllocCost& c = m.no_alloc[static_cast<int>(OpType::kInsert)];
+  return m.counted && c.ops ? static_cast<double>(c.sum.lines) / static_cast<double>(c.ops) : kNaN;
+}
+double SplitFreeInsertShare(const Measurement& m) {
+  const int ins = static_cast<int>(OpType::kInsert);
+  return m.counted && m.done[ins] ? static_cast<double>(m.no_alloc[ins].ops) / static_cast<double>(m.done[ins]) : kNaN;
+}
 
 double Get(SuiteContext& s, const std::string& exp, const std::string& tree, const Pred& pred, const Metric& metric) {
   const Measurement* m = s.Find(exp, [&](const Measurement& r) { return r.tree == tree && pred(r); });
@@ -636,25 +646,29 @@ Measurement FlushThroughput(const BenchConfig& base, uint64_t size, uint64_t tot
 
 void RunCddsSuite(SuiteContext& s) {
   const uint64_t n = s.Size(100000, 1000000);
-  s.Text("25-byte keys (byte-string keys through each tree's BytesTree). Deviation: values are 8 bytes (the tree "
-         "interface stores 8-byte values or record references), not the paper's 2 KB; Berkeley DB stores the same "
-         "8 bytes. \"Volatile CDDS\" is `cdds` on the `dram` backend (no flush, no fence); the plain B+-tree is `volatile`.");
+  s.Text("25-byte keys (byte-string keys through each tree's BytesTree) and 2 KB values (`--value-size 2048`): a "
+         "tree stores each value as a record in its pool, written and persisted before the tree references it, "
+         "and maps the key to the record; Berkeley DB and LMDB store the 2 KB natively. "
+         "\"Volatile CDDS\" is `cdds` on the `dram` backend (no flush, no fence); the plain B+-tree is `volatile` "
+         "(its records are on the heap).");
   std::vector<std::string> durable = s.Available({"cdds", "bdb", "bdb-nosync", "lmdb"});
   s.Experiment("cdds-ops", "Puts, gets and deletes", Scale(n) + " puts into an empty store; " + Scale(n) +
                " gets and deletes on a " + Scale(n) + "-key store.");
   for (auto [mix, records] : {std::pair{"insert=1", uint64_t{0}}, std::pair{"read=1", n}, std::pair{"remove=1", n}}) {
     BenchConfig c = Config(s, durable, records, n, mix);
     c.workload.key_min = c.workload.key_max = 25;
+    c.value_size = 2048;
     c.variant = mix;
     s.Run("cdds-ops", c);
     std::vector<std::string> vol = s.Available({"cdds", "volatile"});
     BenchConfig v = Config(s, vol, records, n, mix);
     v.workload.key_min = v.workload.key_max = 25;
+    v.value_size = 2048;
     v.backend = "dram";
     v.variant = std::string(mix) + " dram";
     s.Run("cdds-ops", v);
   }
-  s.AddFigure({"ops.png", "Put / get / delete throughput, 25 B keys", "cdds-ops", "bars", "variant", "throughput_ops_s",
+  s.AddFigure({"ops.png", "Put / get / delete throughput, 25 B keys, 2 KB values", "cdds-ops", "bars", "variant", "throughput_ops_s",
                "tree", "", "", "ops/s", true});
   const std::tuple<const char*, const char*, double> claims[] = {
       {"insert=1", "put", 1.74}, {"read=1", "get", 2.38}, {"remove=1", "delete", 6.03}};
@@ -730,20 +744,29 @@ void RunLbTreeSuite(SuiteContext& s) {
   s.AddFigure({"inserts-dense.png", "Dense inserts", "lb-dense", "bars", "tree", "throughput_ops_s", "tree", "", "",
                "ops/s", false});
   {
-    double lb = Get(s, "lb-bulk70", "lbtree", Any(), Lines);
-    std::string others;
+    // The paper's bound (Theorem 3.5) is for inserts into the leaves of a
+    // stable tree, i.e. inserts that do not split; the verdict uses those.
+    // The count over every insert (splits included) stays beside it.
+    double lb = Get(s, "lb-bulk70", "lbtree", Any(), SplitFreeInsertLines);
+    std::string split_free, all;
     double worst = kNaN;
-    for (const char* t : {"fptree", "wbtree"}) {
-      double v = Get(s, "lb-bulk70", t, Any(), Lines);
-      others += std::string(", ") + t + " " + Num(v);
-      if (std::isfinite(v)) worst = std::isfinite(worst) ? std::min(worst, v) : v;
+    for (const char* t : {"lbtree", "fptree", "wbtree"}) {
+      double v = Get(s, "lb-bulk70", t, Any(), SplitFreeInsertLines);
+      double share = Get(s, "lb-bulk70", t, Any(), SplitFreeInsertShare);
+      split_free += std::string(split_free.empty() ? "" : ", ") + t + " " + Num(v) +
+                    (std::isfinite(share) ? " (" + Num(share * 100, 1) + " % of inserts)" : "");
+      all += std::string(all.empty() ? "" : ", ") + t + " " + Num(Get(s, "lb-bulk70", t, Any(), Lines));
+      if (std::string(t) != "lbtree" && std::isfinite(v)) worst = std::isfinite(worst) ? std::min(worst, v) : v;
     }
-    std::string verdict = !std::isfinite(lb) ? NotMeasured({"lbtree"}, s)
-                          : lb <= 1.31 * 1.25 && (!std::isfinite(worst) || worst / lb >= 1.35 / 1.25) ? "reproduced"
-                          : lb <= 1.31 * 1.25 ? "partly: LB+-Tree within its bound, the others not >= 1.35x higher"
-                                              : "not reproduced";
-    s.Claim("lb-bulk70", "<= 1.31 NVM line writes per insert for LB+-Tree vs >= 1.77 for the traditional layout",
-            "lines/insert: lbtree " + Num(lb) + others, verdict);
+    auto verdict = [&](double tol) { return lb <= 1.31 * tol && (!std::isfinite(worst) || worst / lb >= 1.35 / tol); };
+    std::string v = !std::isfinite(lb)   ? NotMeasured({"lbtree"}, s)
+                    : verdict(1.10)      ? "reproduced"
+                    : verdict(1.25)      ? "close (within 25 %)"
+                    : lb <= 1.31 * 1.10  ? "partly: LB+-Tree within its bound, the others not >= 1.35x higher"
+                                         : "not reproduced";
+    s.Claim("lb-bulk70", "<= 1.31 NVM line writes per insert for LB+-Tree vs >= 1.77 for the traditional layout "
+            "(inserts into leaves of a stable tree: no split)",
+            "lines per split-free insert: " + split_free + "; all inserts, splits included: " + all, v);
   }
 
   const std::vector<uint32_t> sizes = {256, 512, 1024};

@@ -8,6 +8,13 @@
 // Keys arrive in both forms: the 64-bit key and, for byte-string workloads,
 // its byte-string form (workload.h); a target uses the one it was opened for.
 //
+// Values: every operation names a 64-bit value v.  With a value size of 8
+// (the default) v is what the store holds.  With a value size N > 8 the store
+// holds N bytes, ValueBytes(v, N): a peer stores them natively; a tree target
+// stores them as a record in its pool (allocated, written and persisted
+// before the tree references it) and the tree value is the record's offset.
+// Lookup then copies the N bytes out and returns their first 8 (= v).
+//
 // Thread safety: operations may be called from several threads at once when
 // concurrent() is true; otherwise the driver runs one thread.  Load, Stats and
 // Finish are called with no operation running.
@@ -55,6 +62,13 @@ class Target {
   virtual bool counted() const = 0;
 
   virtual bool Lookup(uint64_t key, std::string_view bkey, uint64_t* value) = 0;
+  // The whole stored value (N bytes; 8 for inline values), for tests.
+  virtual bool LookupBytes(uint64_t key, std::string_view bkey, std::string* out) {
+    uint64_t v;
+    if (!Lookup(key, bkey, &v)) return false;
+    out->assign(reinterpret_cast<const char*>(&v), 8);
+    return true;
+  }
   virtual Result<bool> Insert(uint64_t key, std::string_view bkey, uint64_t value) = 0;
   virtual Result<bool> Update(uint64_t key, std::string_view bkey, uint64_t value) = 0;
   virtual Result<bool> Remove(uint64_t key, std::string_view bkey) = 0;
@@ -71,9 +85,26 @@ class Target {
   // Simulated crash: destroys the tree without Close() and keeps the pool
   // file, so reopening it runs crash recovery.  Trees only.
   virtual void Abandon() {}
+  // The pool a tree target lives in (nullptr for peers and volatile trees);
+  // for tests that check the pool's space accounting.
+  virtual Pool* pool() { return nullptr; }
 };
 
 inline uint64_t ValueFor(uint64_t key) { return key ^ 0x5bd1e9955bd1e995ull; }
+
+// Valid value sizes (--value-size): 8 (inline) up to 1 MiB.
+inline constexpr uint32_t kMinValueSize = 8;
+inline constexpr uint32_t kMaxValueSize = 1u << 20;
+
+// The N bytes stored for value v: v itself (little-endian) then a pattern
+// derived from v, so a reader can check every byte.
+void FillValueBytes(uint64_t v, uint32_t n, char* out);
+std::string ValueBytes(uint64_t v, uint32_t n);
+
+// Value records this thread has allocated in pools so far (tree targets with
+// a value size > 8).  The driver subtracts them from the allocator's count to
+// find the operations during which the tree itself allocated nothing.
+uint64_t ValueRecordAllocations();
 
 // How to open a registered tree as a target.
 struct TreeTargetConfig {
@@ -82,6 +113,7 @@ struct TreeTargetConfig {
   PoolOptions pool_options;
   TreeOptions tree_options;
   uint32_t key_min = 0, key_max = 0;  // byte-string keys when key_min != 0
+  uint32_t value_size = 8;            // > 8: values are records in the pool
   bool open_existing = false;         // --skip-load: recover the tree in pool_path
   bool keep_pool = false;             // leave the pool file after Finish
 };

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "pmtree/counters.h"
+
 namespace pmtree {
 
 // ---------------------------------------------------------------------------
@@ -196,6 +198,7 @@ Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align) {
     RemoveFreeLocked(by_offset_.find(ext_off));
     if (start > ext_off) InsertFreeLocked(ext_off, start - ext_off);
     if (start + size < ext_off + ext_size) InsertFreeLocked(start + size, ext_off + ext_size - (start + size));
+    counters::RecordAllocation();
     return start;
   }
   uint64_t largest = by_size_.empty() ? 0 : by_size_.rbegin()->first;

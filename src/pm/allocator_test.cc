@@ -7,6 +7,8 @@
 #include <random>
 #include <thread>
 
+#include "pmtree/counters.h"
+
 namespace pmtree {
 namespace {
 
@@ -20,6 +22,27 @@ TEST(AllocatorTest, AllocationsAreAlignedDisjointAndCounted) {
   EXPECT_TRUE(*x + 128 <= *y || *y + 256 <= *x);
   EXPECT_EQ(a.bytes_in_use(), 128u + 256u);
   EXPECT_TRUE(a.CheckConsistency().ok());
+}
+
+TEST(AllocatorTest, EverySuccessfulAllocateIsCountedOnTheCallingThread) {
+  Allocator a(4096, 4096 + 1024);
+  PersistCounters before = counters::ThisThread();
+  ASSERT_TRUE(a.Allocate(100).ok());
+  ASSERT_TRUE(a.Allocate(64, 256).ok());
+  EXPECT_EQ((counters::ThisThread() - before).allocations, 2u);
+  // A failed allocation takes no space and is not counted.
+  before = counters::ThisThread();
+  EXPECT_FALSE(a.Allocate(4096).ok());
+  EXPECT_EQ((counters::ThisThread() - before).allocations, 0u);
+  // Free and Retire are not allocations; another thread's allocation counts
+  // on that thread only.
+  auto x = a.Allocate(64);
+  ASSERT_TRUE(x.ok());
+  before = counters::ThisThread();
+  a.Free(*x, 64);
+  std::thread t([&] { ASSERT_TRUE(a.Allocate(64).ok()); });
+  t.join();
+  EXPECT_EQ((counters::ThisThread() - before).allocations, 0u);
 }
 
 TEST(AllocatorTest, FreeCoalescesBackToOneExtent) {

@@ -26,6 +26,7 @@ PersistCounters& PersistCounters::operator+=(const PersistCounters& o) {
   nt_stores += o.nt_stores;
   nt_bytes += o.nt_bytes;
   delay_ns += o.delay_ns;
+  allocations += o.allocations;
   return *this;
 }
 
@@ -39,6 +40,7 @@ PersistCounters PersistCounters::operator-(const PersistCounters& o) const {
   r.nt_stores = nt_stores - o.nt_stores;
   r.nt_bytes = nt_bytes - o.nt_bytes;
   r.delay_ns = delay_ns - o.delay_ns;
+  r.allocations = allocations - o.allocations;
   return r;
 }
 
@@ -46,10 +48,11 @@ std::string PersistCounters::ToString() const {
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "flushes=%llu fences=%llu lines=%llu blocks256=%llu bytes=%llu nt_stores=%llu nt_bytes=%llu "
-                "delay_ns=%llu",
+                "delay_ns=%llu allocations=%llu",
                 (unsigned long long)flushes, (unsigned long long)fences, (unsigned long long)lines,
                 (unsigned long long)blocks256, (unsigned long long)bytes, (unsigned long long)nt_stores,
-                (unsigned long long)nt_bytes, (unsigned long long)delay_ns);
+                (unsigned long long)nt_bytes, (unsigned long long)delay_ns,
+                (unsigned long long)allocations);
   return buf;
 }
 
@@ -60,7 +63,7 @@ constexpr int kWindow = 256;  // distinct lines remembered per operation
 
 struct Block {
   std::atomic<uint64_t> flushes{0}, fences{0}, lines{0}, blocks256{0}, bytes{0}, nt_stores{0}, nt_bytes{0},
-      delay_ns{0};
+      delay_ns{0}, allocations{0};
   // Distinct lines / 256 B blocks seen in the current operation (owner only).
   uintptr_t line_set[kWindow];
   uintptr_t block_set[kWindow];
@@ -126,6 +129,7 @@ PersistCounters Read(const Block& b) {
   c.nt_stores = b.nt_stores.load(std::memory_order_relaxed);
   c.nt_bytes = b.nt_bytes.load(std::memory_order_relaxed);
   c.delay_ns = b.delay_ns.load(std::memory_order_relaxed);
+  c.allocations = b.allocations.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -171,6 +175,8 @@ void RecordNt(uint64_t n) {
 }
 
 void RecordDelay(uint64_t ns) { Bump(Mine().delay_ns, ns); }
+
+void RecordAllocation() { Bump(Mine().allocations, 1); }
 
 }  // namespace counters
 }  // namespace pmtree

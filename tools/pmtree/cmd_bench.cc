@@ -201,6 +201,10 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--scan-length", c.workload.scan_length, "Entries per scan")->capture_default_str();
   cmd->add_option("--key-size", a->key_size, "8 (integer keys), N (N-byte strings), MIN-MAX (variable length)")
       ->capture_default_str();
+  cmd->add_option("--value-size", c.value_size,
+                  "Bytes per value, 8..1048576: 8 = inline; larger = a record in the pool that the tree references "
+                  "(peers store the bytes)")
+      ->capture_default_str();
   cmd->add_flag("--bulk-load", c.bulk_load, "Load by BulkLoad (sorted) instead of single inserts");
   cmd->add_option("--fill", c.fill, "Bulk-load fill factor (implies --bulk-load)")
       ->each([&c](const std::string&) { c.bulk_load = true; });
