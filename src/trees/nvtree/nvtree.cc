@@ -117,6 +117,10 @@ struct PlnEntry {
 struct Pln {
   std::atomic<uint64_t> version{0};  // sequence counter; odd while a writer holds the PLN
   std::atomic<uint32_t> count{0};
+  // Splits that passed the capacity check and have not yet added their entry.
+  // Without it two splits of different LNs in one PLN could both see one free
+  // slot, and the second would write past the PLN (count > capacity).
+  std::atomic<uint32_t> reserved{0};
   uint32_t capacity = 0;
   uint64_t base = 0;  // index of the PLN's first slot in Inner::entry
 };
@@ -1175,18 +1179,24 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
 
   if (kind_smo == kSplit) {
     Pln& p = in->pln[f.pln];
-    if (p.count.load(std::memory_order_relaxed) >= p.capacity) {
+    // Reserve the PLN slot the new LN will take.  count + reserved never
+    // under-counts: a split adds to count before it drops its reservation.
+    const uint32_t before = p.reserved.fetch_add(1, std::memory_order_acq_rel);
+    if (p.count.load(std::memory_order_acquire) + before >= p.capacity) {
       // §4.5: a full PLN cannot take the new LN; rebuild first.
+      p.reserved.fetch_sub(1, std::memory_order_release);
       drop_new_slot();
       unlock_all();
       return SmoOutcome::kNeedRebuild;
     }
+    auto release_reservation = [&p] { p.reserved.fetch_sub(1, std::memory_order_release); };
     mid = (live.size() + 1) / 2;  // left gets [0, mid), right [mid, end)
     uint32_t sz = AdaptiveSize(f.info, need, old_bytes);
     if (LeafCapacity(sz) < live.size() - mid + 1 || LeafCapacity(sz) < mid + 1) sz = old_bytes;
     left_bytes = right_bytes = sz;
     auto r = WriteNewLeaf(right_bytes, live.data() + mid, live.size() - mid, h->next);
     if (!r.ok()) {
+      release_reservation();
       drop_new_slot();
       unlock_all();
       return r.status();
@@ -1195,6 +1205,7 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
     auto l = WriteNewLeaf(left_bytes, live.data(), mid, new_right);
     if (!l.ok()) {
       pool_->allocator().Free(new_right, right_bytes);
+      release_reservation();
       drop_new_slot();
       unlock_all();
       return l.status();
@@ -1270,7 +1281,8 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
     e0.sep.store(SepFromSlot(in, live[mid - 1].first), std::memory_order_relaxed);
     e0.ln.store(new_left, std::memory_order_relaxed);
     e0.info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
-    p.count.store(c + 1, std::memory_order_relaxed);
+    p.count.store(c + 1, std::memory_order_release);
+    p.reserved.fetch_sub(1, std::memory_order_release);  // after count: see the reservation check
     n_leaves_.fetch_add(1, std::memory_order_relaxed);
     splits_.fetch_add(1, std::memory_order_relaxed);
   } else if (kind_smo == kMerge) {
