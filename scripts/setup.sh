@@ -6,6 +6,7 @@
 #   PMTREE_BUILD_TYPE  Release | RelWithDebInfo (default) | Debug
 #   PMTREE_BUILD_DIR   build directory (default build)
 #   PMTREE_SANITIZE    address | thread (a sanitizer build; use another build dir)
+#   PMTREE_TARGETS     build only these CMake targets (space-separated; default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,5 +34,7 @@ cmake -S . -B "$build_dir" -G Ninja \
   -DCMAKE_BUILD_TYPE="${PMTREE_BUILD_TYPE:-RelWithDebInfo}" \
   -DPMTREE_SANITIZE="${PMTREE_SANITIZE:-}" \
   -DPMTREE_WERROR="$werror" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
-echo "setup: built $build_dir/pmtree" >&2
+targets=()
+for t in ${PMTREE_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"
+echo "setup: built $build_dir (${PMTREE_TARGETS:-all targets})" >&2
