@@ -292,6 +292,15 @@ class LbTree final : public BasicTree<K> {
   bool TryLockLeaf(uint64_t leaf, uint64_t v) {
     return LeafVer(leaf).compare_exchange_strong(v, v + 1, std::memory_order_acquire);
   }
+  // Finds the leaf of `key` and locks it, retrying while a writer holds it or
+  // a split moved the key range meanwhile; returns the locked leaf.
+  uint64_t LockLeafOf(typename KP::Arg key) {
+    for (;;) {
+      LeafRef ref = FindLeaf(key);
+      if (TryLockLeaf(ref.leaf, ref.version)) return ref.leaf;
+      restarts_.Add();
+    }
+  }
   void UnlockLeaf(uint64_t leaf) { LeafVer(leaf).fetch_add(1, std::memory_order_release); }
   // Waits for the leaf to be unlocked; returns the even version.
   uint64_t StableLeafVersion(uint64_t leaf) const {
@@ -753,58 +762,51 @@ Result<bool> LbTree<K>::Put(K key, uint64_t value, bool insert, bool update) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
   const uint8_t fp = KP::Fingerprint(key);
-  for (;;) {
-    LeafRef ref = FindLeaf(key);
-    if (!TryLockLeaf(ref.leaf, ref.version)) {
-      restarts_.Add();
-      continue;
-    }
-    const uint64_t leaf = ref.leaf;
-    Headers h = ReadHeaders(leaf);
-    SlotPos pos = FindInLeaf(leaf, h, key, fp);
-    if (pos.block >= 0) {
-      if (!update) {
-        UnlockLeaf(leaf);
-        return false;
-      }
-      uint64_t* vp = &Blk(leaf, pos.block)->entry[pos.slot].value;
-      pool_->Store64(vp, value);
-      // Persist the new value (one failure-atomic word) before the leaf is
-      // unlocked and the call returns.
-      pool_->Persist(vp, 8);
-      updates_.Add();
-      UnlockLeaf(leaf);
-      return !insert;  // Update: true; Upsert: false (the key was not new)
-    }
-    if (!insert) {
+  const uint64_t leaf = LockLeafOf(key);
+  Headers h = ReadHeaders(leaf);
+  SlotPos pos = FindInLeaf(leaf, h, key, fp);
+  if (pos.block >= 0) {
+    if (!update) {
       UnlockLeaf(leaf);
       return false;
     }
-    uint64_t key_slot;
-    if constexpr (KP::kInline) {
-      key_slot = key;
-    } else {
-      auto made = keys_.MakeSlot(key);  // persists the blob before any slot names it
-      if (!made.ok()) {
-        UnlockLeaf(leaf);
-        return made.status();
-      }
-      key_slot = made.value();
-    }
-    if (LeafFull(h)) {
-      Status s = SplitAndInsert(leaf, key, key_slot, value, fp);
-      UnlockLeaf(leaf);
-      if (!s.ok()) {
-        if constexpr (!KP::kInline) keys_.Release(key_slot);
-        return s;
-      }
-      MaybeRecordHints();
-      return true;
-    }
-    LeafInsert(leaf, key_slot, value, fp);
+    uint64_t* vp = &Blk(leaf, pos.block)->entry[pos.slot].value;
+    pool_->Store64(vp, value);
+    // Persist the new value (one failure-atomic word) before the leaf is
+    // unlocked and the call returns.
+    pool_->Persist(vp, 8);
+    updates_.Add();
     UnlockLeaf(leaf);
+    return !insert;  // Update: true; Upsert: false (the key was not new)
+  }
+  if (!insert) {
+    UnlockLeaf(leaf);
+    return false;
+  }
+  uint64_t key_slot;
+  if constexpr (KP::kInline) {
+    key_slot = key;
+  } else {
+    auto made = keys_.MakeSlot(key);  // persists the blob before any slot names it
+    if (!made.ok()) {
+      UnlockLeaf(leaf);
+      return made.status();
+    }
+    key_slot = made.value();
+  }
+  if (LeafFull(h)) {
+    Status s = SplitAndInsert(leaf, key, key_slot, value, fp);
+    UnlockLeaf(leaf);
+    if (!s.ok()) {
+      if constexpr (!KP::kInline) keys_.Release(key_slot);
+      return s;
+    }
+    MaybeRecordHints();
     return true;
   }
+  LeafInsert(leaf, key_slot, value, fp);
+  UnlockLeaf(leaf);
+  return true;
 }
 
 template <class K>
@@ -857,30 +859,23 @@ Result<bool> LbTree<K>::Remove(K key) {
   if (!KP::CheckArg(key).ok()) return false;
   auto guard = pool_->epochs().Protect();
   const uint8_t fp = KP::Fingerprint(key);
-  for (;;) {
-    LeafRef ref = FindLeaf(key);
-    if (!TryLockLeaf(ref.leaf, ref.version)) {
-      restarts_.Add();
-      continue;
-    }
-    const uint64_t leaf = ref.leaf;
-    Headers h = ReadHeaders(leaf);
-    SlotPos pos = FindInLeaf(leaf, h, key, fp);
-    if (pos.block < 0) {
-      UnlockLeaf(leaf);
-      return false;
-    }
-    const uint64_t slot = Blk(leaf, pos.block)->entry[pos.slot].key;
-    BlockHeader* hd = Hdr(leaf, pos.block, h.alt);
-    pool_->Store64(&hd->word0, h.w[2 * pos.block] & ~(1ull << pos.slot));
-    // The delete is this one NAW (§3.1): persist it before returning and
-    // before readers may see the slot gone.
-    pool_->Persist(&hd->word0, 8);
-    deletes_.Add();
+  const uint64_t leaf = LockLeafOf(key);
+  Headers h = ReadHeaders(leaf);
+  SlotPos pos = FindInLeaf(leaf, h, key, fp);
+  if (pos.block < 0) {
     UnlockLeaf(leaf);
-    if constexpr (!KP::kInline) keys_.Release(slot);  // after the removal is durable
-    return true;
+    return false;
   }
+  const uint64_t slot = Blk(leaf, pos.block)->entry[pos.slot].key;
+  BlockHeader* hd = Hdr(leaf, pos.block, h.alt);
+  pool_->Store64(&hd->word0, h.w[2 * pos.block] & ~(1ull << pos.slot));
+  // The delete is this one NAW (§3.1): persist it before returning and
+  // before readers may see the slot gone.
+  pool_->Persist(&hd->word0, 8);
+  deletes_.Add();
+  UnlockLeaf(leaf);
+  if constexpr (!KP::kInline) keys_.Release(slot);  // after the removal is durable
+  return true;
 }
 
 template <class K>
