@@ -143,6 +143,19 @@ const Block* HeadBlock(Pool* pool, int b = 0) {
 
 // ================================================================================
 
+// Verify() passes and a full scan equals the model.
+void ExpectModel(Tree& t, const std::map<uint64_t, uint64_t>& model) {
+  ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+  std::vector<Tree::Entry> out(model.size() + 1);
+  ASSERT_EQ(t.Scan(0, out), model.size());
+  size_t i = 0;
+  for (auto& [k, v] : model) {
+    ASSERT_EQ(out[i].first, k);
+    ASSERT_EQ(out[i].second, v);
+    i++;
+  }
+}
+
 TEST(LbTreeSimdTest, SseAndAvx2AgreeWithTheScalarTwin) {
   uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
@@ -377,15 +390,7 @@ TEST(LbTreeTest, MultiBlockLeavesSplitThroughAlternativeHeaders) {
         EXPECT_EQ(t.Insert(k, k + 1).value(), model.emplace(k, k + 1).second);
       }
     }
-    ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
-    std::vector<Tree::Entry> out(model.size() + 1);
-    ASSERT_EQ(t.Scan(0, out), model.size());
-    size_t i = 0;
-    for (auto& [k, v] : model) {
-      EXPECT_EQ(out[i].first, k);
-      EXPECT_EQ(out[i].second, v);
-      i++;
-    }
+    ExpectModel(t, model);
   }
 }
 
@@ -441,18 +446,6 @@ void Fill(Tree& t, std::map<uint64_t, uint64_t>& model, std::mt19937_64& rng, in
     } else {
       ASSERT_EQ(t.Insert(k, v).value(), model.emplace(k, v).second);
     }
-  }
-}
-
-void ExpectModel(Tree& t, const std::map<uint64_t, uint64_t>& model) {
-  ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
-  std::vector<Tree::Entry> out(model.size() + 1);
-  ASSERT_EQ(t.Scan(0, out), model.size());
-  size_t i = 0;
-  for (auto& [k, v] : model) {
-    ASSERT_EQ(out[i].first, k);
-    ASSERT_EQ(out[i].second, v);
-    i++;
   }
 }
 
