@@ -1181,15 +1181,15 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
     Pln& p = in->pln[f.pln];
     // Reserve the PLN slot the new LN will take.  count + reserved never
     // under-counts: a split adds to count before it drops its reservation.
+    auto release_reservation = [&p] { p.reserved.fetch_sub(1, std::memory_order_release); };
     const uint32_t before = p.reserved.fetch_add(1, std::memory_order_acq_rel);
     if (p.count.load(std::memory_order_acquire) + before >= p.capacity) {
       // §4.5: a full PLN cannot take the new LN; rebuild first.
-      p.reserved.fetch_sub(1, std::memory_order_release);
+      release_reservation();
       drop_new_slot();
       unlock_all();
       return SmoOutcome::kNeedRebuild;
     }
-    auto release_reservation = [&p] { p.reserved.fetch_sub(1, std::memory_order_release); };
     mid = (live.size() + 1) / 2;  // left gets [0, mid), right [mid, end)
     uint32_t sz = AdaptiveSize(f.info, need, old_bytes);
     if (LeafCapacity(sz) < live.size() - mid + 1 || LeafCapacity(sz) < mid + 1) sz = old_bytes;
