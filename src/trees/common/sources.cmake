@@ -1,0 +1,3 @@
+# SPDX-License-Identifier: Apache-2.0
+# Header-only shared code; its tests only.
+pmtree_test(common_test src/trees/common/version_lock_test.cc)
