@@ -126,6 +126,7 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> start_ticks{0};
   uint64_t deadline_ticks = 0;
+  uint64_t (*const deadline_now)() = p.deadline_clock ? p.deadline_clock : &TickClock::Now;
   std::barrier start(static_cast<ptrdiff_t>(nthreads + 1), []() noexcept {});
 
   auto worker = [&](size_t t) {
@@ -139,7 +140,7 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
     uint64_t prev_records = split_counters ? ValueRecordAllocations() : 0;
     size_t i = 0;
     for (; i < s.ops.size(); i++) {
-      if (timed_run && (i & 63) == 0 && (TickClock::Now() >= deadline || stop.load(std::memory_order_relaxed))) break;
+      if (timed_run && (i & 63) == 0 && (deadline_now() >= deadline || stop.load(std::memory_order_relaxed))) break;
       const Op& op = s.ops[i];
       const std::string_view bkey = op.bytes_len ? s.BytesKey(op) : std::string_view();
       counters::BeginOperation();
@@ -205,7 +206,7 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
   RunResult res;
   PersistCounters before = counters::Snapshot();
   const uint64_t t_begin = TickClock::Now();
-  deadline_ticks = p.duration_s > 0 ? t_begin + clock.FromNs(p.duration_s * 1e9) : UINT64_MAX;
+  deadline_ticks = p.duration_s > 0 ? deadline_now() + clock.FromNs(p.duration_s * 1e9) : UINT64_MAX;
   start_ticks.store(t_begin);
   start.arrive_and_wait();  // release the workers
 

@@ -136,6 +136,10 @@ struct RunParams {
   uint32_t window_ms = 100;
   bool progress = false;
   std::string label;
+  // The clock the duration_s deadline is read on, in TickClock ticks;
+  // nullptr = TickClock::Now.  Tests inject a clock that advances per read so
+  // the deadline path runs the same on any machine.
+  uint64_t (*deadline_clock)() = nullptr;
 };
 
 struct RunResult {

@@ -132,18 +132,48 @@ TEST(TimedLoopTest, SamplesEveryKthOperation) {
   EXPECT_GT(r.seconds, 0);
 }
 
+// A deadline clock that advances by a fixed step per read: the run stops
+// after a known number of reads whatever the machine's speed.
+std::atomic<uint64_t> fake_ticks{0};
+std::atomic<uint64_t> fake_step{0};
+uint64_t FakeNow() { return fake_ticks.fetch_add(fake_step.load()) + fake_step.load(); }
+
 TEST(TimedLoopTest, TimeBasedRunStopsAtTheDeadline) {
   MapTarget target;
   auto keys = SortedLoadKeys(100);
   ASSERT_TRUE(target.Load(keys, false, 1).ok());
   Workload w;
-  auto streams = BuildStreams(w, keys, 1, 50'000'000 / 64);
+  auto streams = BuildStreams(w, keys, 1, 1000);
   ASSERT_TRUE(streams.ok());
   RunParams p;
   p.duration_s = 0.05;
+  p.deadline_clock = &FakeNow;
+  // Read 1 (the start) = s, deadline = s + F with s = F/2 + 1; the loop reads
+  // the clock before ops 0, 64, 128...: 2s < s + F, then 3s >= s + F, so it
+  // stops before op 64.
+  const uint64_t f = TickClock::Get().FromNs(0.05 * 1e9);
+  fake_ticks = 0;
+  fake_step = f / 2 + 1;
   RunResult r = RunStreams(target, *streams, p);
-  EXPECT_LT(r.ops, (*streams)[0].ops.size());
-  EXPECT_GT(r.ops, 0u);
+  EXPECT_EQ(r.ops, 64u);
+  EXPECT_EQ(target.calls.load(), 64u);
+  EXPECT_TRUE(r.error.empty());
+}
+
+TEST(TimedLoopTest, RunWithoutDeadlineReadsNoDeadlineClock) {
+  MapTarget target;
+  auto keys = SortedLoadKeys(100);
+  ASSERT_TRUE(target.Load(keys, false, 1).ok());
+  Workload w;
+  auto streams = BuildStreams(w, keys, 1, 1000);
+  ASSERT_TRUE(streams.ok());
+  RunParams p;
+  p.deadline_clock = &FakeNow;
+  fake_ticks = 0;
+  fake_step = 1;
+  RunResult r = RunStreams(target, *streams, p);
+  EXPECT_EQ(r.ops, 1000u);
+  EXPECT_EQ(fake_ticks.load(), 0u);
 }
 
 std::string ShmDir(const char* what) {
