@@ -45,6 +45,8 @@ std::string OpString(const Op& op) {
     case OpKind::kUpsert: return "upsert(" + std::to_string(op.key) + ")";
     case OpKind::kRemove: return "remove(" + std::to_string(op.key) + ")";
     case OpKind::kReopen: return "reopen";
+    case OpKind::kBulkLoad:
+      return "bulkload(" + std::to_string(op.key) + " keys, fill " + std::to_string(op.value) + "%)";
   }
   return "?";
 }
@@ -109,8 +111,8 @@ Result<Probe> OpenProbe(const TreeFactory& f, const ExploreOptions& o) {
   po.counting = false;
   po.use_env = false;
   Probe p;
-  PMTREE_ASSIGN_OR_RETURN(p.pool, Pool::CreateAnonymous(o.pool_size, f.name, 0, po));
-  PMTREE_ASSIGN_OR_RETURN(p.tree, f.create(p.pool.get(), o.tree_options));
+  PMTREE_ASSIGN_OR_RETURN(p.pool, Pool::CreateAnonymous(o.pool_size, f.name, PoolLayoutFlags(o.keys), po));
+  PMTREE_ASSIGN_OR_RETURN(p.tree, CreateFor(f, p.pool.get(), o));
   return p;
 }
 
@@ -131,7 +133,13 @@ uint64_t ValueFor(uint64_t key, uint64_t version) { return key * 1000 + version;
 // the moment before the second split of the first leaf when keys arrive in
 // descending order (a node that splits again after a split); plus an empty
 // tree and a churned one.
-Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreOptions& o) {
+// Insert counts at which a probe tree first splits its root leaf (s1), a
+// non-root leaf (s2) and gains a third level (s3); 0: not seen.
+struct Growth {
+  uint64_t s1 = 0, s2 = 0, s3 = 0;
+};
+
+Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreOptions& o, Growth* growth) {
   std::vector<PreState> out;
   out.push_back({"empty", {}});
   PMTREE_ASSIGN_OR_RETURN(Probe p, OpenProbe(f, o));
@@ -164,6 +172,7 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
     }
     if (s3 != 0 && s2 != 0) break;
   }
+  *growth = Growth{s1, s2, s3};
   auto inserts = [](uint64_t n) {
     std::vector<Op> v;
     for (uint64_t i = 1; i <= n; i++) v.push_back(Insert(10 * i, ValueFor(10 * i, 0)));
@@ -252,8 +261,13 @@ std::vector<Op> Alphabet(const PreState& p, bool reopen) {
   // in the old (left) node and LB+-Tree moves entries out of line 0.
   const uint64_t min = m.empty() ? 10 : m.begin()->first;
   const uint64_t low = min / 2;
+  // Every mutating entry point, each with a present and an absent key:
+  // insert (new: a, b; present after an earlier letter), remove (c; a is
+  // absent unless inserted first), upsert of a present key, update of a
+  // present (c) and of an absent key (b).
   std::vector<Op> ops = {Insert(a, ValueFor(a, 1)), Insert(b, ValueFor(b, 1)), Remove(c),
-                         Op{OpKind::kUpsert, c, ValueFor(c, 2)}, Remove(a)};
+                         Op{OpKind::kUpsert, c, ValueFor(c, 2)}, Remove(a), Op{OpKind::kUpdate, c, ValueFor(c, 3)},
+                         Op{OpKind::kUpdate, b, ValueFor(b, 3)}};
   if (low < min && !m.count(low)) ops.push_back(Insert(low, ValueFor(low, 1)));
   // Close and reopen: the clean-shutdown writes and instant restart, and the
   // operations after it run on the restarted tree.
@@ -282,6 +296,7 @@ std::vector<Op> RandomOps(uint64_t n, uint64_t seed) {
 
 Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& f, const ExploreOptions& o) {
   if (!f.persistent()) return Status::InvalidArgument(std::string(f.name) + " is not a persistent tree");
+  PMTREE_RETURN_IF_ERROR(CheckKeyShape(f, o.keys));
   std::vector<Scenario> out;
   const Op create{OpKind::kCreate, 0, 0};
   if (o.workload == Workload::kRandom) {
@@ -295,7 +310,25 @@ Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& f, const Explore
     return out;
   }
   out.push_back(Scenario{"create", {create}, 0});
-  PMTREE_ASSIGN_OR_RETURN(auto pres, FindPreStates(f, o));
+  Growth g;
+  PMTREE_ASSIGN_OR_RETURN(auto pres, FindPreStates(f, o, &g));
+  // Bulk loads into the new tree, checked: one entry, a full root leaf, a
+  // few leaves, past the third level; full and partly filled leaves.  The
+  // two-leaf loads are pre-states too, so every letter also runs on the
+  // layout a bulk load leaves.
+  if (o.bulk_load) {
+    std::set<uint64_t> sizes;
+    for (uint64_t n : {uint64_t{1}, g.s1 > 1 ? g.s1 - 1 : 16, g.s2 != 0 ? g.s2 + 1 : 64, g.s3 + 1})
+      if (n > 0) sizes.insert(n);
+    for (uint64_t n : sizes) {
+      for (uint64_t fill : {100, 70}) {
+        const Op bulk{OpKind::kBulkLoad, n, fill};
+        out.push_back(Scenario{OpString(bulk), {create, bulk}, 1});
+      }
+    }
+    const uint64_t n = g.s2 != 0 ? g.s2 + 1 : 64;
+    for (uint64_t fill : {100, 70}) pres.push_back({"bulk-" + std::to_string(fill), {Op{OpKind::kBulkLoad, n, fill}}});
+  }
   const uint32_t depth = std::clamp<uint32_t>(o.depth, 1, 3);
   // Breadth first (every pre-state at depth 1, then 2, ...), so a time budget
   // cuts the deepest sequences, not whole pre-states.
@@ -403,16 +436,20 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
                   (o.tree_name_for_command.empty() ? std::string(f.name) : o.tree_name_for_command);
   c += " --mode " + std::string(ModeName(o.mode));
   c += " --workload " + std::string(WorkloadName(o.workload));
+  if (o.keys != KeyShape::kU64) c += " --keys " + std::string(KeyShapeName(o.keys));
   c += " --seed " + std::to_string(o.seed);
   if (o.workload == Workload::kRandom) c += " --ops " + std::to_string(o.ops);
   if (o.workload == Workload::kSmall && o.depth != 3) c += " --depth " + std::to_string(o.depth);
   if (o.workload == Workload::kSmall && o.reopen) c += " --reopen";
+  if (o.workload == Workload::kSmall && !o.bulk_load) c += " --no-bulk-load";
   if (o.tree_options.node_size != 0) c += " --node-size " + std::to_string(o.tree_options.node_size);
   for (const auto& [k, v] : o.tree_options.extra) c += " --tree-option " + k + "=" + v;
   if (o.max_images != 4096) c += " --max-images " + std::to_string(o.max_images);
   if (o.samples != 512) c += " --samples " + std::to_string(o.samples);
   if (o.pool_size != (4ull << 20)) c += " --pool-size " + std::to_string(o.pool_size);
   if (!o.drop_site.empty()) c += " --drop " + o.drop_site + (o.drop_fence ? "@fence" : "@flush");
+  if (!o.split_site.empty()) c += " --split-store " + o.split_site;
+  if (o.inject_leak) c += " --inject-leak";
   c += " --replay " + ImageRefString(r);
   return c;
 }
@@ -482,7 +519,7 @@ class Worker {
     po.backend_factory = TracingFactory(&run->log, &tb);
     po.counting = false;
     po.use_env = false;
-    auto created = Pool::CreateAnonymous(o_.pool_size, f_.name, 0, po, /*read_only_view=*/true);
+    auto created = Pool::CreateAnonymous(o_.pool_size, f_.name, PoolLayoutFlags(o_.keys), po, /*read_only_view=*/true);
     if (!created.ok()) {
       run->failure = "cannot create the traced pool: " + created.status().ToString();
       return;
@@ -496,12 +533,13 @@ class Worker {
       const Op& op = sc.ops[i];
       sh_->cur_op.store(i);
       Effect e = EffectOf(m, op);
+      e.bulk_prefix_ok = op.kind == OpKind::kBulkLoad && !(f_.capabilities & kCapBulkLoadFill);
       run->effects.push_back(e);
       tb->BeginOp(i);
       Result<bool> r = false;
       switch (op.kind) {
         case OpKind::kCreate: {
-          auto t = f_.create(pool.get(), o_.tree_options);
+          auto t = CreateFor(f_, pool.get(), o_);
           if (!t.ok()) {
             run->failure = "create failed: " + t.status().ToString();
           } else {
@@ -514,6 +552,13 @@ class Worker {
         case OpKind::kUpdate: r = tree->Update(op.key, op.value); break;
         case OpKind::kUpsert: r = tree->Upsert(op.key, op.value); break;
         case OpKind::kRemove: r = tree->Remove(op.key); break;
+        case OpKind::kBulkLoad: {
+          const auto entries = BulkLoadEntries(op);
+          Status st = tree->BulkLoad(entries, static_cast<double>(op.value) / 100);
+          if (st.ok()) r = true;
+          else r = st;
+          break;
+        }
         case OpKind::kReopen: {
           // A clean shutdown and the next session's open, traced as one
           // operation: Close writes what instant restart needs, the new pool
@@ -540,7 +585,7 @@ class Worker {
           pool = std::move(*reopened);  // tb now names the new pool's backend
           g_view.store(pool->base());
           g_view_size.store(pool->size());
-          auto t = f_.recover(pool.get(), o_.tree_options);
+          auto t = RecoverFor(f_, pool.get(), o_);
           if (!t.ok()) {
             run->failure = "recovery after a clean close failed: " + t.status().ToString();
           } else {
@@ -575,16 +620,19 @@ class Worker {
     po.private_mapping = true;
     auto pool = Pool::OpenAnonymous(file.fd, file.size, f_.name, po, false);
     if (!pool.ok()) return "the pool does not open: " + pool.status().ToString();
-    auto tree = f_.recover(pool->get(), o_.tree_options);
+    auto tree = RecoverFor(f_, pool->get(), o_);
     if (!tree.ok()) {
       if (e.absent_ok && (*pool)->root(0) == 0) return "";
       return "recovery failed: " + tree.status().ToString();
     }
+    if (o_.inject_leak) (void)(*pool)->allocator().Allocate(kAllocGranule);
     int which = 0;
     std::string finding;
     std::string failure = CheckTree(pool->get(), tree->get(), e, &which, true, &finding);
     if (!finding.empty()) findings_[finding]++;
-    if (failure.empty() && continuation && o_.continuation_ops > 0) {
+    // (No continuation after a partial default bulk load: its model is the
+    // recovered prefix, which the scan already checked.)
+    if (failure.empty() && continuation && o_.continuation_ops > 0 && which != 3) {
       sh_->continuations.fetch_add(1);
       Model m = *e.m0;
       if (which == 2) ApplyEffect(&m, e.effect);
@@ -611,7 +659,7 @@ class Worker {
       auto pool = Pool::OpenAnonymous(rec_a_.fd, rec_a_.size, f_.name, po, /*read_only_view=*/true);
       if (!pool.ok()) return "";  // reported by the plain check
       tb->BeginOp(0);
-      auto tree = f_.recover(pool->get(), o_.tree_options);
+      auto tree = RecoverFor(f_, pool->get(), o_);
       tb->EndOp(0);
       if (!tree.ok()) return "";
       tree->reset();
@@ -721,20 +769,26 @@ class Worker {
     Shadow shadow(img_.map, img_.size, o_.mode);
     const TraceLog& log = run.log;
     int64_t drop_id = -1;
-    if (!o_.drop_site.empty()) {
-      for (uint32_t i = 0; i < log.sites.size(); i++)
-        if (log.sites.Name(i) == o_.drop_site) drop_id = i;
+    int64_t split_id = -1;
+    for (uint32_t i = 0; i < log.sites.size(); i++) {
+      if (!o_.drop_site.empty() && log.sites.Name(i) == o_.drop_site) drop_id = i;
+      if (!o_.split_site.empty() && log.sites.Name(i) == o_.split_site) split_id = i;
     }
     // A mutant run replays the unmutated trace alongside, to check only the
     // crash points whose images differ from the correct program's.
     std::vector<char> base_img;
     std::unique_ptr<Shadow> base;
-    if (!o_.drop_site.empty()) {
+    if (!o_.drop_site.empty() || !o_.split_site.empty()) {
       base_img.assign(log.high_water + kLine, 0);
       base = std::make_unique<Shadow>(base_img.data(), base_img.size(), o_.mode);
     }
     // Coverage, per (site, kind) name.
-    std::map<std::pair<std::string, std::string>, std::pair<uint64_t, bool>> cov;
+    struct SiteCov {
+      uint64_t reached = 0;
+      bool covered = false;
+      bool in_bulk_load = false;  // covered by a crash point of a bulk load
+    };
+    std::map<std::pair<std::string, std::string>, SiteCov> cov;
     std::set<uint32_t> flushes_since_point;
     Model model;
     uint64_t op = 0;
@@ -745,13 +799,18 @@ class Worker {
     bool stop = false;
     bool started = false;  // before the first operation: the pool's own header set-up, not counted
 
+    auto mark = [&](uint32_t site, const char* kind) {
+      SiteCov& c = cov[{log.sites.Name(site), kind}];
+      c.covered = true;
+      c.in_bulk_load = c.in_bulk_load || sc.ops[op].kind == OpKind::kBulkLoad;
+    };
     auto crash_point = [&](const std::string& where, bool at_end, uint32_t fence_site) {
       if (!at_end && shadow.generation() == last_gen) return;  // same images as the last point
       last_gen = at_end ? UINT64_MAX : shadow.generation();
       const uint64_t p = point++;
-      for (uint32_t fs : flushes_since_point) cov[{log.sites.Name(fs), "flush"}].second = true;
+      for (uint32_t fs : flushes_since_point) mark(fs, "flush");
       flushes_since_point.clear();
-      if (fence_site != UINT32_MAX) cov[{log.sites.Name(fence_site), "fence"}].second = true;
+      if (fence_site != UINT32_MAX) mark(fence_site, "fence");
       if (p < start.point) return;
       if (o_.replay && p != o_.replay->point) return;
       bool mutant_specific = false;
@@ -764,7 +823,7 @@ class Worker {
       e.m0_ok = !at_end;
       e.absent_ok = sc.ops[op].kind == OpKind::kCreate && !at_end;
       e.effect = run.effects[op];
-      e.focus_key = sc.ops[op].key;
+      e.focus_key = run.effects[op].key;
       const uint64_t seed = Mix(o_.seed ^ Mix(s * 1000003 + p));
       std::vector<Unit*> units;
       if (o_.mode != Mode::kEadr) units = shadow.DirtyUnits();
@@ -829,27 +888,41 @@ class Worker {
           ApplyEffect(&model, run.effects[op]);
           break;
         case EventKind::kStore:
-        case EventKind::kNtStore:
+        case EventKind::kNtStore: {
+          // An aligned 8-byte store is a commit candidate: its site is
+          // listed for the split-store mutants when a checked operation
+          // made it.
+          const bool store8 = ev.len == 8 && (ev.off & 7) == 0;
+          if (store8 && focus) cov[{log.sites.Name(ev.site), "store8"}].covered = true;
+          if (store8 && started) cov[{log.sites.Name(ev.site), "store8"}].reached++;
+          // The split-store mutant: the store reaches memory as two 4-byte
+          // halves, in order (a torn commit).
+          const uint64_t piece = store8 && split_id == static_cast<int64_t>(ev.site) ? 4 : 8;
           if (o_.mode == Mode::kEadr) {
             for (uint64_t off = 0; off < ev.len && !stop;) {
-              uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
+              uint64_t n = std::min<uint64_t>(ev.len - off, piece - ((ev.off + off) & (piece - 1)));
               shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
               if (base) base->Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
               off += n;
               if (focus) crash_point("after the store at " + log.sites.Name(ev.site), false, UINT32_MAX);
             }
+          } else if (piece == 4) {
+            shadow.Store(ev.off, &log.bytes[ev.data], 4, ev.site, ev.kind == EventKind::kNtStore);
+            shadow.Store(ev.off + 4, &log.bytes[ev.data + 4], 4, ev.site, ev.kind == EventKind::kNtStore);
+            base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
           } else {
             shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
             if (base) base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
           }
           break;
+        }
         case EventKind::kFlush:
           if (base) base->Flush(ev.off, ev.len, ev.site);
           if (!o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
-          if (started) cov[{log.sites.Name(ev.site), "flush"}].first++;
+          if (started) cov[{log.sites.Name(ev.site), "flush"}].reached++;
           if (focus) {
             flushes_since_point.insert(ev.site);
-            if (o_.mode == Mode::kEadr) cov[{log.sites.Name(ev.site), "flush"}].second = true;
+            if (o_.mode == Mode::kEadr) mark(ev.site, "flush");
           }
           shadow.Flush(ev.off, ev.len, ev.site);
           break;
@@ -858,10 +931,10 @@ class Worker {
             if (base) base->Fence(ev.site);
             break;
           }
-          if (started) cov[{log.sites.Name(ev.site), "fence"}].first++;
+          if (started) cov[{log.sites.Name(ev.site), "fence"}].reached++;
           if (focus) {
             if (o_.mode != Mode::kEadr) crash_point("before the fence at " + log.sites.Name(ev.site), false, ev.site);
-            else cov[{log.sites.Name(ev.site), "fence"}].second = true;
+            else mark(ev.site, "fence");
           }
           shadow.Fence(ev.site);
           if (base) base->Fence(ev.site);
@@ -873,7 +946,7 @@ class Worker {
     std::map<std::string, std::string> function_of;
     for (uint32_t i = 0; i < log.sites.size(); i++) function_of[log.sites.Name(i)] = log.sites.Function(i);
     for (const auto& [key, val] : cov)
-      sites.push_back({key.first, key.second, val.first, val.second, function_of[key.first]});
+      sites.push_back({key.first, key.second, val.reached, val.covered, function_of[key.first], val.in_bulk_load});
     json lints = json::array();
     auto add = [&](const char* kind, const std::map<uint32_t, uint64_t>& m) {
       for (const auto& [site, n] : m) lints.push_back({kind, log.sites.Name(site), n});
@@ -1092,6 +1165,7 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
         if (s.size() > 4 && r.function.empty()) r.function = s[4].get<std::string>();
         r.reached += s[2].get<uint64_t>();
         r.covered = r.covered || s[3].get<bool>();
+        if (s.size() > 5) r.in_bulk_load = r.in_bulk_load || s[5].get<bool>();
       }
       for (const auto& l : j["lints"]) lints[{l[0].get<std::string>(), l[1].get<std::string>()}] += l[2].get<uint64_t>();
     }
@@ -1110,6 +1184,10 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
     rep.tickets.push_back(k);
   }
   for (auto& [key, s] : sites) {
+    if (s.kind == "store8") {
+      if (s.covered) rep.store_sites.push_back(s);
+      continue;
+    }
     rep.sites_total++;
     if (s.covered) rep.sites_covered++;
     rep.sites.push_back(s);
@@ -1139,37 +1217,87 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
   return rep;
 }
 
+Result<std::vector<uint32_t>> ValidNodeSizes(const TreeFactory& f) {
+  if (!f.persistent()) return Status::InvalidArgument(std::string(f.name) + " is not a persistent tree");
+  std::vector<uint32_t> sizes;
+  PoolOptions po;
+  po.backend = BackendKind::kDram;
+  po.counting = false;
+  po.use_env = false;
+  for (uint32_t n = 64; n <= 65536; n += 64) {
+    PMTREE_ASSIGN_OR_RETURN(auto pool, Pool::CreateAnonymous(4ull << 20, f.name, 0, po));
+    TreeOptions to;
+    to.node_size = n;
+    auto t = f.create(pool.get(), to);
+    if (t.ok()) sizes.push_back(n);
+    else if (t.status().code() != Status::Code::kInvalidArgument)
+      return t.status().Annotate("probing node size " + std::to_string(n));
+  }
+  if (sizes.empty()) return Status::InvalidArgument(std::string(f.name) + " accepts no node size in 64..65536");
+  return sizes;
+}
+
+namespace {
+
+// One mutant exploration: `mo` carries the mutation; stops at the first
+// violation.  Caught, redundant (every crash point where its images differ
+// from the correct program's enumerated exhaustively, no violation) or
+// survived.
+Status RunMutant(const TreeFactory& f, ExploreOptions mo, Mutant mu, const ExploreOptions& options,
+                 MutationReport* m) {
+  mo.stop_at_first_violation = true;
+  mo.max_tickets = 1;
+  PMTREE_ASSIGN_OR_RETURN(ExploreReport r, Explore(f, mo));
+  if (r.violations > 0) {
+    mu.outcome = "caught";
+    if (!r.tickets.empty()) mu.evidence = r.tickets[0].failure;
+    m->caught++;
+  } else if (!r.budget_exhausted && r.mutant_points_exhaustive == r.mutant_points) {
+    mu.outcome = "redundant";
+    m->redundant++;
+  } else {
+    mu.outcome = "survived";
+    m->survived++;
+  }
+  m->mutants++;
+  if (options.progress)
+    std::fprintf(stderr, "mutant: %s at %s: %s\n", mu.kind.c_str(), mu.site.c_str(), mu.outcome.c_str());
+  m->list.push_back(std::move(mu));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<MutationReport> Mutate(const TreeFactory& f, const ExploreOptions& options, ExploreReport* base_out) {
   ExploreOptions o = options;
   o.drop_site.clear();
+  o.split_site.clear();
+  o.inject_leak = false;
   PMTREE_ASSIGN_OR_RETURN(ExploreReport base, Explore(f, o));
   MutationReport m;
+  // Dropped flushes and fences (the key-blob persist and the bulk load's
+  // fences among them when the workload reaches them).
   for (const SiteReport& s : base.sites) {
     if (!s.covered) continue;
     ExploreOptions mo = o;
     mo.drop_site = s.name;
     mo.drop_fence = s.kind == "fence";
-    mo.stop_at_first_violation = true;
-    mo.max_tickets = 1;
-    PMTREE_ASSIGN_OR_RETURN(ExploreReport r, Explore(f, mo));
-    Mutant mu;
-    mu.site = s.name;
-    mu.kind = s.kind;
-    if (r.violations > 0) {
-      mu.outcome = "caught";
-      if (!r.tickets.empty()) mu.evidence = r.tickets[0].failure;
-      m.caught++;
-    } else if (!r.budget_exhausted && r.mutant_points_exhaustive == r.mutant_points) {
-      mu.outcome = "redundant";
-      m.redundant++;
-    } else {
-      mu.outcome = "survived";
-      m.survived++;
+    PMTREE_RETURN_IF_ERROR(RunMutant(f, mo, Mutant{s.name, s.kind == "fence" ? "drop fence" : "drop flush", "", ""},
+                                     options, &m));
+  }
+  // Torn commit stores: each aligned 8-byte store site, split in two.
+  if (options.mutate_stores) {
+    for (const SiteReport& s : base.store_sites) {
+      ExploreOptions mo = o;
+      mo.split_site = s.name;
+      PMTREE_RETURN_IF_ERROR(RunMutant(f, mo, Mutant{s.name, "split store", "", ""}, options, &m));
     }
-    m.mutants++;
-    if (options.progress)
-      std::fprintf(stderr, "mutant: drop %s at %s: %s\n", mu.kind.c_str(), mu.site.c_str(), mu.outcome.c_str());
-    m.list.push_back(mu);
+  }
+  // A leaked block after recovery.
+  {
+    ExploreOptions mo = o;
+    mo.inject_leak = true;
+    PMTREE_RETURN_IF_ERROR(RunMutant(f, mo, Mutant{"(after recovery)", "leak a block", "", ""}, options, &m));
   }
   m.score = m.caught + m.survived == 0 ? 1.0 : static_cast<double>(m.caught) / static_cast<double>(m.caught + m.survived);
   if (base_out) *base_out = std::move(base);

@@ -47,7 +47,9 @@ namespace pmtree::crash {
 // kReopen: Close() the tree (a clean shutdown), open the pool again and
 // recover (instant restart where the tree supports it); the contents do not
 // change.
-enum class OpKind : uint8_t { kCreate, kInsert, kUpdate, kUpsert, kRemove, kReopen };
+// kBulkLoad: BulkLoad() of `key` entries (keys 10, 20, ..., 10 * key, values
+// ValueFor(k, 3)) at fill `value` percent into the empty tree.
+enum class OpKind : uint8_t { kCreate, kInsert, kUpdate, kUpsert, kRemove, kReopen, kBulkLoad };
 
 struct Op {
   OpKind kind = OpKind::kInsert;
@@ -61,6 +63,20 @@ struct Scenario {
   std::vector<Op> ops;      // ops[0] is kCreate
   size_t check_from = 0;    // crash points are checked in ops[check_from..] only
 };
+
+// The keys the operations use.  kU64: the tree's 64-bit keys.  The others
+// run the same operations on the tree's byte-string keys (kCapBytesKeys;
+// the key blobs of src/trees/common/keys.h), each 64-bit key k (< 2^24)
+// encoded so byte order equals numeric order:
+//   kShort   3 bytes: big-endian k (the slot's 2-byte prefix decides most
+//            comparisons)
+//   kLong    128 bytes: big-endian k (8 bytes) + 120 bytes derived from k
+//            (a blob over three cache lines)
+//   kPrefix  44 bytes: a 40-byte prefix every key shares + big-endian k
+//            (4 bytes): every comparison reads the blobs
+enum class KeyShape : uint8_t { kU64, kShort, kLong, kPrefix };
+std::string_view KeyShapeName(KeyShape k);
+Status ParseKeyShape(std::string_view text, KeyShape* k);
 
 enum class Workload : uint8_t { kSmall, kRandom };
 std::string_view WorkloadName(Workload w);
@@ -79,10 +95,12 @@ Status ParseImageRef(std::string_view text, ImageRef* r);
 struct ExploreOptions {
   Mode mode = Mode::kAdr;
   Workload workload = Workload::kSmall;
+  KeyShape keys = KeyShape::kU64;
   uint64_t seed = 1;
   uint64_t ops = 1000;           // random workload: operations
   uint32_t depth = 3;            // small workload: operations per sequence (1..3)
   bool reopen = false;           // small workload: "close and reopen" joins the alphabet
+  bool bulk_load = true;         // small workload: bulk-load scenarios and bulk-loaded pre-states
   uint64_t max_images = 4096;    // exhaustive bound per crash point
   uint64_t samples = 512;        // random images added above the bound
   double budget_seconds = 0;     // 0: no limit
@@ -91,6 +109,11 @@ struct ExploreOptions {
   uint32_t continuation_ops = 64;  // 0 disables the continuation check
   uint32_t continuation_every = 8; // run it on every n-th image of a point (and on the first)
   bool crash_during_recovery = true;
+  // Negative control of the space check: after every recovery, allocate one
+  // block the tree does not reach (a leak); every image must then fail.
+  bool inject_leak = false;
+  // Mutate(): also split each 8-byte store site (many more mutants).
+  bool mutate_stores = true;
   uint64_t recovery_images = 64;   // bound per crash point inside recovery
   bool isolate = true;             // checks in a forked worker process
   double hang_seconds = 20;        // a worker silent this long is killed: "recovery hangs"
@@ -101,6 +124,9 @@ struct ExploreOptions {
   // checked (the others were checked by the base run).
   std::string drop_site;
   bool drop_fence = false;
+  // Mutation: every aligned 8-byte store issued at this site name reaches
+  // memory as two 4-byte halves in order (a torn commit store).
+  std::string split_site;
   // Check only this image, and print what it contains.
   std::optional<ImageRef> replay;
   bool progress = false;           // progress lines on stderr
@@ -124,6 +150,7 @@ struct SiteReport {
   std::string kind;       // "flush" or "fence"
   uint64_t reached = 0;   // executions in all traced runs
   bool covered = false;   // a checked crash point depended on it
+  bool in_bulk_load = false;  // ... a crash point inside a bulk load
 };
 
 struct LintFinding {
@@ -156,6 +183,9 @@ struct ExploreReport {
   bool budget_exhausted = false;
   std::vector<Ticket> tickets;
   std::vector<SiteReport> sites;
+  // Aligned 8-byte store sites a checked operation executed (kind "store8"):
+  // the split-store mutants.  Not counted in sites_covered / sites_total.
+  std::vector<SiteReport> store_sites;
   uint64_t sites_covered = 0;
   uint64_t sites_total = 0;
   double exhaustive_fraction = 0;
@@ -164,12 +194,18 @@ struct ExploreReport {
 
 Result<ExploreReport> Explore(const TreeFactory& factory, const ExploreOptions& options);
 
+// The node sizes `factory` creates a tree with, among the multiples of 64 in
+// 64..65536 (each probed by a create on a small anonymous pool), ascending.
+// The crash gate explores the first, the last and the default: the range
+// comes from the tree itself, not from a table in the tests.
+Result<std::vector<uint32_t>> ValidNodeSizes(const TreeFactory& factory);
+
 // The scenarios Explore() would run (for reports and tests).
 Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& factory, const ExploreOptions& options);
 
 struct Mutant {
   std::string site;
-  std::string kind;        // "flush" or "fence"
+  std::string kind;        // "drop flush", "drop fence", "split store" or "leak a block"
   std::string outcome;     // "caught", "redundant", "survived"
   std::string evidence;    // the first ticket's failure when caught
 };
@@ -184,9 +220,11 @@ struct MutationReport {
   std::vector<Mutant> list;
 };
 
-// Runs `base` once to find the covered flush/fence sites, then one
-// exploration per site with that site dropped.  `budget_seconds` of
-// `options` applies to each mutant.
+// Runs `base` once to find the covered flush/fence sites and 8-byte store
+// sites, then one exploration per mutant: each flush or fence site dropped,
+// each store site split into two 4-byte halves (options.mutate_stores), and
+// one block leaked after every recovery.  `budget_seconds` of `options`
+// applies to each mutant.
 Result<MutationReport> Mutate(const TreeFactory& factory, const ExploreOptions& options,
                               ExploreReport* base = nullptr);
 

@@ -8,11 +8,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "crash/explorer.h"
 #include "pmtree/pool.h"
+#include "pmtree/registry.h"
 #include "pmtree/tree.h"
 
 namespace pmtree::crash {
@@ -26,7 +29,15 @@ struct Effect {
   uint64_t key = 0;
   bool present_after = false;
   uint64_t value_after = 0;
+  // A bulk load: M1 is exactly this (M0 is empty); key/value_after name
+  // one loaded entry (the lookup checked first).
+  std::shared_ptr<const Model> bulk;
+  // The tree has no bulk load of its own (no kCapBulkLoadFill): the
+  // interface's default inserts one by one, so a crash may leave a prefix.
+  bool bulk_prefix_ok = false;
 };
+// The entries of a kBulkLoad operation (explorer.h), ascending.
+std::vector<Tree::InputEntry> BulkLoadEntries(const Op& op);
 Effect EffectOf(const Model& m, const Op& op);
 void ApplyEffect(Model* m, const Effect& e);
 
@@ -39,18 +50,26 @@ struct Expect {
   uint64_t focus_key = 0;  // key of the in-flight operation
 };
 
-// Compares a full scan with M0 / M1.  Returns 1 (M0), 2 (M1) or 0 with *why.
+// Compares a full scan with M0 / M1.  Returns 1 (M0), 2 (M1), 3 (a strict
+// prefix of a bulk load with bulk_prefix_ok) or 0 with *why.
 int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::string* why);
 
-// Checks an open tree: Verify (which accounts for the tree's own
-// reservations), scan, lookups, allocator consistency, and with
-// `reachable_check` (right after recovery) bytes in use vs Stats().pm_bytes:
-// fewer in use than reachable is double use (a violation); more is reported
-// in *finding, since a tree may legitimately hold reserved nodes that Verify()
-// accepts (FAST+FAIR's split spares).  Returns "" or the failure;
-// *which = 1 (M0) or 2 (M1).
+// Checks an open tree: Verify (which counts the allocator's bytes against
+// what the tree reaches and holds in reserve), scan, lookups, allocator
+// consistency, and with `reachable_check` (right after recovery, when no
+// reservation is held) bytes in use == Stats().pm_bytes: fewer is double
+// use, more a leak; both are violations.  `finding` is kept for
+// non-violation observations.  Returns "" or the failure;
+// *which = MatchContents' answer.
 std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true,
                       std::string* finding = nullptr);
+
+// The tree of `f` on `pool` with the key shape of `o` (key_shapes.cc): the
+// tree itself for KeyShape::kU64, else a Tree facade over its BytesTree.
+Status CheckKeyShape(const TreeFactory& f, KeyShape shape);
+uint64_t PoolLayoutFlags(KeyShape shape);
+Result<std::unique_ptr<Tree>> CreateFor(const TreeFactory& f, Pool* pool, const ExploreOptions& o);
+Result<std::unique_ptr<Tree>> RecoverFor(const TreeFactory& f, Pool* pool, const ExploreOptions& o);
 
 // Runs `n` deterministic operations around `center` on a recovered tree and
 // checks every result and the final state against `model` (updated).

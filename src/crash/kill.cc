@@ -129,7 +129,9 @@ Result<KillReport> RunKillHarness(const TreeFactory& f, const KillOptions& o) {
     // Drain the pipe while waiting, so the child never blocks on it.
     std::vector<Record> recs;
     std::string partial;
-    const double kill_at = Now() + static_cast<double>(rng() % (o.max_delay_us + 1)) / 1e6;
+    const uint64_t draw = rng();
+    const double kill_at = Now() + static_cast<double>(draw % (o.max_delay_us + 1)) / 1e6;
+    const uint64_t kill_after = o.max_records > 0 ? draw % (o.max_records + 1) : 0;
     auto drain = [&](int timeout_ms) -> bool {
       pollfd p{fds[0], POLLIN, 0};
       if (poll(&p, 1, timeout_ms) <= 0) return true;
@@ -145,8 +147,17 @@ Result<KillReport> RunKillHarness(const TreeFactory& f, const KillOptions& o) {
       }
       return true;
     };
-    while (Now() < kill_at) {
-      if (!drain(1)) break;
+    if (o.max_records > 0) {
+      // Work-bounded: exactly when `kill_after` records have arrived (the
+      // child may have sent more by then; they are read below).
+      while (recs.size() < kill_after) {
+        if (!drain(100)) break;
+      }
+      if (kill_after > 0) rep.guaranteed_acks += (kill_after - 1) / 2;
+    } else {
+      while (Now() < kill_at) {
+        if (!drain(1)) break;
+      }
     }
     kill(pid, SIGKILL);
     int status = 0;

@@ -38,6 +38,11 @@ struct KillOptions {
   PoolOptions pool_options;        // the backend the child and parent use
   uint64_t key_domain = 4096;
   uint32_t max_delay_us = 30000;   // kill after a uniform delay in [0, max)
+  // > 0: kill instead once the child has sent a uniform number in [0, max]
+  // of its records (ready, then intent/acknowledgement per operation): a
+  // bound by work, so tests check the same amount on any machine's speed.
+  // 0 keeps the kill point in a real time window (max_delay_us).
+  uint32_t max_records = 0;
   bool progress = false;
 };
 
@@ -45,6 +50,9 @@ struct KillReport {
   uint64_t iterations = 0;
   uint64_t kills_during_open = 0;  // the child had not finished opening/recovering
   uint64_t acked_ops = 0;          // operations acknowledged by children, all checked
+  // With max_records: acknowledgements the record counts guarantee (a kill
+  // after r records follows at least (r - 1) / 2 of them); acked_ops >= this.
+  uint64_t guaranteed_acks = 0;
   uint64_t in_flight_survived = 0; // unacknowledged operations found applied
   uint64_t final_keys = 0;
   double seconds = 0;

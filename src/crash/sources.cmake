@@ -5,6 +5,7 @@ add_library(pmtree_crash
   src/crash/trace.cc
   src/crash/shadow.cc
   src/crash/check.cc
+  src/crash/key_shapes.cc
   src/crash/explorer.cc
   src/crash/kill.cc)
 target_include_directories(pmtree_crash PUBLIC include src)

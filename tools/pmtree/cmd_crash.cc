@@ -10,7 +10,9 @@
 // Exit status: 0 no violation, 1 violations found (or mutation score below
 // the target), 2 usage or environment errors.  Progress goes to stderr.
 
+#include <array>
 #include <cstdio>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,7 @@ namespace {
 struct CrashArgs {
   std::string tree;
   std::string workload = "small";
+  std::string keys = "u64";
   uint64_t ops = 1000;
   uint64_t seed = 1;
   std::string mode = "adr";
@@ -43,6 +46,10 @@ struct CrashArgs {
   uint64_t samples = 512;
   uint64_t pool_size = 4ull << 20;
   std::string drop;
+  std::string split_store;
+  bool inject_leak = false;
+  bool no_store_mutants = false;
+  bool no_bulk_load = false;
   std::string replay;
   bool no_continuation = false;
   bool no_recovery_crash = false;
@@ -117,6 +124,7 @@ int Run(const CrashArgs& a) {
   crash::ExploreOptions o;
   Status s = crash::ParseMode(a.mode, &o.mode);
   if (s.ok()) s = crash::ParseWorkload(a.workload, &o.workload);
+  if (s.ok()) s = crash::ParseKeyShape(a.keys, &o.keys);
   if (!s.ok()) {
     std::fprintf(stderr, "pmtree crash: %s\n", s.ToString().c_str());
     return 2;
@@ -144,6 +152,10 @@ int Run(const CrashArgs& a) {
     o.drop_site = a.drop.substr(0, at);
     o.drop_fence = kind == "fence";
   }
+  o.split_site = a.split_store;
+  o.inject_leak = a.inject_leak;
+  o.mutate_stores = !a.no_store_mutants;
+  o.bulk_load = !a.no_bulk_load;
   if (!a.replay.empty()) {
     crash::ImageRef r;
     s = crash::ParseImageRef(a.replay, &r);
@@ -180,6 +192,7 @@ int Run(const CrashArgs& a) {
     j["tree"] = rep.tree;
     j["mode"] = std::string(crash::ModeName(rep.mode));
     j["workload"] = std::string(crash::WorkloadName(rep.workload));
+    j["keys"] = a.keys;
     j["seed"] = a.seed;
     j["scenarios"] = rep.scenarios;
     j["scenarios_total"] = rep.scenarios_total;
@@ -239,8 +252,14 @@ int Run(const CrashArgs& a) {
     }
     if (a.mutate) {
       for (const auto& m : mut.list)
-        std::printf("  mutant: drop %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
+        std::printf("  mutant: %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
                     m.evidence.empty() ? "" : " — ", m.evidence.c_str());
+      std::map<std::string, std::array<uint64_t, 3>> by_kind;  // caught, redundant, survived
+      for (const auto& m : mut.list)
+        by_kind[m.kind][m.outcome == "caught" ? 0 : m.outcome == "redundant" ? 1 : 2]++;
+      for (const auto& [kind, n] : by_kind)
+        std::printf("  %s: caught %llu, redundant %llu, survived %llu\n", kind.c_str(), (unsigned long long)n[0],
+                    (unsigned long long)n[1], (unsigned long long)n[2]);
       std::printf("mutants: %llu, caught %llu, redundant %llu, survived %llu, score %.1f%%\n",
                   (unsigned long long)mut.mutants, (unsigned long long)mut.caught, (unsigned long long)mut.redundant,
                   (unsigned long long)mut.survived, 100 * mut.score);
@@ -262,6 +281,9 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--workload", a->workload, "small: every short sequence from interesting pre-states; "
                                              "random: --ops seeded random operations")
       ->check(CLI::IsMember({"small", "random"}));
+  sub->add_option("--keys", a->keys, "u64 (default), or byte-string keys: short (3 B), long (128 B), "
+                                     "prefix (44 B, a 40-byte prefix shared by all)")
+      ->check(CLI::IsMember({"u64", "short", "long", "prefix"}));
   sub->add_option("--ops", a->ops, "operations of the random workload");
   sub->add_option("--seed", a->seed, "seed of random workloads, samples and the kill harness");
   sub->add_option("--mode", a->mode, "adr: per-line prefix (default); strict: per 8-byte word; eadr: caches persist")
@@ -278,6 +300,10 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--samples", a->samples, "random images per crash point above the bound");
   sub->add_option("--pool-size", a->pool_size, "bytes of the explorer's anonymous pool");
   sub->add_option("--drop", a->drop, "explore a mutant: drop SITE@flush or SITE@fence");
+  sub->add_option("--split-store", a->split_store, "explore a mutant: 8-byte stores at SITE reach memory as two 4-byte halves");
+  sub->add_flag("--inject-leak", a->inject_leak, "explore a mutant: leak one block after every recovery");
+  sub->add_flag("--no-bulk-load", a->no_bulk_load, "small workload: no bulk-load scenarios");
+  sub->add_flag("--no-store-mutants", a->no_store_mutants, "--mutate: skip the split-store mutants");
   sub->add_option("--replay", a->replay, "check only image SCENARIO:POINT:IMAGE (from a ticket) and describe it");
   sub->add_flag("--no-continuation", a->no_continuation, "skip the continuation workload after recovery");
   sub->add_flag("--no-recovery-crash", a->no_recovery_crash, "skip crashes during recovery");
