@@ -13,7 +13,8 @@ namespace pmtree::crash {
 std::vector<Tree::InputEntry> BulkLoadEntries(const Op& op) {
   std::vector<Tree::InputEntry> v;
   v.reserve(op.key);
-  for (uint64_t i = 1; i <= op.key; i++) v.emplace_back(10 * i, 10 * i * 1000 + 3);
+  // Values as the explorer's ValueFor(k, 3).
+  for (uint64_t i = 1; i <= op.key; i++) v.emplace_back(10 * i, (uint64_t{4} << 40) | (10 * i * 1000 + 3));
   return v;
 }
 
@@ -170,8 +171,7 @@ int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::str
   return 0;
 }
 
-std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check,
-                      std::string* finding) {
+std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check) {
   Status v = tree->Verify();
   if (!v.ok()) return "Verify() failed: " + v.ToString();
   const size_t room = std::max(e.m0->size(), e.effect.bulk ? e.effect.bulk->size() : 0) + 64;

@@ -15,15 +15,17 @@
 //   3. exact model equivalence: the scan and lookups equal M0 (the state
 //      before the in-flight operation) or M1 (after it); only M1 at the end
 //      of an operation, whose effect is acknowledged;
-//   4. allocator: bytes in use == bytes the tree reaches (Stats().pm_bytes);
+//   4. allocator: bytes in use == bytes the tree reaches (Stats().pm_bytes):
+//      fewer is double use, more a leak, both violations;
 //   5. a deterministic continuation workload on the recovered tree, checked
 //      again (latent damage shows up here);
 //   6. on sampled images, crash during recovery: recovery itself is traced and
 //      every crash image of it recovered and checked the same way.
 //
 // Every failure becomes a Ticket with the command line that replays it.
-// Mutate() drops each flush or fence site in turn and reports which mutants
-// the explorer catches.
+// Mutate() drops each flush or fence site in turn, splits each 8-byte store
+// site in two, leaks a block after recovery, and reports which mutants the
+// explorer catches.
 //
 // Threading: Explore() forks; call it while no other thread of the process
 // runs (tests and the CLI are single-threaded), or set isolate = false.
@@ -109,6 +111,12 @@ struct ExploreOptions {
   uint32_t continuation_ops = 64;  // 0 disables the continuation check
   uint32_t continuation_every = 8; // run it on every n-th image of a point (and on the first)
   bool crash_during_recovery = true;
+  // Crash during recovery from the first and the last image of each crash
+  // point, and with n > 0 also from every n-th image.
+  uint32_t recovery_crash_every = 0;
+  // Small workload: check the crash points of every operation of a scenario
+  // (pre-state construction included), not only of its last one.
+  bool check_all_ops = false;
   // Negative control of the space check: after every recovery, allocate one
   // block the tree does not reach (a leak); every image must then fail.
   bool inject_leak = false;

@@ -58,11 +58,9 @@ int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::str
 // what the tree reaches and holds in reserve), scan, lookups, allocator
 // consistency, and with `reachable_check` (right after recovery, when no
 // reservation is held) bytes in use == Stats().pm_bytes: fewer is double
-// use, more a leak; both are violations.  `finding` is kept for
-// non-violation observations.  Returns "" or the failure;
+// use, more a leak; both are violations.  Returns "" or the failure;
 // *which = MatchContents' answer.
-std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true,
-                      std::string* finding = nullptr);
+std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true);
 
 // The tree of `f` on `pool` with the key shape of `o` (key_shapes.cc): the
 // tree itself for KeyShape::kU64, else a Tree facade over its BytesTree.

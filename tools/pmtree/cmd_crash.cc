@@ -50,6 +50,9 @@ struct CrashArgs {
   bool inject_leak = false;
   bool no_store_mutants = false;
   bool no_bulk_load = false;
+  bool check_all_ops = false;
+  uint32_t continuation_every = 8;
+  uint32_t recovery_crash_every = 0;
   std::string replay;
   bool no_continuation = false;
   bool no_recovery_crash = false;
@@ -156,6 +159,9 @@ int Run(const CrashArgs& a) {
   o.inject_leak = a.inject_leak;
   o.mutate_stores = !a.no_store_mutants;
   o.bulk_load = !a.no_bulk_load;
+  o.check_all_ops = a.check_all_ops;
+  o.continuation_every = a.continuation_every;
+  o.recovery_crash_every = a.recovery_crash_every;
   if (!a.replay.empty()) {
     crash::ImageRef r;
     s = crash::ParseImageRef(a.replay, &r);
@@ -302,6 +308,11 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--drop", a->drop, "explore a mutant: drop SITE@flush or SITE@fence");
   sub->add_option("--split-store", a->split_store, "explore a mutant: 8-byte stores at SITE reach memory as two 4-byte halves");
   sub->add_flag("--inject-leak", a->inject_leak, "explore a mutant: leak one block after every recovery");
+  sub->add_flag("--check-all-ops", a->check_all_ops, "small workload: check every operation, not only the last");
+  sub->add_option("--continuation-every", a->continuation_every,
+                  "run the continuation workload on the first and every N-th image of a crash point");
+  sub->add_option("--recovery-crash-every", a->recovery_crash_every,
+                  "crash during recovery from the first, the last and every N-th image of a point (0: first and last)");
   sub->add_flag("--no-bulk-load", a->no_bulk_load, "small workload: no bulk-load scenarios");
   sub->add_flag("--no-store-mutants", a->no_store_mutants, "--mutate: skip the split-store mutants");
   sub->add_option("--replay", a->replay, "check only image SCENARIO:POINT:IMAGE (from a ticket) and describe it");
