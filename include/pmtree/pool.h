@@ -177,6 +177,13 @@ class Pool {
   // True when the previous session closed cleanly (so the allocator state was
   // restored and a tree may restart instantly).  A fresh pool counts as clean.
   bool clean_shutdown() const { return clean_shutdown_; }
+  // Bytes in use according to the allocator state saved by the last clean
+  // close (0 when none was restored).  A tree that rebuilds the allocator
+  // from what it reaches even after a clean close must reach exactly this
+  // many bytes; fewer means blocks became unreachable (a cut list, a damaged
+  // pointer), which it reports as Corruption instead of absorbing the loss
+  // (docs/pool_format.md, "What a damaged pool gets").
+  uint64_t saved_bytes_in_use() const { return saved_bytes_in_use_; }
   // Human description: backend, flush instruction, latency, mapping granularity.
   std::string Describe() const;
   BackendKind backend_kind() const { return backend_kind_; }
@@ -277,6 +284,7 @@ class Pool {
   bool clean_shutdown_ = true;
   bool closed_ = false;
   bool created_file_ = false;
+  uint64_t saved_bytes_in_use_ = 0;
   int memfd_ = -1;
   BackendKind backend_kind_ = BackendKind::kHardware;
   FlushInstruction flush_ = FlushInstruction::kAuto;

@@ -83,6 +83,15 @@ struct TreeOptions {
   // Design-specific options ("strategy=balanced"); a tree rejects keys it
   // does not know with InvalidArgument listing the ones it does.
   std::map<std::string, std::string> extra;
+  // OpenTree/OpenBytesTree only (the paranoid open): run Verify() after
+  // recovery and fail the open with its Corruption status.  Without it,
+  // recovery after a clean close trusts what the close saved (the allocator
+  // state; for kCapInstantRestart trees the restart image, without walking
+  // the structure), and Lookup/Scan follow the pool's offsets unchecked: a
+  // damaged pool can crash them.  Open a pool of unknown origin or on
+  // suspect media with this set (docs/pool_format.md, "What a damaged pool
+  // gets").  Costs one full walk.
+  bool verify_on_open = false;
 };
 
 struct TreeStats {

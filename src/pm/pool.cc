@@ -250,10 +250,18 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
       if (pool->allocator_->LoadFreeExtents(extents).ok()) {
         // The saved state's own block is no longer needed.
         pool->allocator_->Free(h->alloc_state, sizeof(SavedAllocState) + 16 * n);
+        pool->saved_bytes_in_use_ = pool->allocator_->bytes_in_use();
         restored = true;
       }
     }
   }
+  // A clean close always saves a valid state before it sets the flag (see
+  // Close), so "clean" with a state that fails its checks is damage.  Say so
+  // rather than rebuild from reachability, which would turn whatever the
+  // damage cut off into free space without a word.
+  if (pool->clean_shutdown_ && !restored)
+    return Status::Corruption("the header records a clean shutdown but the saved allocator state at offset " +
+                              std::to_string(h->alloc_state) + " is damaged (bad offset, count, checksum or extent)");
   // Without a restored state the tree's recovery must rebuild the allocator
   // from what it reaches (pmtree/allocator.h); until then nothing allocates.
   if (!restored) {

@@ -61,6 +61,45 @@ TEST_F(PoolFileTest, CreateThenOpenKeepsLayoutRootsAndData) {
   EXPECT_EQ((*p)->allocator().bytes_in_use(), 64u);
 }
 
+TEST_F(PoolFileTest, ACleanCloseTellsTheNextOpenHowManyBytesWereInUse) {
+  {
+    auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((*p)->saved_bytes_in_use(), 0u);
+    ASSERT_TRUE((*p)->allocator().Allocate(64).ok());
+    ASSERT_TRUE((*p)->allocator().Allocate(256).ok());
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  {
+    auto p = Pool::Open(path_, "t", opts_);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((*p)->saved_bytes_in_use(), 320u);
+  }  // a crash: nothing saved for the next open
+  auto p = Pool::Open(path_, "t", opts_);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->saved_bytes_in_use(), 0u);
+}
+
+TEST_F(PoolFileTest, ACleanPoolWithADamagedSavedAllocatorStateIsCorruptAndUnchanged) {
+  {
+    auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->allocator().Allocate(64).ok());
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  std::string bytes = ReadFile();
+  PoolHeader h;
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  ASSERT_EQ(h.shutdown_state, kCleanShutdown);
+  ASSERT_NE(h.alloc_state, 0u);
+  bytes[h.alloc_state + offsetof(SavedAllocState, checksum)] ^= 1;
+  WriteFile(bytes);
+  auto p = Pool::Open(path_, "t", opts_);
+  EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(p.status().message().find("saved allocator state"), std::string_view::npos) << p.status().ToString();
+  EXPECT_EQ(ReadFile(), bytes);
+}
+
 TEST_F(PoolFileTest, DestroyWithoutCloseIsSeenAsACrashAndTheAllocatorAwaitsRebuild) {
   {
     auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);

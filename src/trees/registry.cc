@@ -188,6 +188,9 @@ Result<TreeHandle<T>> OpenImpl(const std::string& path, const TreeFactory* expec
   options.key_kind = kWant;
   auto tree = CallRecover<T>(*f, h.pool.get(), options);
   if (!tree.ok()) return tree.status().Annotate(path);
+  if (options.verify_on_open) {
+    if (Status s = (*tree)->Verify(); !s.ok()) return s.Annotate(path + " (verify on open)");
+  }
   h.tree = std::move(tree).value();
   return h;
 }
