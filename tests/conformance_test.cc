@@ -17,18 +17,24 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "pm/pool_format.h"
 #include "pmtree/registry.h"
 
 namespace pmtree {
 namespace {
 
-constexpr uint64_t kPoolSize = 1ull << 30;  // sparse memfd/tmpfs: costs what is used
+constexpr uint64_t kPoolSize = 1ull << 30;  // anonymous (sparse memfd): costs what is used
+// Pool files are reserved whole at creation (PoolOptions::reserve_space).
+constexpr uint64_t kFilePoolSize = 64ull << 20;
 
 uint64_t Seed() {
   if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
@@ -40,6 +46,24 @@ std::string TestPath(const std::string& tag) {
   std::string name = std::string(info->test_suite_name()) + "-" + info->name();
   std::replace(name.begin(), name.end(), '/', '_');
   return "/dev/shm/pmtree-conf-" + std::to_string(getpid()) + "-" + name + "-" + tag + ".pool";
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Rewrites the layout name in a pool file's header (and its checksum), as a
+// forger would.
+void Relabel(const std::string& path, std::string_view layout) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  PoolHeader h;
+  f.read(reinterpret_cast<char*>(&h), sizeof(h));
+  std::memset(h.layout, 0, sizeof(h.layout));
+  std::memcpy(h.layout, layout.data(), layout.size());
+  h.checksum = Fnv1a64(&h, kChecksummedBytes);
+  f.seekp(0);
+  f.write(reinterpret_cast<const char*>(&h), sizeof(h));
 }
 
 class ConformanceTest : public ::testing::TestWithParam<std::string> {
@@ -336,6 +360,74 @@ TEST_P(ConformanceTest, ByteStringKeysOfZeroTo1024BytesMatchTheModel) {
   EXPECT_EQ(h->tree->Insert(too_long, 1).status().code(), Status::Code::kInvalidArgument);
 }
 
+// The rule of pmtree/tree.h: a bound longer than kMaxKeyBytes orders like
+// any other string; no stored key equals it.
+TEST_P(ConformanceTest, ScanBoundsLongerThanTheKeyLimitOrderLikeAnyString) {
+  if (!factory_->create_bytes) GTEST_SKIP() << GetParam() << " has no byte-string keys";
+  auto h = CreateBytesTree(*factory_, "", kPoolSize, {}, pool_opts_);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::map<std::string, uint64_t> model;
+  const std::string longest = "m" + std::string(kMaxKeyBytes - 1, 'x');
+  for (const std::string& k : {std::string("a"), std::string("m"), longest, std::string("my"), std::string("z")}) {
+    ASSERT_TRUE(*h->tree->Insert(k, k.size()));
+    model[k] = k.size();
+  }
+  const std::string over = longest + "x";  // kMaxKeyBytes + 1 bytes, between `longest` and "my"
+  std::vector<BytesTree::Entry> out(8);
+  size_t n = h->tree->Scan(over, std::span(out));
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(out[0].first, "my");
+  EXPECT_EQ(out[1].first, "z");
+  n = h->tree->ScanRange("b", over, std::span(out));
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(out[0].first, "m");
+  EXPECT_EQ(out[1].first, longest);
+  uint64_t v;
+  EXPECT_FALSE(h->tree->Lookup(over, &v));
+  EXPECT_EQ(h->tree->Update(over, 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Remove(over).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Insert(over, 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Upsert(over, 1).status().code(), Status::Code::kInvalidArgument);
+  ExpectEqualsModel(*h->tree, model);
+}
+
+// Byte keys of mixed sizes (1..25 bytes, some near the limit) with removes,
+// in a small pool: every OutOfSpace leaves a tree that verifies and matches
+// the model (contract item 5).
+TEST_P(ConformanceTest, AFullPoolOfMixedSizeByteKeysIsAStatusAndTheTreeStaysUsable) {
+  if (!persistent() || !factory_->create_bytes) GTEST_SKIP() << GetParam() << " has no pooled byte-string keys";
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  auto h = CreateBytesTree(*factory_, "", kMinPoolSize, {}, pool_opts_);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  auto& tree = *h->tree;
+  std::map<std::string, uint64_t> model;
+  std::mt19937_64 rng(seed_);
+  int full = 0;
+  for (int i = 0; i < 200000 && full < 40; i++) {
+    if (rng() % 4 == 0 && !model.empty()) {
+      auto it = model.lower_bound(RandomKey(rng, 25));
+      if (it == model.end()) it = model.begin();
+      auto r = tree.Remove(it->first);
+      ASSERT_TRUE(r.ok() && *r) << "op " << i << ": " << (r.ok() ? "absent" : r.status().ToString());
+      model.erase(it);
+      continue;
+    }
+    std::string k(rng() % 16 == 0 ? kMaxKeyBytes - rng() % 200 : 1 + rng() % 25, '\0');
+    for (auto& c : k) c = static_cast<char>('a' + rng() % 26);
+    auto r = tree.Insert(k, i);
+    if (!r.ok()) {
+      ASSERT_TRUE(r.status().IsOutOfSpace()) << "op " << i << ": " << r.status().ToString();
+      full++;
+      Status s = tree.Verify();
+      ASSERT_TRUE(s.ok()) << "after OutOfSpace at op " << i << ": " << s.ToString();
+    } else if (*r) {
+      model[k] = static_cast<uint64_t>(i);
+    }
+  }
+  ASSERT_GT(full, 0) << "a 1 MiB pool never filled";
+  ExpectEqualsModel(tree, model);
+}
+
 TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {
   if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
@@ -343,7 +435,7 @@ TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(seed_);
   for (int round = 0; round < 3; round++) {
-    auto h = round == 0 ? CreateTree(*factory_, path, kPoolSize, {}, pool_opts_)
+    auto h = round == 0 ? CreateTree(*factory_, path, kFilePoolSize, {}, pool_opts_)
                         : OpenTree(path, factory_, {}, pool_opts_);
     ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
     if (round > 0) ExpectEqualsModel(*h->tree, model);
@@ -363,7 +455,7 @@ TEST_P(ConformanceTest, CrashWithoutCloseRecoversEveryAcknowledgedOperation) {
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(seed_);
   for (int round = 0; round < 3; round++) {
-    auto h = round == 0 ? CreateTree(*factory_, path, kPoolSize, {}, pool_opts_)
+    auto h = round == 0 ? CreateTree(*factory_, path, kFilePoolSize, {}, pool_opts_)
                         : OpenTree(path, factory_, {}, pool_opts_);
     ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
     if (round > 0) {
@@ -377,14 +469,16 @@ TEST_P(ConformanceTest, CrashWithoutCloseRecoversEveryAcknowledgedOperation) {
   }
 }
 
-TEST_P(ConformanceTest, OpeningWithTheWrongTreeOrKeyTypeFailsClearly) {
+TEST_P(ConformanceTest, OpeningWithTheWrongTreeOrKeyTypeFailsClearlyAndChangesNothing) {
   if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
   const std::string& path = Track(TestPath("wrong"));
   {
-    auto h = CreateTree(*factory_, path, kPoolSize, {}, pool_opts_);
+    auto h = CreateTree(*factory_, path, 4 * kMinPoolSize, {}, pool_opts_);
     ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(*h->tree->Insert(7, 7));
     ASSERT_TRUE(h->tree->Close().ok());
   }
+  const std::string before = Slurp(path);
   for (const TreeFactory& other : Registry()) {
     if (&other == factory_ || !other.persistent()) continue;
     auto h = OpenTree(path, &other, {}, pool_opts_);
@@ -393,6 +487,27 @@ TEST_P(ConformanceTest, OpeningWithTheWrongTreeOrKeyTypeFailsClearly) {
   if (factory_->create_bytes) {
     auto h = OpenBytesTree(path, factory_, {}, pool_opts_);
     EXPECT_EQ(h.status().code(), Status::Code::kIncompatible);
+  }
+  EXPECT_TRUE(Slurp(path) == before) << "a refused open changed the pool file";
+}
+
+// A test-only variant (kCapTestOnly) recovers only pools it created: a pool
+// of any other tree, relabelled with the variant's name (header checksum
+// recomputed), is refused.
+TEST_P(ConformanceTest, ATestOnlyVariantRefusesAPoolItDidNotCreate) {
+  if (!persistent() || !factory_->test_only()) GTEST_SKIP() << GetParam() << " is not a test-only variant";
+  for (const TreeFactory& other : Registry()) {
+    if (&other == factory_ || !other.persistent()) continue;
+    const std::string& path = Track(TestPath(std::string(other.name)));
+    {
+      auto h = CreateTree(other, path, 4 * kMinPoolSize, {}, pool_opts_);
+      ASSERT_TRUE(h.ok()) << other.name << ": " << h.status().ToString();
+      ASSERT_TRUE(*h->tree->Insert(7, 7));
+      ASSERT_TRUE(h->tree->Close().ok());
+    }
+    Relabel(path, factory_->name);
+    auto h = OpenTree(path, factory_, {}, pool_opts_);
+    EXPECT_FALSE(h.ok()) << "a pool of " << other.name << " relabelled " << factory_->name << " opened";
   }
 }
 

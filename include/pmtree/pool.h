@@ -93,11 +93,27 @@ struct PoolOptions {
   // Map copy-on-write: recovery may write, the file is never changed
   // (used by `pmtree inspect`).
   bool private_mapping = false;
-  // Create only: refuse (kBusy) when the file exists, unless this is set.
+  // Create only: refuse (kBusy) when the path exists, unless this is set;
+  // even then only an existing pmtree pool (a regular file whose header
+  // validates) is replaced: any other file is refused and left untouched.
   bool overwrite = false;
+  // Create only: reserve every block of the file with posix_fallocate, so a
+  // full file system fails Create with kOutOfSpace instead of killing the
+  // process with SIGBUS on a later store.  On tmpfs (/dev/shm) the reserved
+  // size is memory taken up front.
+  bool reserve_space = true;
+  // Open only: called with the layout name and layout flags of a header that
+  // validated, before anything is mapped or written.  A non-OK status fails
+  // the open with every byte of the file unchanged (the registry uses it to
+  // refuse an unknown tree or the wrong key kind).
+  std::function<Status(std::string_view layout, uint64_t layout_flags)> accept;
   // kCustom only.
   BackendFactory backend_factory;
 };
+
+// Largest emulated extra latency per flushed line (10 us, 16x the slowest
+// medium the papers emulate); anything above turns a run into a hang.
+inline constexpr uint32_t kMaxWriteLatencyNs = 10000;
 
 // Number of root slots in the header.
 inline constexpr int kRootSlots = 8;
@@ -113,14 +129,19 @@ class Pool {
   // Creates a pool file of `size` bytes for the tree `layout` (its registry
   // name).  `layout_flags` is opaque to the pool (the tree layer records the
   // key kind there).  The file is written header-last, so a crash during
-  // Create leaves a file that Open rejects as "not a pool".
+  // Create leaves a file that Open rejects as "not a pool".  A failure
+  // removes the file only when this call created it: a file that existed
+  // before (options.overwrite) is never unlinked.  No space for the whole
+  // size is kOutOfSpace (see PoolOptions::reserve_space).
   static Result<std::unique_ptr<Pool>> Create(const std::string& path, uint64_t size,
                                               std::string_view layout, uint64_t layout_flags,
                                               const PoolOptions& options = {});
   // Opens an existing pool.  When `expected_layout` is non-empty it must match.
   // Fails with a clear Status, without changing a byte of the file, when the
-  // file is missing, not a pool, truncated, of another format version, or of
-  // another tree.
+  // file is missing, not a pool, truncated, of another format version, of
+  // another tree, or refused by options.accept.  With
+  // options.private_mapping the file is opened read-only (a read-only file or
+  // file system can be inspected).
   static Result<std::unique_ptr<Pool>> Open(const std::string& path, std::string_view expected_layout,
                                             const PoolOptions& options = {});
   // A pool in anonymous memory (memfd) for tests and the explorer.  With
@@ -148,10 +169,21 @@ class Pool {
   std::string_view layout() const { return layout_; }
   uint64_t layout_flags() const { return layout_flags_; }
   const std::string& path() const { return path_; }  // empty when anonymous
+  // True when Create made a new file (false when it replaced an existing
+  // pool, and for opened or anonymous pools): only then may a caller that
+  // fails later remove the file.
+  bool created_file() const { return created_file_; }
   uint64_t size() const { return size_; }
   // True when the previous session closed cleanly (so the allocator state was
   // restored and a tree may restart instantly).  A fresh pool counts as clean.
   bool clean_shutdown() const { return clean_shutdown_; }
+  // Bytes in use according to the allocator state saved by the last clean
+  // close (0 when none was restored).  A tree that rebuilds the allocator
+  // from what it reaches even after a clean close must reach exactly this
+  // many bytes; fewer means blocks became unreachable (a cut list, a damaged
+  // pointer), which it reports as Corruption instead of absorbing the loss
+  // (docs/pool_format.md, "What a damaged pool gets").
+  uint64_t saved_bytes_in_use() const { return saved_bytes_in_use_; }
   // Human description: backend, flush instruction, latency, mapping granularity.
   std::string Describe() const;
   BackendKind backend_kind() const { return backend_kind_; }
@@ -251,6 +283,8 @@ class Pool {
   uint64_t layout_flags_ = 0;
   bool clean_shutdown_ = true;
   bool closed_ = false;
+  bool created_file_ = false;
+  uint64_t saved_bytes_in_use_ = 0;
   int memfd_ = -1;
   BackendKind backend_kind_ = BackendKind::kHardware;
   FlushInstruction flush_ = FlushInstruction::kAuto;

@@ -62,7 +62,10 @@ enum Capability : uint32_t {
   kCapBulkLoadFill = 1u << 3,     // BulkLoad honours the fill factor
   kCapInstantRestart = 1u << 4,   // no structure walk after a clean shutdown
   kCapParallelRecovery = 1u << 5, // recovery uses TreeOptions::recovery_threads
-  kCapTestOnly = 1u << 6,         // a deliberately flawed variant for the explorer
+  // A deliberately flawed variant for the explorer.  It recovers only pools
+  // it created itself: a pool of any other tree, even one whose header was
+  // relabelled with the variant's name, is refused (conformance suite).
+  kCapTestOnly = 1u << 6,
   // Correctness relies on a cache line reaching memory in store order (the
   // per-line-prefix model of docs/crash_model.md, which the LB+-Tree paper
   // assumes).  Crash results in strict per-8-byte-word mode are reported for
@@ -80,6 +83,15 @@ struct TreeOptions {
   // Design-specific options ("strategy=balanced"); a tree rejects keys it
   // does not know with InvalidArgument listing the ones it does.
   std::map<std::string, std::string> extra;
+  // OpenTree/OpenBytesTree only (the paranoid open): run Verify() after
+  // recovery and fail the open with its Corruption status.  Without it,
+  // recovery after a clean close trusts what the close saved (the allocator
+  // state; for kCapInstantRestart trees the restart image, without walking
+  // the structure), and Lookup/Scan follow the pool's offsets unchecked: a
+  // damaged pool can crash them.  Open a pool of unknown origin or on
+  // suspect media with this set (docs/pool_format.md, "What a damaged pool
+  // gets").  Costs one full walk.
+  bool verify_on_open = false;
 };
 
 struct TreeStats {
@@ -138,6 +150,11 @@ class BasicTree {
   // is not null) in ascending key order, at most out.size() of them; returns
   // how many.  Under concurrent writers each returned entry was present at
   // some instant during the call, and no key is returned twice.
+  // Bounds are compared, never stored: a byte-string bound longer than
+  // kMaxKeyBytes is valid and orders like any other string (no stored key
+  // equals it; Scan returns the entries after it).  Lookup of such a key
+  // returns false; Insert, Update, Upsert and Remove return InvalidArgument.
+  // tests/conformance_test.cc holds every tree to this.
   virtual size_t Scan(K start, const K* end, std::span<Entry> out) = 0;
   size_t Scan(K start, std::span<Entry> out) { return Scan(start, nullptr, out); }
   size_t ScanRange(K start, K end, std::span<Entry> out) { return Scan(start, &end, out); }

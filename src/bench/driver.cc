@@ -2,13 +2,16 @@
 
 #include "bench/driver.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -40,9 +43,21 @@ Status BenchConfig::Validate() const {
     if (!FindTree(t) && !FindPeer(t))
       return Status::InvalidArgument("unknown tree '" + t + "'; valid: " + TreeNames() + ", all, peers (" +
                                      PeerNames() + ")");
+  if (records > kMaxRecords)
+    return Status::InvalidArgument("--records must be in 0.." + std::to_string(kMaxRecords) + ", got " +
+                                   std::to_string(records));
+  if (ops > kMaxOps)
+    return Status::InvalidArgument("--ops must be in 1.." + std::to_string(kMaxOps) + ", got " + std::to_string(ops));
+  if (!(duration_s >= 0 && duration_s <= kMaxDurationS))
+    return Status::InvalidArgument("--duration must be in (0, " + Fmt(kMaxDurationS) + "] seconds, got " +
+                                   Fmt(duration_s));
   if (kind == WorkloadKind::kOps && ops == 0 && duration_s <= 0)
     return Status::InvalidArgument("--ops must be at least 1 (or give --duration)");
-  if (duration_s < 0) return Status::InvalidArgument("--duration must be positive");
+  if (write_latency_ns > kMaxWriteLatencyNs)
+    return Status::InvalidArgument("--write-latency-ns must be in 0.." + std::to_string(kMaxWriteLatencyNs) +
+                                   ", got " + std::to_string(write_latency_ns));
+  if (recovery_threads > 1024)
+    return Status::InvalidArgument("--recovery-threads must be in 0..1024, got " + std::to_string(recovery_threads));
   if (threads.empty()) return Status::InvalidArgument("--threads needs at least one value");
   for (uint32_t t : threads)
     if (t < 1 || t > 1024) return Status::InvalidArgument("--threads values must be in 1..1024, got " + std::to_string(t));
@@ -54,7 +69,9 @@ Status BenchConfig::Validate() const {
   if (!(latency_sample > 0 && latency_sample <= 1))
     return Status::InvalidArgument("--latency-sample must be in (0, 1], got " + Fmt(latency_sample));
   if (window_ms < 1) return Status::InvalidArgument("--window-ms must be at least 1");
-  if (pool_size < kMinPoolSize) return Status::InvalidArgument("--pool-size must be at least " + std::to_string(kMinPoolSize));
+  if (pool_size < kMinPoolSize || pool_size % 4096 != 0)
+    return Status::InvalidArgument("--pool-size must be a multiple of 4096 and at least " +
+                                   std::to_string(kMinPoolSize) + ", got " + std::to_string(pool_size));
   BackendKind bk;
   FlushInstruction fi;
   if (Status s = ParseBackend(backend, &bk, &fi); !s.ok())
@@ -270,6 +287,38 @@ struct Opened {
   Status status;
 };
 
+// Decides whether a new pool for tree `name` may be made at `path`: yes when
+// nothing is there; with --reuse-pool also when a pmtree pool of the same
+// tree is there (a pool an earlier run kept), which Pool::Create then
+// replaces.  Anything else is refused: the bench never overwrites or deletes
+// a file it did not create.  Sets *replace when an old pool is replaced.
+Status CheckNewPoolPath(const BenchConfig& c, const std::string& path, const std::string& name, bool* replace) {
+  *replace = false;
+  struct stat st;
+  const std::string sidecar = path + ".bench.json";  // written by --keep-pool runs
+  if (c.keep_pool && !c.reuse_pool && lstat(sidecar.c_str(), &st) == 0)
+    return Status::Busy(sidecar + " already exists; the bench never overwrites a file it did not create: remove "
+                                  "it, choose another --pool, or pass --reuse-pool");
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::IoError(path + ": " + std::strerror(errno));
+  }
+  if (!c.reuse_pool)
+    return Status::Busy(path + " already exists; the bench never overwrites a file it did not create: remove it, "
+                               "choose another --pool, or pass --reuse-pool to replace a pool an earlier run kept");
+  PoolOptions peek;
+  peek.private_mapping = true;  // read-only: the check changes nothing
+  peek.use_env = false;
+  peek.counting = false;
+  peek.backend = BackendKind::kDram;
+  auto p = Pool::Open(path, name, peek);
+  if (!p.ok())
+    return Status::Busy("--reuse-pool: " + path + " is not a pool of tree '" + name + "' (" +
+                        std::string(p.status().message()) + "); refusing to replace it");
+  *replace = true;
+  return Status::Ok();
+}
+
 Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_existing, uint32_t recovery_threads) {
   Opened o;
   if (const PeerInfo* peer = FindPeer(name)) {
@@ -277,6 +326,7 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
     pc.dir = PoolPathFor(c, name);
     pc.map_size = c.pool_size;
     pc.keep = c.keep_pool;
+    pc.reuse = c.reuse_pool;
     pc.key_min = c.workload.key_min;
     pc.key_max = c.workload.key_max;
     pc.value_size = c.value_size;
@@ -294,7 +344,10 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
   tc.pool_options.backend = bk;
   tc.pool_options.flush = fi;
   tc.pool_options.write_latency_ns = c.write_latency_ns;
-  tc.pool_options.overwrite = true;
+  if (!open_existing && f->persistent()) {
+    o.status = CheckNewPoolPath(c, tc.pool_path, name, &tc.pool_options.overwrite);
+    if (!o.status.ok()) return o;
+  }
   tc.tree_options.node_size = c.node_size;
   tc.tree_options.extra = c.extra;
   tc.tree_options.recovery_threads = recovery_threads;

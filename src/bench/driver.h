@@ -46,6 +46,12 @@ namespace pmtree::bench {
 
 enum class WorkloadKind { kOps, kRecovery };
 
+// Ranges BenchConfig::Validate enforces on the sizes of a run: beyond them
+// the pre-built key and operation streams alone outgrow any machine we run on.
+inline constexpr uint64_t kMaxRecords = 4'000'000'000ull;
+inline constexpr uint64_t kMaxOps = 4'000'000'000ull;
+inline constexpr double kMaxDurationS = 7 * 24 * 3600.0;
+
 struct BenchConfig {
   // Registry names and peer names ("lbtree", "lmdb"); resolved by Validate().
   std::vector<std::string> targets;
@@ -59,6 +65,10 @@ struct BenchConfig {
   double fill = 1.0;
   bool skip_load = false;
   bool keep_pool = false;
+  // The bench never overwrites or removes a file it did not create: an
+  // existing pool path is refused unless reuse_pool is set and it holds a
+  // pmtree pool of the same tree (or a peer directory the bench made).
+  bool reuse_pool = false;
   std::string pool_path;        // empty: /dev/shm/pmtree-bench-<pid>-<target>.pool
   uint64_t pool_size = kDefaultPoolSize;
   std::string backend = "hardware";

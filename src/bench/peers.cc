@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "bench/workload.h"
@@ -59,10 +60,29 @@ uint64_t DirBytes(const std::string& dir) {
   return total;
 }
 
-Status PrepareDir(const std::string& dir) {
+// Marks a directory this benchmark made, so --reuse-pool replaces only those.
+constexpr const char* kPeerDirMarker = ".pmtree-bench-peer";
+
+// Makes the peer's directory.  An existing path is never removed unless
+// `reuse` is set and the directory carries the marker of an earlier bench
+// run.  Sets *owned once the directory is ours to remove.
+Status PrepareDir(const std::string& dir, bool reuse, bool* owned) {
   std::error_code ec;
-  fs::remove_all(dir, ec);
+  if (fs::exists(fs::symlink_status(dir, ec))) {
+    if (!reuse)
+      return Status::Busy(dir + " already exists; the bench never removes what it did not create: remove it, "
+                                "choose another --pool, or pass --reuse-pool to replace a directory of an earlier "
+                                "bench run");
+    if (!fs::is_directory(fs::symlink_status(dir, ec)) || !fs::exists(fs::path(dir) / kPeerDirMarker, ec))
+      return Status::Busy(dir + " exists and is not a peer directory made by the bench (no " +
+                          std::string(kPeerDirMarker) + "); refusing to remove it");
+    fs::remove_all(dir, ec);
+    if (ec) return Status::IoError("cannot remove " + dir + ": " + ec.message());
+  }
   if (!fs::create_directories(dir, ec)) return Status::IoError("cannot create peer directory " + dir + ": " + ec.message());
+  *owned = true;
+  std::ofstream marker(fs::path(dir) / kPeerDirMarker);
+  if (!marker) return Status::IoError("cannot write " + dir + "/" + kPeerDirMarker);
   return Status::Ok();
 }
 
@@ -91,14 +111,14 @@ class LmdbTarget final : public Target {
   LmdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {}
   ~LmdbTarget() override {
     if (env_) mdb_env_close(env_);
-    if (!c_.keep) {
+    if (!c_.keep && owned_) {
       std::error_code ec;
       fs::remove_all(c_.dir, ec);
     }
   }
 
   Status Open() {
-    if (Status s = PrepareDir(c_.dir); !s.ok()) return s;
+    if (Status s = PrepareDir(c_.dir, c_.reuse, &owned_); !s.ok()) return s;
     int rc = mdb_env_create(&env_);
     if (rc) return LmdbError("env_create", rc);
     mdb_env_set_mapsize(env_, c_.map_size);
@@ -264,6 +284,7 @@ class LmdbTarget final : public Target {
 
   PeerConfig c_;
   bool nosync_;
+  bool owned_ = false;  // the directory is ours to remove (PrepareDir made it)
   MDB_env* env_ = nullptr;
   MDB_dbi dbi_ = 0;
 };
@@ -277,14 +298,14 @@ class BdbTarget final : public Target {
   BdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {}
   ~BdbTarget() override {
     CloseHandles();
-    if (!c_.keep) {
+    if (!c_.keep && owned_) {
       std::error_code ec;
       fs::remove_all(c_.dir, ec);
     }
   }
 
   Status Open() {
-    if (Status s = PrepareDir(c_.dir); !s.ok()) return s;
+    if (Status s = PrepareDir(c_.dir, c_.reuse, &owned_); !s.ok()) return s;
     int rc = db_env_create(&env_, 0);
     if (rc) return BdbError("env_create", rc);
     env_->set_cachesize(env_, 0, 256u << 20, 1);
@@ -494,6 +515,7 @@ class BdbTarget final : public Target {
 
   PeerConfig c_;
   bool nosync_;
+  bool owned_ = false;  // the directory is ours to remove (PrepareDir made it)
   DB_ENV* env_ = nullptr;
   DB* db_ = nullptr;
 };

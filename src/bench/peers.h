@@ -38,6 +38,9 @@ struct PeerConfig {
   std::string dir;                   // created; removed by Finish unless keep
   uint64_t map_size = 4ull << 30;    // LMDB map size / space bound
   bool keep = false;
+  // An existing dir is refused unless reuse is set and it is a directory an
+  // earlier bench run made (it carries the bench's marker file).
+  bool reuse = false;
   uint32_t key_min = 0, key_max = 0;  // byte-string keys when key_min != 0
   uint32_t value_size = 8;            // bytes per value
 };

@@ -314,6 +314,9 @@ std::string SuiteContext::Report(const std::string& figures_note) const {
 
 Status RunSuites(const SuiteOptions& o, std::string* out_dir) {
   if (Status s = ValidateSuites(o.suites); !s.ok()) return s;
+  if (!(o.scale > 0 && o.scale <= kMaxSuiteScale))
+    return Status::InvalidArgument("--scale must be in (0, " + Fixed(kMaxSuiteScale, 0) + "], got " +
+                                   Fixed(o.scale, 3));
   std::vector<const SuiteDef*> todo;
   for (const auto& d : Suites())
     for (const auto& n : o.suites)

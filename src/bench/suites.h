@@ -32,6 +32,10 @@
 
 namespace pmtree::bench {
 
+// Largest --scale: the default sizes times this reach the papers' sizes and
+// beyond; more only exhausts memory.
+inline constexpr double kMaxSuiteScale = 1000;
+
 struct SuiteOptions {
   std::vector<std::string> suites;  // "nvtree", ..., or "all"
   bool full = false;                // the papers' sizes

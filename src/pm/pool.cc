@@ -104,9 +104,9 @@ Status ApplyEnv(PoolOptions* o) {
   if (const char* l = std::getenv("PMTREE_WRITE_LATENCY_NS"); l != nullptr && *l != '\0') {
     char* end = nullptr;
     unsigned long v = std::strtoul(l, &end, 10);
-    if (*end != '\0' || v > 1000000)
-      return Status::InvalidArgument("PMTREE_WRITE_LATENCY_NS must be a number of ns in 0..1000000, got '" +
-                                     std::string(l) + "'");
+    if (*end != '\0' || v > kMaxWriteLatencyNs)
+      return Status::InvalidArgument("PMTREE_WRITE_LATENCY_NS must be a number of ns in 0.." +
+                                     std::to_string(kMaxWriteLatencyNs) + ", got '" + std::string(l) + "'");
     o->write_latency_ns = static_cast<uint32_t>(v);
   }
   return Status::Ok();
@@ -153,6 +153,9 @@ Status Pool::MapMemfd(Mapping* m, bool read_only_view, bool private_mapping, Bac
 }
 
 Status Pool::InstallBackend(const PoolOptions& options) {
+  if (options.write_latency_ns > kMaxWriteLatencyNs)
+    return Status::InvalidArgument("write latency must be in 0.." + std::to_string(kMaxWriteLatencyNs) +
+                                   " ns per flushed line, got " + std::to_string(options.write_latency_ns));
   backend_kind_ = options.backend;
   write_latency_ns_ = options.write_latency_ns;
   std::unique_ptr<PersistBackend> b;
@@ -247,10 +250,18 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
       if (pool->allocator_->LoadFreeExtents(extents).ok()) {
         // The saved state's own block is no longer needed.
         pool->allocator_->Free(h->alloc_state, sizeof(SavedAllocState) + 16 * n);
+        pool->saved_bytes_in_use_ = pool->allocator_->bytes_in_use();
         restored = true;
       }
     }
   }
+  // A clean close always saves a valid state before it sets the flag (see
+  // Close), so "clean" with a state that fails its checks is damage.  Say so
+  // rather than rebuild from reachability, which would turn whatever the
+  // damage cut off into free space without a word.
+  if (pool->clean_shutdown_ && !restored)
+    return Status::Corruption("the header records a clean shutdown but the saved allocator state at offset " +
+                              std::to_string(h->alloc_state) + " is damaged (bad offset, count, checksum or extent)");
   // Without a restored state the tree's recovery must rebuild the allocator
   // from what it reaches (pmtree/allocator.h); until then nothing allocates.
   if (!restored) {
@@ -268,6 +279,64 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
   return pool;
 }
 
+namespace {
+
+// Removes the file at `path` when destroyed while armed: Create arms it only
+// for a file it made itself, so a failure never unlinks what existed before.
+struct CreatedFileGuard {
+  std::string path;
+  bool armed = false;
+  ~CreatedFileGuard() {
+    if (armed) unlink(path.c_str());
+  }
+};
+
+// Opens `path` for Create: a new file (O_EXCL), or with `overwrite` an
+// existing regular file whose header validates as a pmtree pool.  Sets
+// *created when the file is new.
+Status OpenForCreate(const std::string& path, bool overwrite, int* fd, bool* created) {
+  *fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (*fd >= 0) {
+    *created = true;
+    return Status::Ok();
+  }
+  if (errno != EEXIST) return Status::IoError(Errno("creating " + path));
+  if (!overwrite) return Status::Busy(path + " already exists; remove it or ask to overwrite it");
+  *fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (*fd < 0) return Status::IoError(Errno("opening " + path + " to overwrite it"));
+  struct stat st;
+  if (fstat(*fd, &st) != 0) return Status::IoError(Errno("stat " + path));
+  if (!S_ISREG(st.st_mode))
+    return Status::InvalidArgument(path + " exists and is not a regular file; refusing to overwrite it");
+  PoolHeader h;
+  Status s = ReadHeader(*fd, static_cast<uint64_t>(st.st_size), &h);
+  if (s.ok()) s = CheckHeader(h, static_cast<uint64_t>(st.st_size), "");
+  if (!s.ok())
+    return Status::InvalidArgument(path + " exists and is not a pmtree pool (" + std::string(s.message()) +
+                                   "); refusing to overwrite it");
+  *created = false;
+  return Status::Ok();
+}
+
+// Gives the file exactly `size` bytes, none of an earlier content, and (with
+// `reserve`) every block allocated now rather than at the first store.
+Status SizeNewPoolFile(int fd, const std::string& path, uint64_t size, bool reserve) {
+  if (ftruncate(fd, 0) != 0) return Status::IoError(Errno("truncating " + path));
+  if (reserve) {
+    const int err = posix_fallocate(fd, 0, static_cast<off_t>(size));
+    if (err == ENOSPC || err == EFBIG || err == EDQUOT)
+      return Status::OutOfSpace("no room for a pool of " + std::to_string(size) + " bytes at " + path + ": " +
+                                std::strerror(err) + "; choose a smaller pool size or another file system");
+    if (err != 0) return Status::IoError("reserving " + std::to_string(size) + " bytes for " + path + ": " +
+                                         std::strerror(err));
+  }
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0)
+    return Status::IoError(Errno("sizing " + path + " to " + std::to_string(size) + " bytes"));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Pool>> Pool::Create(const std::string& path, uint64_t size, std::string_view layout,
                                            uint64_t layout_flags, const PoolOptions& options) {
   if (path.empty()) return Status::InvalidArgument("pool path is empty");
@@ -277,38 +346,28 @@ Result<std::unique_ptr<Pool>> Pool::Create(const std::string& path, uint64_t siz
     return Status::InvalidArgument("pool size must be a multiple of 4096 and at least " +
                                    std::to_string(kMinPoolSize) + " bytes");
   auto m = std::make_unique<Mapping>();
-  int flags = O_RDWR | O_CREAT | O_CLOEXEC | (options.overwrite ? 0 : O_EXCL);
-  m->fd = open(path.c_str(), flags, 0644);
-  if (m->fd < 0) {
-    if (errno == EEXIST)
-      return Status::Busy(path + " already exists; remove it or ask to overwrite it");
-    return Status::IoError(Errno("creating " + path));
-  }
+  CreatedFileGuard guard{path};
+  bool created = false;
+  PMTREE_RETURN_IF_ERROR(OpenForCreate(path, options.overwrite, &m->fd, &created));
+  guard.armed = created;
   if (flock(m->fd, LOCK_EX | LOCK_NB) != 0)
     return Status::Busy(path + " is open in another process");
-  // Truncate to zero first so no byte of an overwritten file survives.
-  if (ftruncate(m->fd, 0) != 0 || ftruncate(m->fd, static_cast<off_t>(size)) != 0) {
-    Status s = Status::IoError(Errno("sizing " + path + " to " + std::to_string(size) + " bytes"));
-    unlink(path.c_str());
-    return s;
-  }
-  if (Status s = MapFile(m.get(), false); !s.ok()) {
-    unlink(path.c_str());
-    return s.Annotate(path);
-  }
+  PMTREE_RETURN_IF_ERROR(SizeNewPoolFile(m->fd, path, size, options.reserve_space));
+  PMTREE_RETURN_IF_ERROR(MapFile(m.get(), false).Annotate(path));
   auto r = Attach(std::move(m), options, true, layout, layout_flags);
-  if (!r.ok()) {
-    unlink(path.c_str());
-    return r.status().Annotate(path);
-  }
+  if (!r.ok()) return r.status().Annotate(path);
   r.value()->path_ = path;
+  r.value()->created_file_ = created;
+  guard.armed = false;
   return r;
 }
 
 Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, std::string_view expected_layout,
                                          const PoolOptions& options) {
   auto m = std::make_unique<Mapping>();
-  m->fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // A private (copy-on-write) mapping never writes the file, so it needs
+  // only read access: a read-only file or file system can be inspected.
+  m->fd = open(path.c_str(), (options.private_mapping ? O_RDONLY : O_RDWR) | O_CLOEXEC);
   if (m->fd < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such pool file");
     return Status::IoError(Errno("opening " + path));
@@ -321,6 +380,7 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, std::string_vi
   PoolHeader h;
   PMTREE_RETURN_IF_ERROR(ReadHeader(m->fd, static_cast<uint64_t>(st.st_size), &h).Annotate(path));
   PMTREE_RETURN_IF_ERROR(CheckHeader(h, static_cast<uint64_t>(st.st_size), expected_layout).Annotate(path));
+  if (options.accept) PMTREE_RETURN_IF_ERROR(options.accept(h.layout, h.layout_flags));
   PMTREE_RETURN_IF_ERROR(MapFile(m.get(), options.private_mapping).Annotate(path));
   auto r = Attach(std::move(m), options, false, "", 0);
   if (!r.ok()) return r.status().Annotate(path);
@@ -355,6 +415,7 @@ Result<std::unique_ptr<Pool>> Pool::OpenAnonymous(int fd, uint64_t size, std::st
   PoolHeader h;
   PMTREE_RETURN_IF_ERROR(ReadHeader(m->fd, size, &h));
   PMTREE_RETURN_IF_ERROR(CheckHeader(h, size, expected_layout));
+  if (options.accept) PMTREE_RETURN_IF_ERROR(options.accept(h.layout, h.layout_flags));
   PMTREE_RETURN_IF_ERROR(MapMemfd(m.get(), read_only_view, options.private_mapping, options.backend));
   return Attach(std::move(m), options, false, "", 0);
 }

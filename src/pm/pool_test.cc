@@ -3,6 +3,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -58,6 +61,45 @@ TEST_F(PoolFileTest, CreateThenOpenKeepsLayoutRootsAndData) {
   EXPECT_EQ((*p)->allocator().bytes_in_use(), 64u);
 }
 
+TEST_F(PoolFileTest, ACleanCloseTellsTheNextOpenHowManyBytesWereInUse) {
+  {
+    auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((*p)->saved_bytes_in_use(), 0u);
+    ASSERT_TRUE((*p)->allocator().Allocate(64).ok());
+    ASSERT_TRUE((*p)->allocator().Allocate(256).ok());
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  {
+    auto p = Pool::Open(path_, "t", opts_);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((*p)->saved_bytes_in_use(), 320u);
+  }  // a crash: nothing saved for the next open
+  auto p = Pool::Open(path_, "t", opts_);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->saved_bytes_in_use(), 0u);
+}
+
+TEST_F(PoolFileTest, ACleanPoolWithADamagedSavedAllocatorStateIsCorruptAndUnchanged) {
+  {
+    auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->allocator().Allocate(64).ok());
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  std::string bytes = ReadFile();
+  PoolHeader h;
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  ASSERT_EQ(h.shutdown_state, kCleanShutdown);
+  ASSERT_NE(h.alloc_state, 0u);
+  bytes[h.alloc_state + offsetof(SavedAllocState, checksum)] ^= 1;
+  WriteFile(bytes);
+  auto p = Pool::Open(path_, "t", opts_);
+  EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(p.status().message().find("saved allocator state"), std::string_view::npos) << p.status().ToString();
+  EXPECT_EQ(ReadFile(), bytes);
+}
+
 TEST_F(PoolFileTest, DestroyWithoutCloseIsSeenAsACrashAndTheAllocatorAwaitsRebuild) {
   {
     auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
@@ -84,9 +126,98 @@ TEST_F(PoolFileTest, CreateRefusesAnExistingFileUnlessAskedToOverwrite) {
   auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
   EXPECT_EQ(p.status().code(), Status::Code::kBusy);
   EXPECT_EQ(ReadFile(), "precious data");
+  // Overwrite replaces only a pmtree pool: any other file is refused, intact.
   PoolOptions o = opts_;
   o.overwrite = true;
-  EXPECT_TRUE(Pool::Create(path_, kMinPoolSize, "t", 0, o).ok());
+  auto q = Pool::Create(path_, kMinPoolSize, "t", 0, o);
+  EXPECT_EQ(q.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(q.status().message().find("not a pmtree pool"), std::string_view::npos) << q.status().ToString();
+  EXPECT_EQ(ReadFile(), "precious data");
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "old", 0, opts_))->Close().ok()); }
+  auto r = Pool::Create(path_, kMinPoolSize, "t", 0, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE((*r)->created_file());
+  EXPECT_EQ((*r)->layout(), "t");
+}
+
+TEST_F(PoolFileTest, CreateNeverOpensOrRemovesSomethingThatIsNotARegularFile) {
+  ASSERT_EQ(mkfifo(path_.c_str(), 0600), 0);
+  PoolOptions o = opts_;
+  EXPECT_EQ(Pool::Create(path_, kMinPoolSize, "t", 0, o).status().code(), Status::Code::kBusy);
+  o.overwrite = true;
+  auto p = Pool::Create(path_, kMinPoolSize, "t", 0, o);
+  EXPECT_EQ(p.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("not a regular file"), std::string_view::npos) << p.status().ToString();
+  struct stat st;
+  ASSERT_EQ(lstat(path_.c_str(), &st), 0) << "the FIFO was removed";
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+TEST_F(PoolFileTest, AFailedCreateRemovesOnlyAFileItMade) {
+  PoolOptions bad = opts_;
+  bad.write_latency_ns = kMaxWriteLatencyNs + 1;  // fails after the file is made and sized
+  EXPECT_EQ(Pool::Create(path_, kMinPoolSize, "t", 0, bad).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(access(path_.c_str(), F_OK), 0) << "the file this call made was left behind";
+  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
+  bad.overwrite = true;
+  EXPECT_EQ(Pool::Create(path_, kMinPoolSize, "t", 0, bad).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(access(path_.c_str(), F_OK), 0) << "a file that existed before was removed";
+}
+
+TEST_F(PoolFileTest, APoolLargerThanTheFileSystemIsOutOfSpaceAndLeavesNothing) {
+  struct statvfs fs;
+  ASSERT_EQ(statvfs("/dev/shm", &fs), 0);
+  const uint64_t whole = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+  const uint64_t size = (whole / 4096 + 1) * 4096 + (1ull << 30);  // more than the file system holds
+  auto p = Pool::Create(path_, size, "t", 0, opts_);
+  EXPECT_EQ(p.status().code(), Status::Code::kOutOfSpace) << p.status().ToString();
+  EXPECT_NE(access(path_.c_str(), F_OK), 0) << "a failed create left its file behind";
+}
+
+TEST_F(PoolFileTest, CreateReservesTheWholeFile) {
+  ASSERT_TRUE(Pool::Create(path_, 4 * kMinPoolSize, "t", 0, opts_).ok());
+  struct stat st;
+  ASSERT_EQ(stat(path_.c_str(), &st), 0);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4 * kMinPoolSize) << "the pool file is sparse";
+}
+
+TEST_F(PoolFileTest, AnOpenRefusedByAcceptChangesNothing) {
+  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 1, opts_))->Close().ok()); }
+  std::string before = ReadFile();
+  PoolOptions o = opts_;
+  uint64_t seen = 99;
+  o.accept = [&seen](std::string_view layout, uint64_t flags) {
+    seen = flags;
+    return layout == "t" ? Status::Incompatible("no, thanks") : Status::Ok();
+  };
+  EXPECT_EQ(Pool::Open(path_, "", o).status().code(), Status::Code::kIncompatible);
+  EXPECT_EQ(seen, 1u);
+  EXPECT_EQ(ReadFile(), before);
+}
+
+TEST_F(PoolFileTest, APrivateOpenNeedsOnlyReadAccess) {
+  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
+  ASSERT_EQ(chmod(path_.c_str(), 0444), 0);
+  std::string before = ReadFile();
+  // In a child that cannot write the file (root drops to nobody).
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (geteuid() == 0 && setuid(65534) != 0) _exit(3);
+    if (open(path_.c_str(), O_RDWR) >= 0) _exit(4);  // the test would prove nothing
+    PoolOptions o = opts_;
+    o.private_mapping = true;
+    auto p = Pool::Open(path_, "t", o);
+    if (!p.ok()) _exit(5);
+    (*p)->SetRoot(3, 4096);  // a private copy: never reaches the file
+    _exit((*p)->Close().ok() ? 0 : 6);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "3 setuid, 4 still writable, 5 open failed, 6 close failed";
+  EXPECT_EQ(ReadFile(), before);
 }
 
 TEST_F(PoolFileTest, OpeningAFileThatIsNotAPoolFailsAndChangesNothing) {

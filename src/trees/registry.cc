@@ -145,34 +145,52 @@ Result<TreeHandle<T>> CreateImpl(const TreeFactory& f, const std::string& path, 
   }
   auto tree = CallCreate<T>(f, h.pool.get(), options);
   if (!tree.ok()) {
-    // Leave no half-made pool file behind.
+    // Leave no half-made pool file behind, but never remove a file that
+    // existed before this call.
+    const bool created = h.pool->created_file();
     h.pool.reset();
-    if (!path.empty()) unlink(path.c_str());
+    if (created) unlink(path.c_str());
     return tree.status();
   }
   h.tree = std::move(tree).value();
   return h;
 }
 
+// Checks a pool header's tree and key kind before Pool::Open maps or writes
+// anything, so a refused open leaves every byte of the file unchanged.
+Status AcceptLayout(const std::string& path, std::string_view layout, uint64_t flags, KeyKind want) {
+  if (FindTree(layout) == nullptr)
+    return Status::Incompatible(path + " holds tree '" + std::string(layout) +
+                                "', which this build does not know; known: " + TreeNames(true));
+  if (flags > static_cast<uint64_t>(KeyKind::kBytes))
+    return Status::Corruption(path + ": layout_flags " + std::to_string(flags) + " name no key kind (0 or 1)");
+  if (static_cast<KeyKind>(flags) != want)
+    return Status::Incompatible(path + " holds " + (flags == 1 ? "byte-string" : "64-bit integer") +
+                                " keys; open it with the matching key type");
+  return Status::Ok();
+}
+
 template <class T>
 Result<TreeHandle<T>> OpenImpl(const std::string& path, const TreeFactory* expected, const TreeOptions& options_in,
-                               const PoolOptions& pool_options) {
+                               const PoolOptions& pool_options_in) {
   if (expected != nullptr && !expected->persistent())
     return Status::NotSupported("tree '" + std::string(expected->name) + "' is volatile: nothing to open");
+  constexpr KeyKind kWant = KeyTraits<typename T::Key>::kKind;
+  PoolOptions pool_options = pool_options_in;
+  pool_options.accept = [&path, caller = pool_options_in.accept](std::string_view layout, uint64_t flags) {
+    PMTREE_RETURN_IF_ERROR(AcceptLayout(path, layout, flags, kWant));
+    return caller ? caller(layout, flags) : Status::Ok();
+  };
   TreeHandle<T> h;
   PMTREE_ASSIGN_OR_RETURN(h.pool, Pool::Open(path, expected ? expected->name : std::string_view(), pool_options));
   const TreeFactory* f = FindTree(h.pool->layout());
-  if (f == nullptr)
-    return Status::Incompatible(path + " holds tree '" + std::string(h.pool->layout()) +
-                                "', which this build does not know; known: " + TreeNames(true));
   TreeOptions options = options_in;
-  options.key_kind = static_cast<KeyKind>(h.pool->layout_flags());
-  if (options.key_kind != KeyTraits<typename T::Key>::kKind)
-    return Status::Incompatible(path + " holds " +
-                                (options.key_kind == KeyKind::kBytes ? "byte-string" : "64-bit integer") +
-                                " keys; open it with the matching key type");
+  options.key_kind = kWant;
   auto tree = CallRecover<T>(*f, h.pool.get(), options);
   if (!tree.ok()) return tree.status().Annotate(path);
+  if (options.verify_on_open) {
+    if (Status s = (*tree)->Verify(); !s.ok()) return s.Annotate(path + " (verify on open)");
+  }
   h.tree = std::move(tree).value();
   return h;
 }

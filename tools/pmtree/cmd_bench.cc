@@ -37,6 +37,7 @@ struct BenchArgs {
   bool json = false, csv = false, no_progress = false, full = false, no_figures = false;
   double scale = 1.0;
   CLI::Option* ops_option = nullptr;
+  CLI::Option* duration_option = nullptr;
   BenchConfig c;
 };
 
@@ -110,6 +111,12 @@ Status Finish(BenchArgs& a) {
       return Status::InvalidArgument("--tree-option takes key=value (e.g. strategy=balanced), got '" + kv + "'");
     c.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  if (a.duration_option->count() > 0 && !(c.duration_s > 0))
+    return Status::InvalidArgument("--duration must be in (0, " + std::to_string(static_cast<int>(kMaxDurationS)) +
+                                   "] seconds");
+  if (a.ops_option->count() > 0 && c.ops == 0) return Status::InvalidArgument("--ops must be at least 1");
+  if (!a.suites.empty() && !(a.scale > 0 && a.scale <= kMaxSuiteScale))
+    return Status::InvalidArgument("--scale must be in (0, " + std::to_string(static_cast<int>(kMaxSuiteScale)) + "]");
   // A time-based run without an explicit --ops gets the long default stream.
   if (c.duration_s > 0 && a.ops_option->count() == 0) c.ops = 0;
   c.progress = !a.no_progress;
@@ -185,7 +192,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--records", c.records, "Records loaded before the run")->capture_default_str();
   a->ops_option = cmd->add_option("--ops", c.ops, "Operations in the run, over all threads (cap of a --duration run, default 10M there)")
                       ->capture_default_str();
-  cmd->add_option("--duration", c.duration_s, "Run for this many seconds instead of --ops operations");
+  a->duration_option =
+      cmd->add_option("--duration", c.duration_s, "Run for this many seconds instead of --ops operations");
   cmd->add_option("--threads", a->threads, "Threads, or a list to sweep: 1,2,4")->capture_default_str();
   cmd->add_option("--mix", a->mix, "Operation mix: read=,insert=,update=,remove=,scan= ratios summing to 1")
       ->capture_default_str();
@@ -210,7 +218,11 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       ->each([&c](const std::string&) { c.bulk_load = true; });
   cmd->add_flag("--skip-load", c.skip_load, "Reuse the tree saved in --pool (see --keep-pool) instead of loading");
   cmd->add_flag("--keep-pool", c.keep_pool, "Keep the pool file(s) after the run");
-  cmd->add_option("--pool", c.pool_path, "Pool path (default /dev/shm/pmtree-bench-<pid>-<tree>.pool)");
+  cmd->add_option("--pool", c.pool_path,
+                  "Pool path (default /dev/shm/pmtree-bench-<pid>-<tree>.pool); an existing path is refused");
+  cmd->add_flag("--reuse-pool", c.reuse_pool,
+                "Replace an existing --pool if it is a pmtree pool of the same tree (or a peer directory an earlier "
+                "bench run made); anything else is still refused");
   cmd->add_option("--pool-size", c.pool_size, "Pool size in bytes (accepts K/M/G)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();

@@ -102,7 +102,34 @@ int RunKill(const CrashArgs& a, const TreeFactory& f, const TreeOptions& to) {
   return r->failures.empty() ? 0 : 1;
 }
 
+// Every numeric option's range; the message is the one line the user sees.
+std::string RangeError(const CrashArgs& a) {
+  auto out = [](const char* opt, const std::string& range) { return std::string(opt) + " must be in " + range; };
+  if (a.ops < 1 || a.ops > 1'000'000) return out("--ops", "1..1000000");
+  if (a.max_images < 1 || a.max_images > (1u << 24)) return out("--max-images", "1..16777216");
+  if (a.samples > 1'000'000) return out("--samples", "0..1000000");
+  if (a.pool_size < kMinPoolSize || a.pool_size > (4ull << 30) || a.pool_size % 4096 != 0)
+    return out("--pool-size", std::to_string(kMinPoolSize) + "..4294967296 bytes, a multiple of 4096");
+  if (!(a.budget_seconds >= 0 && a.budget_seconds <= 604800)) return out("--budget-seconds", "0..604800");
+  if (a.kill > 1'000'000) return out("--kill", "0..1000000");
+  if (a.node_size > 65536) return out("--node-size", "0..65536");
+  if (a.max_tickets > 100'000) return out("--max-tickets", "0..100000");
+  return "";
+}
+
+// A --drop that names no flush/fence site the run reached explored the
+// unmutated tree: that is a usage error, not "0 violations".
+bool DropSiteReached(const crash::ExploreReport& rep, const std::string& site, bool fence) {
+  for (const auto& s : rep.sites)
+    if (s.name == site && s.kind == (fence ? "fence" : "flush") && s.reached > 0) return true;
+  return false;
+}
+
 int Run(const CrashArgs& a) {
+  if (std::string e = RangeError(a); !e.empty()) {
+    std::fprintf(stderr, "pmtree crash: %s\n", e.c_str());
+    return 2;
+  }
   const TreeFactory* f = FindTree(a.tree);
   if (f == nullptr) {
     std::fprintf(stderr, "pmtree crash: unknown tree '%s'; valid: %s\n", a.tree.c_str(), TreeNames(true).c_str());
@@ -188,6 +215,12 @@ int Run(const CrashArgs& a) {
       return 2;
     }
     rep = std::move(*r);
+    if (!o.drop_site.empty() && !DropSiteReached(rep, o.drop_site, o.drop_fence)) {
+      std::fprintf(stderr, "pmtree crash: --drop %s: no such %s site was reached by this workload, so nothing was "
+                           "dropped; run without --drop to list the sites\n",
+                   a.drop.c_str(), o.drop_fence ? "fence" : "flush");
+      return 2;
+    }
   }
 
   std::vector<std::string> uncovered;
@@ -302,7 +335,7 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_flag("--reopen", a->reopen, "small workload: add 'close and reopen' (clean shutdown, instant restart) to the alphabet");
   sub->add_option("--node-size", a->node_size, "tree node size in bytes (0: the tree's default)");
   sub->add_option("--tree-option", a->tree_options, "design-specific option KEY=VALUE (repeatable)");
-  sub->add_option("--max-images", a->max_images, "exhaustive bound per crash point")->check(CLI::PositiveNumber);
+  sub->add_option("--max-images", a->max_images, "exhaustive bound per crash point");
   sub->add_option("--samples", a->samples, "random images per crash point above the bound");
   sub->add_option("--pool-size", a->pool_size, "bytes of the explorer's anonymous pool");
   sub->add_option("--drop", a->drop, "explore a mutant: drop SITE@flush or SITE@fence");

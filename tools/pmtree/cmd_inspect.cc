@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // `pmtree inspect POOL [--json]`: the pool header, the backend, the tree, its
-// statistics and the result of Verify().  The pool is mapped copy-on-write,
-// so recovery may run but the file is never changed.
+// statistics and the result of Verify().  The file is opened read-only and
+// mapped copy-on-write, so recovery may run but the file is never changed (a
+// read-only file or file system works).  Statistics are shown only when
+// Verify() passes.
 
 #include <cstdio>
 #include <iostream>
@@ -21,8 +23,12 @@ struct InspectArgs {
 
 template <class T>
 int Report(const InspectArgs& a, TreeHandle<T>& h) {
-  TreeStats st = h.tree->Stats();
+  // Verify first: its walk checks every offset it follows and bounds every
+  // loop, while Stats() trusts the structure.  A pool that fails Verify gets
+  // no statistics, so a damaged pool is reported, never walked blindly.
   Status verify = h.tree->Verify();
+  TreeStats st;
+  if (verify.ok()) st = h.tree->Stats();
   Pool& pool = *h.pool;
   if (a.json) {
     nlohmann::json j;
@@ -34,15 +40,19 @@ int Report(const InspectArgs& a, TreeHandle<T>& h) {
                  {"heap_bytes", pool.allocator().heap_bytes()},
                  {"bytes_in_use", pool.allocator().bytes_in_use()},
                  {"backend", pool.Describe()}};
-    j["tree"] = {{"name", std::string(h.tree->name())},
-                 {"height", st.height},
-                 {"entries", st.entries},
-                 {"leaf_nodes", st.leaf_nodes},
-                 {"inner_nodes", st.inner_nodes},
-                 {"leaf_fill", st.leaf_fill},
-                 {"pm_bytes", st.pm_bytes},
-                 {"dram_bytes", st.dram_bytes}};
-    for (const auto& [k, v] : st.extra) j["tree"]["extra"][k] = v;
+    j["tree"] = {{"name", std::string(h.tree->name())}};
+    if (verify.ok()) {
+      j["tree"].update({{"height", st.height},
+                        {"entries", st.entries},
+                        {"leaf_nodes", st.leaf_nodes},
+                        {"inner_nodes", st.inner_nodes},
+                        {"leaf_fill", st.leaf_fill},
+                        {"pm_bytes", st.pm_bytes},
+                        {"dram_bytes", st.dram_bytes}});
+      for (const auto& [k, v] : st.extra) j["tree"]["extra"][k] = v;
+    } else {
+      j["tree"]["stats"] = "skipped: Verify failed";
+    }
     j["verify"] = {{"ok", verify.ok()}, {"message", verify.ok() ? "OK" : verify.ToString()}};
     std::cout << j.dump() << "\n";
   } else {
@@ -53,12 +63,16 @@ int Report(const InspectArgs& a, TreeHandle<T>& h) {
                 pool.layout_flags() == 1 ? "byte-string" : "64-bit");
     std::printf("last shutdown %s\n", pool.clean_shutdown() ? "clean" : "crash (recovered in a private copy)");
     std::printf("backend       %s\n", pool.Describe().c_str());
-    std::printf("height        %u\nentries       %llu\nleaves        %llu\ninner nodes   %llu\nleaf fill     %.3f\n",
-                st.height, (unsigned long long)st.entries, (unsigned long long)st.leaf_nodes,
-                (unsigned long long)st.inner_nodes, st.leaf_fill);
-    std::printf("PM bytes      %llu\nDRAM bytes    %llu\n", (unsigned long long)st.pm_bytes,
-                (unsigned long long)st.dram_bytes);
-    for (const auto& [k, v] : st.extra) std::printf("%-13s %g\n", k.c_str(), v);
+    if (verify.ok()) {
+      std::printf("height        %u\nentries       %llu\nleaves        %llu\ninner nodes   %llu\nleaf fill     %.3f\n",
+                  st.height, (unsigned long long)st.entries, (unsigned long long)st.leaf_nodes,
+                  (unsigned long long)st.inner_nodes, st.leaf_fill);
+      std::printf("PM bytes      %llu\nDRAM bytes    %llu\n", (unsigned long long)st.pm_bytes,
+                  (unsigned long long)st.dram_bytes);
+      for (const auto& [k, v] : st.extra) std::printf("%-13s %g\n", k.c_str(), v);
+    } else {
+      std::printf("statistics    skipped (Verify failed)\n");
+    }
     std::printf("verify        %s\n", verify.ok() ? "OK" : verify.ToString().c_str());
   }
   return verify.ok() ? 0 : 1;

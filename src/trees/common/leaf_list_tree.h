@@ -694,12 +694,14 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     PMTREE_RETURN_IF_ERROR(CollectLeaves(&list));
     // Drop empty leaves, keeping at least one.
     std::vector<uint64_t> kept;
+    uint64_t dropped_bytes = 0;
     for (size_t i = 0; i < list.size(); i++) {
       const LeafT* leaf = LeafAt(list[i]);
       if (StrayBits(leaf) != 0) return Corrupt("leaf", list[i], 4, "bitmap bit beyond capacity");
       bool last_standing = kept.empty() && i + 1 == list.size();
       if (EntryMask(leaf) == 0 && !last_standing) {
         UnlinkLeaf(kept.empty() ? 0 : kept.back(), list[i]);
+        dropped_bytes += Allocator::RoundUp(node_size_);
         continue;
       }
       kept.push_back(list[i]);
@@ -723,6 +725,13 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
       mins.emplace_back(min ? keys_.Load(*min) : Owned{}, off);
     }
     a.EndRebuild();
+    // After a clean close the saved allocator state says how many bytes the
+    // tree held; a walk that reaches fewer lost blocks to damage (a cut leaf
+    // list): report it rather than turn the lost leaves into free space.
+    if (const uint64_t saved = pool_->saved_bytes_in_use(); saved != 0 && a.bytes_in_use() + dropped_bytes != saved)
+      return Status::Corruption(std::string(Derived::kTraits.name) + ": recovery reaches " +
+                                std::to_string(a.bytes_in_use() + dropped_bytes) + " bytes but the clean close left " +
+                                std::to_string(saved) + " in use: blocks unreachable (a cut leaf list?)");
     index_.Build(std::move(mins));
     return Status::Ok();
   }

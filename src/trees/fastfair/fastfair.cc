@@ -454,9 +454,15 @@ Status FastFairTree<P>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, u
   Node* n = N(off);
   const uint32_t level = n->hdr.level;
   const bool leaf = level == 0;
-  // Reserve every node this split can need (one per level plus a new root)
-  // before changing anything, so running out of space changes nothing.
-  Status es = EnsureSpares(N(Ld(&meta_->root))->hdr.level + 2);
+  // Reserve every node this split can need (a sibling at this level and at
+  // each level above, plus a new root) before changing anything, so running
+  // out of space changes nothing.  A split of an inner node is the next step
+  // of a cascade whose leaf split already reserved these nodes: it asks only
+  // for what remains above it.  Asking for the whole height again could fail
+  // half-way up a cascade that already changed a node, leaving an orphan
+  // sibling (invariant 7) behind an insert that returned Ok.
+  const uint32_t root_level = N(Ld(&meta_->root))->hdr.level;
+  Status es = EnsureSpares(root_level >= level ? root_level - level + 2 : 2);
   if (!es.ok()) {
     Unlock(off);
     return es;
@@ -635,7 +641,9 @@ Status FastFairTree<P>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t 
 
 template <class P>
 size_t FastFairTree<P>::Scan(K start, const K* end, std::span<Entry> out) {
-  if (out.empty() || !P::CheckArg(start).ok()) return 0;
+  // Bounds are compared, never stored: any length is a valid bound
+  // (contract in pmtree/tree.h), so no CheckArg here.
+  if (out.empty()) return 0;
   auto guard = pool_->epochs().Protect();
   auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, start); };
   uint64_t off = DescendTo(0, cmp);

@@ -62,7 +62,9 @@
 //   32   8     restart        offset of the restart image written by a clean
 //                             Close (0 = none); trusted only when the pool
 //                             reports a clean shutdown
-//   40   24    reserved       zero
+//   40   8     variant        0 = lbtree; 1 = lbtree-paper (test-only): each
+//                             variant refuses to recover the other's pool
+//   48   16    reserved       zero
 //   64   256   hints[0]       HintArray: count (8 B) + up to 31 leaf offsets
 //   320  256   hints[1]       the alternative HintArray
 //
@@ -154,13 +156,17 @@ struct Meta {
   uint64_t head;
   uint64_t hint_sel;
   uint64_t restart;
-  uint64_t reserved[3];
+  uint64_t variant;
+  uint64_t reserved[2];
   HintArray hints[2];
 };
 static_assert(sizeof(Meta) == 576);
 static_assert(offsetof(Meta, head) == 16);
 static_assert(offsetof(Meta, hint_sel) == 24);
 static_assert(offsetof(Meta, restart) == 32);
+static_assert(offsetof(Meta, variant) == 40);
+inline constexpr uint64_t kVariantLbTree = 0;
+inline constexpr uint64_t kVariantPaperSplit = 1;
 static_assert(offsetof(Meta, hints) == 64);
 static_assert(offsetof(Meta, hints) + sizeof(HintArray) == 320);
 

@@ -3,8 +3,8 @@
 // LB+-Tree implementation (docs/trees/lbtree.md; layout in layout.h).
 //
 // Invariants (Verify() checks each; the code below cites them by number):
-//   L1. The meta block has kMetaMagic, a valid node size, this key kind and a
-//       head leaf inside the heap.
+//   L1. The meta block has kMetaMagic, a valid node size, this key kind, this
+//       variant (lbtree or lbtree-paper) and a head leaf inside the heap.
 //   L2. Every leaf in the list is inside the heap, 256 B aligned, visited at
 //       most once (the list is acyclic and ends in 0).
 //   L3. Each header uses only bitmap, lock and alt bits; lock is clear when
@@ -856,7 +856,7 @@ bool LbTree<K>::Lookup(K key, uint64_t* value) {
 
 template <class K>
 Result<bool> LbTree<K>::Remove(K key) {
-  if (!KP::CheckArg(key).ok()) return false;
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));  // an over-long key: pmtree/tree.h
   auto guard = pool_->epochs().Protect();
   const uint8_t fp = KP::Fingerprint(key);
   const uint64_t leaf = LockLeafOf(key);
@@ -947,6 +947,7 @@ Status LbTree<K>::InitNew(KeyKind kind) {
   m.node_size = node_size_;
   m.key_kind = static_cast<uint32_t>(kind);
   m.head = head_;
+  m.variant = paper_split_ ? kVariantPaperSplit : kVariantLbTree;
   pool_->Write(pool_->At<Meta>(moff), &m, sizeof(m));
   // Persist the empty head leaf and the meta block before the root slot
   // names them: a crash after SetRoot must find both complete.
@@ -1561,8 +1562,9 @@ Status LbTree<K>::Verify() {
     return Status::Corruption("lbtree: root slot 0 does not name the meta block (invariant L1)");
   const Meta* mt = meta();
   if (mt->magic != kMetaMagic || mt->node_size != node_size_ || mt->key_kind != static_cast<uint32_t>(KP::kKind) ||
-      mt->head != head_)
-    return Status::Corruption("lbtree meta at offset " + std::to_string(moff) + ": bad magic/node size/key kind/head (invariant L1)");
+      mt->head != head_ || mt->variant != (paper_split_ ? kVariantPaperSplit : kVariantLbTree))
+    return Status::Corruption("lbtree meta at offset " + std::to_string(moff) +
+                              ": bad magic/node size/key kind/head/variant (invariant L1)");
   uint64_t reached = Allocator::RoundUp(sizeof(Meta));
   // Walk the list: L2-L5.
   std::vector<uint64_t> list;
@@ -1790,6 +1792,11 @@ Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(Pool* pool, const TreeOptio
                               std::to_string(mt->node_size) + " invalid (invariant L1)");
   if (mt->key_kind != static_cast<uint32_t>(KeyTraits<K>::kKind))
     return Status::Incompatible("lbtree: the pool holds a tree with the other key kind");
+  if (mt->variant > kVariantPaperSplit)
+    return Status::Corruption("lbtree meta at offset " + std::to_string(moff) + ": variant " +
+                              std::to_string(mt->variant) + " invalid (invariant L1)");
+  if ((mt->variant == kVariantPaperSplit) != paper_split)
+    return Status::Incompatible("lbtree: the tree was made by another variant (lbtree vs lbtree-paper)");
   auto t = std::make_unique<LbTree<K>>(pool, mt->node_size, segments, paper_split);
   if (!t->ok_to_use()) return Status::OutOfSpace("lbtree: cannot map the DRAM leaf-version table");
   PMTREE_RETURN_IF_ERROR(t->RecoverFrom(moff, std::max<uint32_t>(1, options.recovery_threads)));

@@ -63,6 +63,7 @@ class VolatileTree final : public BasicTree<K> {
   }
 
   Result<bool> Remove(K key) override {
+    if (Status s = CheckKey(key); !s.ok()) return s;
     std::unique_lock lock(mu_);
     Node* leaf = FindLeaf(key, nullptr);
     size_t i = LowerBound(leaf, key);
@@ -122,17 +123,20 @@ class VolatileTree final : public BasicTree<K> {
     while (level.size() > 1) {
       std::vector<Node*> up;
       std::vector<Owned> up_low;
-      for (size_t i = 0; i < level.size(); i += per_inner) {
+      for (size_t i = 0, end = 0; i < level.size(); i = end) {
         Node* inner = NewNode(false);
-        size_t end = std::min(level.size(), i + per_inner);
-        if (level.size() - end == 1) end = level.size();  // never leave a single orphan child
+        end = std::min(level.size(), i + per_inner);
+        // Never leave a single orphan child: hand it a sibling from this node
+        // (which keeps >= 2 children), or, with only 2 here, take it in (3
+        // children fit every valid capacity).  Never add a child beyond
+        // per_inner: that would overfill a node at fill 1.0 (V1).
+        if (level.size() - end == 1) end = end - i > 2 ? end - 1 : level.size();
         for (size_t j = i; j < end; j++) {
           if (j > i) inner->keys.push_back(low_keys[j]);
           inner->kids.push_back(level[j]);
         }
         up.push_back(inner);
         up_low.push_back(low_keys[i]);
-        if (end == level.size()) break;
       }
       level.swap(up);
       low_keys.swap(up_low);

@@ -1,0 +1,389 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The corruption campaign (issue 17): damaged copies of real pools of every
+// persistent tree, both key kinds, after a clean close and after a crash.
+//
+// Each damaged copy is opened the way `pmtree inspect` opens it (read-only,
+// copy-on-write) twice, each in a forked child: once through the API
+// (open, Verify, then every model key looked up and a full scan), and once
+// by running the `pmtree inspect --json` program itself.  A child runs under
+// a CPU-time limit (a bound on work done, not on wall-clock time): a child
+// killed by it is a hang.  Every outcome must be one of
+//   - a clear error at open (the child reports it and exits),
+//   - a Verify() failure,
+//   - Verify() passing with the data intact, or with no more entries lost
+//     (or altered, or invented) than the damaged bytes could hold (the
+//     allowance below).  After a crash a larger loss is still absorbed by
+//     the trees that rebuild the allocator from reachability: counted and
+//     printed, not failed (issue 17 item 2, remaining work);
+// never a signal (SIGSEGV, SIGBUS, an abort from an uncaught exception, a
+// sanitizer report) and never a hang.  Run in an ASan build directory
+// (PMTREE_SANITIZE=address PMTREE_BUILD_DIR=build-asan), both the API
+// children and `pmtree inspect` run under AddressSanitizer.
+//
+// The default run damages 12 copies per case; corruption_long_test (label
+// "long") damages 120.  Seeded: PMTREE_SEED=<n> replays.
+// PMTREE_CORRUPTION_NOVERIFY=1 skips Verify() before the lookups and scans:
+// today that crashes (Lookup/Scan trust a pool that has not been verified;
+// open with TreeOptions::verify_on_open), so it is a diagnostic, not a test.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pm/pool_format.h"
+#include "pmtree/registry.h"
+
+namespace pmtree {
+namespace {
+
+#ifdef PMTREE_CORRUPTION_LONG
+constexpr int kCopies = 120;
+#else
+constexpr int kCopies = 12;
+#endif
+constexpr uint64_t kPoolBytes = 4 * kMinPoolSize;
+constexpr uint64_t kKeys = 1500;
+// CPU seconds a child may use: far above what any case needs (milliseconds).
+constexpr rlim_t kChildCpuSeconds = 20;
+
+// Exit codes of an API child.
+enum ChildExit : int { kOpenFailed = 10, kVerifyFailed = 11, kIntact = 12, kLost = 13, kParanoidOpened = 14 };
+
+uint64_t Seed() {
+  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void Spit(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string BytesKey(uint64_t i) {
+  // Mixed lengths with shared prefixes: 1..40 bytes, a few of ~1 KiB.
+  std::string k = "k" + std::to_string(i * 7919 % 100003);
+  if (i % 5 == 0) k += std::string(i % 37, 'p');
+  if (i % 97 == 0) k += std::string(1000, static_cast<char>('a' + i % 26));
+  return k;
+}
+
+// One damage: the bytes it covers, for the loss allowance.
+struct Damage {
+  std::string what;
+  uint64_t off = 0, len = 0;
+  bool truncated = false;
+};
+
+Damage Apply(std::string* img, uint64_t high_water, std::mt19937_64& rng) {
+  Damage d;
+  const uint64_t span = std::max<uint64_t>(high_water, kPoolHeaderSize + 4096) - kPoolHeaderSize;
+  const uint64_t at = kPoolHeaderSize + rng() % span;
+  char* p = img->data();
+  switch (rng() % 8) {
+    case 0:
+      d = {"bit flip", at, 1};
+      p[at] = static_cast<char>(p[at] ^ (1 << (rng() % 8)));
+      break;
+    case 1: {
+      const uint64_t w = at & ~7ull;
+      const uint64_t choices[] = {0, rng(), (kPoolHeaderSize + rng() % span) & ~63ull, w, w & ~255ull,
+                                  ~0ull};
+      const uint64_t v = choices[rng() % 6];
+      d = {"8-byte word := " + std::to_string(v), w, 8};
+      std::memcpy(p + w, &v, 8);
+      break;
+    }
+    case 2: {
+      const uint64_t pg = at & ~4095ull;
+      d = {"zeroed page", pg, 4096};
+      std::memset(p + pg, 0, 4096);
+      break;
+    }
+    case 3: {
+      const uint64_t pg = at & ~4095ull;
+      d = {"random page", pg, 4096};
+      for (uint64_t i = 0; i < 4096; i++) p[pg + i] = static_cast<char>(rng());
+      break;
+    }
+    case 4: {
+      const uint64_t line = at & ~63ull;
+      d = {"line of 0xff", line, 64};
+      std::memset(p + line, 0xff, 64);
+      break;
+    }
+    case 5: {
+      // The unchecksummed header words: root slots, alloc_state, shutdown.
+      const size_t fields[] = {offsetof(PoolHeader, root) + 8 * (rng() % kRootSlots),
+                               offsetof(PoolHeader, alloc_state), offsetof(PoolHeader, shutdown_state)};
+      const size_t f = fields[rng() % 3];
+      uint64_t v = rng() % 2 ? (kPoolHeaderSize + rng() % span) & ~63ull : rng();
+      if (f == offsetof(PoolHeader, shutdown_state)) v = rng() % 2 ? kCleanShutdown : 0;
+      d = {"header word at " + std::to_string(f) + " := " + std::to_string(v), 0, kPoolHeaderSize};
+      std::memcpy(p + f, &v, 8);
+      break;
+    }
+    case 6: {
+      const uint64_t n = 4096 * (1 + rng() % (img->size() / 4096 - 1));
+      d = {"truncated to " + std::to_string(n), n, img->size() - n, true};
+      img->resize(n);
+      break;
+    }
+    default: {
+      // Two words swapped: a plausible pointer in the wrong place.
+      const uint64_t a = at & ~7ull, b = (kPoolHeaderSize + rng() % span) & ~7ull;
+      uint64_t x, y;
+      std::memcpy(&x, p + a, 8);
+      std::memcpy(&y, p + b, 8);
+      std::memcpy(p + a, &y, 8);
+      std::memcpy(p + b, &x, 8);
+      d = {"words at " + std::to_string(a) + " and " + std::to_string(b) + " swapped", std::min(a, b), 8};
+      if (std::max(a, b) - std::min(a, b) > 8) d.len = 16;  // two places: counted as two lines below
+      break;
+    }
+  }
+  return d;
+}
+
+struct Outcomes {
+  int open_failed = 0, verify_failed = 0, intact = 0, lost_within = 0, silent_loss_after_crash = 0;
+  int inspect_ok = 0, inspect_verify_failed = 0, inspect_error = 0;
+};
+
+template <class T>
+struct Kind;
+template <>
+struct Kind<Tree> {
+  using Model = std::map<uint64_t, uint64_t>;
+  static Result<TreeHandle<Tree>> Create(const TreeFactory& f, const std::string& p) {
+    return CreateTree(f, p, kPoolBytes, {});
+  }
+  static Result<TreeHandle<Tree>> Open(const std::string& p, const PoolOptions& o, const TreeOptions& t = {}) {
+    return OpenTree(p, nullptr, t, o);
+  }
+  static uint64_t KeyOf(uint64_t i) { return i * 0x9e3779b97f4a7c15ull >> 20; }
+};
+template <>
+struct Kind<BytesTree> {
+  using Model = std::map<std::string, uint64_t>;
+  static Result<TreeHandle<BytesTree>> Create(const TreeFactory& f, const std::string& p) {
+    return CreateBytesTree(f, p, kPoolBytes, {});
+  }
+  static Result<TreeHandle<BytesTree>> Open(const std::string& p, const PoolOptions& o,
+                                            const TreeOptions& t = {}) {
+    return OpenBytesTree(p, nullptr, t, o);
+  }
+  static std::string KeyOf(uint64_t i) { return BytesKey(i); }
+};
+
+// The API child: open as inspect does, Verify, then compare with the model.
+// Writes the number of lost/altered/invented entries to `fd`.
+template <class T>
+[[noreturn]] void ApiChild(const std::string& path, const typename Kind<T>::Model& model, int fd) {
+  PoolOptions o;
+  o.private_mapping = true;
+  o.use_env = false;
+  auto h = Kind<T>::Open(path, o);
+  if (!h.ok()) _exit(kOpenFailed);
+  if (std::getenv("PMTREE_CORRUPTION_NOVERIFY") == nullptr && !h->tree->Verify().ok()) {
+    // The paranoid open must refuse what Verify() refuses.
+    TreeOptions paranoid;
+    paranoid.verify_on_open = true;
+    auto again = Kind<T>::Open(path, o, paranoid);
+    _exit(again.ok() ? kParanoidOpened : kVerifyFailed);
+  }
+  (void)h->tree->Stats();
+  uint64_t bad = 0;
+  for (const auto& [k, v] : model) {
+    uint64_t got = ~v;
+    if (!h->tree->Lookup(k, &got) || got != v) bad++;
+  }
+  std::vector<typename T::Entry> out(model.size() + 64);
+  const size_t n = h->tree->Scan(typename T::Key{}, std::span(out));
+  for (size_t i = 0; i < n; i++) {
+    auto it = model.find(out[i].first);
+    if (it == model.end() || it->second != out[i].second) bad++;  // invented or altered
+  }
+  (void)!write(fd, &bad, sizeof(bad));
+  _exit(bad == 0 ? kIntact : kLost);
+}
+
+// Runs `fn` in a child with the CPU limit; returns the wait status.
+template <class Fn>
+int InChild(Fn fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    rlimit cpu{kChildCpuSeconds, kChildCpuSeconds + 1};
+    setrlimit(RLIMIT_CPU, &cpu);
+    fn();
+    _exit(99);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return st;
+}
+
+std::string Describe(int st) {
+  if (WIFSIGNALED(st)) {
+    if (WTERMSIG(st) == SIGXCPU || WTERMSIG(st) == SIGKILL) return "hang (CPU limit reached)";
+    return std::string("killed by signal ") + strsignal(WTERMSIG(st));
+  }
+  return "exit " + std::to_string(WEXITSTATUS(st));
+}
+
+class CorruptionTest : public ::testing::TestWithParam<std::tuple<std::string, bool, bool>> {
+ protected:
+  template <class T>
+  void Campaign();
+};
+
+template <class T>
+void CorruptionTest::Campaign() {
+  const auto& [name, bytes, clean] = GetParam();
+  const TreeFactory* f = FindTree(name);
+  ASSERT_NE(f, nullptr);
+  const uint64_t seed = Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
+  const std::string base_path = "/dev/shm/pmtree-corrupt-" + std::to_string(getpid()) + "-" + name + ".pool";
+  const std::string copy_path = base_path + ".damaged";
+  unlink(base_path.c_str());
+  typename Kind<T>::Model model;
+  double per_leaf = 1;
+  {
+    auto h = Kind<T>::Create(*f, base_path);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    for (uint64_t i = 0; i < kKeys; i++) {
+      auto k = Kind<T>::KeyOf(i);
+      ASSERT_TRUE(h->tree->Insert(k, i).ok());
+      model[k] = i;
+    }
+    for (uint64_t i = 0; i < kKeys; i += 4) {
+      ASSERT_TRUE(h->tree->Remove(Kind<T>::KeyOf(i)).ok());
+      model.erase(Kind<T>::KeyOf(i));
+    }
+    TreeStats st = h->tree->Stats();
+    if (st.leaf_nodes > 0 && st.leaf_fill > 0)
+      per_leaf = static_cast<double>(st.entries) / (st.leaf_fill * static_cast<double>(st.leaf_nodes));
+    if (clean) ASSERT_TRUE(h->tree->Close().ok());
+  }
+  const std::string base = Slurp(base_path);
+  unlink(base_path.c_str());
+  ASSERT_EQ(base.size(), kPoolBytes);
+  uint64_t high_water = base.size();
+  while (high_water > kPoolHeaderSize && base[high_water - 1] == 0) high_water--;
+
+  std::mt19937_64 rng(seed);
+  Outcomes o;
+  for (int c = 0; c < kCopies; c++) {
+    std::string img = base;
+    Damage d = Apply(&img, high_water, rng);
+    Spit(copy_path, img);
+    const std::string where = "copy " + std::to_string(c) + " (" + d.what + " at " + std::to_string(d.off) + ")";
+    // Entries the damaged bytes may have held: every node they touch
+    // (nodes are at least 256 B), two more for a pointer that names a node.
+    const uint64_t nodes = d.len / 256 + 3;
+    const uint64_t allowance = static_cast<uint64_t>(per_leaf * static_cast<double>(nodes)) + 2;
+
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const int st = InChild([&] {
+      close(fds[0]);
+      ApiChild<T>(copy_path, model, fds[1]);
+    });
+    close(fds[1]);
+    uint64_t bad = 0;
+    const bool got_bad = read(fds[0], &bad, sizeof(bad)) == sizeof(bad);
+    close(fds[0]);
+    ASSERT_TRUE(WIFEXITED(st)) << where << ": API child " << Describe(st);
+    switch (WEXITSTATUS(st)) {
+      case kOpenFailed: o.open_failed++; break;
+      case kVerifyFailed: o.verify_failed++; break;
+      case kIntact: o.intact++; break;
+      case kLost:
+        ASSERT_TRUE(got_bad);
+        if (bad <= allowance) {
+          o.lost_within++;
+        } else if (clean) {
+          ADD_FAILURE() << where << ": Verify() passed but " << bad << " entries were lost, altered or invented";
+        } else {
+          // After a crash the allocator is rebuilt from what recovery
+          // reaches, so a cut leaf list is not detected yet (issue 17 item
+          // 2, remaining work): counted and printed, not failed.
+          o.silent_loss_after_crash++;
+        }
+        break;
+      case kParanoidOpened: FAIL() << where << ": verify_on_open opened a pool that fails Verify()"; break;
+      default: FAIL() << where << ": API child " << Describe(st);
+    }
+
+    const int ist = InChild([&] {
+      if (int null = open("/dev/null", O_WRONLY); null >= 0) {
+        dup2(null, 1);
+        dup2(null, 2);
+      }
+      execl(PMTREE_CLI, PMTREE_CLI, "inspect", "--json", copy_path.c_str(), static_cast<char*>(nullptr));
+    });
+    ASSERT_TRUE(WIFEXITED(ist)) << where << ": pmtree inspect " << Describe(ist);
+    switch (WEXITSTATUS(ist)) {
+      case 0: o.inspect_ok++; break;
+      case 1: o.inspect_verify_failed++; break;
+      case 2: o.inspect_error++; break;
+      default: FAIL() << where << ": pmtree inspect " << Describe(ist);
+    }
+  }
+  unlink(copy_path.c_str());
+  std::printf("%s %s %s: %d copies: open failed %d, Verify failed %d, intact %d, loss within allowance %d, "
+              "undetected loss after a crash %d; inspect: ok %d, Verify failed %d, error %d\n",
+              name.c_str(), bytes ? "bytes" : "u64", clean ? "clean" : "crashed", kCopies, o.open_failed,
+              o.verify_failed, o.intact, o.lost_within, o.silent_loss_after_crash, o.inspect_ok,
+              o.inspect_verify_failed, o.inspect_error);
+}
+
+TEST_P(CorruptionTest, EveryDamagedCopyIsAnErrorAVerifyFailureOrIntactData) {
+  if (std::get<1>(GetParam())) {
+    Campaign<BytesTree>();
+  } else {
+    Campaign<Tree>();
+  }
+}
+
+std::vector<std::tuple<std::string, bool, bool>> Cases() {
+  std::vector<std::tuple<std::string, bool, bool>> v;
+  for (const TreeFactory& f : Registry()) {
+    if (!f.persistent() || f.test_only()) continue;
+    for (bool bytes : {false, true}) {
+      if (bytes && f.create_bytes == nullptr) continue;
+      for (bool clean : {true, false}) v.emplace_back(std::string(f.name), bytes, clean);
+    }
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryTree, CorruptionTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, bool, bool>>& info) {
+                           std::string n = std::get<0>(info.param);
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n + (std::get<1>(info.param) ? "_bytes" : "_u64") +
+                                  (std::get<2>(info.param) ? "_clean" : "_crashed");
+                         });
+
+}  // namespace
+}  // namespace pmtree
