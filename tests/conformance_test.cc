@@ -332,8 +332,15 @@ TEST_P(ConformanceTest, ByteStringKeysOfZeroTo1024BytesMatchTheModel) {
   RandomOps(*h->tree, model, rng, 15000,
             [&](std::mt19937_64& r) { return pool_of_keys[r() % pool_of_keys.size()]; }, 3000);
   ExpectEqualsModel(*h->tree, model);
+  // The over-long-key contract of tree.h: refused by every mutator, never present.
   std::string too_long(kMaxKeyBytes + 1, 'x');
   EXPECT_EQ(h->tree->Insert(too_long, 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Upsert(too_long, 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Update(too_long, 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Remove(too_long).status().code(), Status::Code::kInvalidArgument);
+  uint64_t value = 0;
+  EXPECT_FALSE(h->tree->Lookup(too_long, &value));
+  ExpectEqualsModel(*h->tree, model);
 }
 
 TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {

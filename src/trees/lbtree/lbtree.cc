@@ -856,7 +856,7 @@ bool LbTree<K>::Lookup(K key, uint64_t* value) {
 
 template <class K>
 Result<bool> LbTree<K>::Remove(K key) {
-  if (!KP::CheckArg(key).ok()) return false;
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
   const uint8_t fp = KP::Fingerprint(key);
   const uint64_t leaf = LockLeafOf(key);

@@ -63,6 +63,7 @@ class VolatileTree final : public BasicTree<K> {
   }
 
   Result<bool> Remove(K key) override {
+    if (Status s = CheckKey(key); !s.ok()) return s;
     std::unique_lock lock(mu_);
     Node* leaf = FindLeaf(key, nullptr);
     size_t i = LowerBound(leaf, key);
