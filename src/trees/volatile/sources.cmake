@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 target_sources(pmtree_trees PRIVATE src/trees/volatile/volatile_tree.cc)
