@@ -294,6 +294,8 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
   tc.pool_options.flush = fi;
   tc.pool_options.write_latency_ns = c.write_latency_ns;
   tc.pool_options.overwrite = true;
+  // A tool: PMTREE_BACKEND / PMTREE_WRITE_LATENCY_NS apply (README, Durability).
+  tc.pool_options.use_env = true;
   tc.tree_options.node_size = c.node_size;
   tc.tree_options.extra = c.extra;
   tc.tree_options.recovery_threads = recovery_threads;
