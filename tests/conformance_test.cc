@@ -120,7 +120,10 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
   std::vector<std::string> paths_;
 };
 
-// One random mixed workload step against the model; returns false on mismatch.
+// `ops` random operations (insert, update, upsert, remove, lookup, scan)
+// applied to the tree and the model alike, every result checked, Verify()
+// every `verify_every` operations (0: never).  A mismatch is a fatal failure
+// inside this helper, so callers wrap it in ASSERT_NO_FATAL_FAILURE.
 template <class T, class M, class KeyGen>
 void RandomOps(T& tree, M& model, std::mt19937_64& rng, int ops, KeyGen key_of, int verify_every) {
   using Key = typename T::Key;
@@ -182,7 +185,7 @@ TEST_P(ConformanceTest, RandomMixMatchesTheModel) {
   auto h = Make();
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(seed_);
-  RandomOps(*h.tree, model, rng, 30000, [](std::mt19937_64& r) { return r() % 4000; }, 2000);
+  ASSERT_NO_FATAL_FAILURE(RandomOps(*h.tree, model, rng, 30000, [](std::mt19937_64& r) { return r() % 4000; }, 2000));
   ExpectEqualsModel(*h.tree, model);
 }
 
@@ -191,7 +194,7 @@ TEST_P(ConformanceTest, WideKeysMatchTheModel) {
   auto h = Make();
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(seed_);
-  RandomOps(*h.tree, model, rng, 20000, [](std::mt19937_64& r) { return r(); }, 5000);
+  ASSERT_NO_FATAL_FAILURE(RandomOps(*h.tree, model, rng, 20000, [](std::mt19937_64& r) { return r(); }, 5000));
   ExpectEqualsModel(*h.tree, model);
 }
 
@@ -353,11 +356,18 @@ TEST_P(ConformanceTest, ByteStringKeysOfZeroTo1024BytesMatchTheModel) {
   std::mt19937_64 rng(seed_);
   std::vector<std::string> pool_of_keys;
   for (int i = 0; i < 3000; i++) pool_of_keys.push_back(RandomKey(rng, 1024));
-  RandomOps(*h->tree, model, rng, 15000,
-            [&](std::mt19937_64& r) { return pool_of_keys[r() % pool_of_keys.size()]; }, 3000);
+  ASSERT_NO_FATAL_FAILURE(RandomOps(*h->tree, model, rng, 15000,
+            [&](std::mt19937_64& r) { return pool_of_keys[r() % pool_of_keys.size()]; }, 3000));
   ExpectEqualsModel(*h->tree, model);
+  // The over-long-key contract of tree.h: refused by every mutator, never present.
   std::string too_long(kMaxKeyBytes + 1, 'x');
   EXPECT_EQ(h->tree->Insert(too_long, 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Upsert(too_long, 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Update(too_long, 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(h->tree->Remove(too_long).status().code(), Status::Code::kInvalidArgument);
+  uint64_t value = 0;
+  EXPECT_FALSE(h->tree->Lookup(too_long, &value));
+  ExpectEqualsModel(*h->tree, model);
 }
 
 // The rule of pmtree/tree.h: a bound longer than kMaxKeyBytes orders like
@@ -439,7 +449,7 @@ TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {
                         : OpenTree(path, factory_, {}, pool_opts_);
     ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
     if (round > 0) ExpectEqualsModel(*h->tree, model);
-    RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0);
+    ASSERT_NO_FATAL_FAILURE(RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0));
     ASSERT_TRUE(h->tree->Close().ok());
   }
   auto h = OpenTree(path, factory_, {}, pool_opts_);
@@ -464,7 +474,7 @@ TEST_P(ConformanceTest, CrashWithoutCloseRecoversEveryAcknowledgedOperation) {
       EXPECT_EQ(h->pool->allocator().bytes_in_use(), h->tree->Stats().pm_bytes)
           << "allocator disagrees with what the tree reaches after recovery";
     }
-    RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0);
+    ASSERT_NO_FATAL_FAILURE(RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0));
     // Destroyed without Close(): the process "crashed" after the last acknowledged op.
   }
 }

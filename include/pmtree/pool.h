@@ -88,8 +88,11 @@ struct PoolOptions {
   // (pmtree/counters.h).  Cheap enough to stay on in benchmarks.
   bool counting = true;
   // Honour PMTREE_BACKEND ("hardware[:clwb|clflushopt|clflush]", "eadr",
-  // "msync", "dram") and PMTREE_WRITE_LATENCY_NS from the environment.
-  bool use_env = true;
+  // "msync", "dram") and PMTREE_WRITE_LATENCY_NS from the environment,
+  // overriding the fields above.  Off by default: the environment of a
+  // program that embeds pmtree never changes its durability.  The tools opt in
+  // (`pmtree bench`, `pmtree inspect`, the conformance tests).
+  bool use_env = false;
   // Map copy-on-write: recovery may write, the file is never changed
   // (used by `pmtree inspect`).
   bool private_mapping = false;

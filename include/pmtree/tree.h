@@ -23,12 +23,18 @@
 //     lookups, scans and removes still work.
 // The crash explorer (src/crash, docs/crash_model.md) checks 1-5.
 //
-// CONCURRENCY: unless capabilities() lacks kConcurrent, every operation may be
+// CONCURRENCY: unless capabilities() lacks kCapConcurrent, every operation may be
 // called from any number of threads at once.  Verify(), Stats(), BulkLoad()
 // and Close() require that no other operation runs.
 //
 // OUTCOMES vs ERRORS: "absent" and "already present" are return values
-// (false); a Status is returned only for environmental failures.
+// (false); a Status is returned only for environmental failures and invalid
+// arguments (the codes: pmtree/status.h and pmtree/registry.h).  Lookup and
+// Scan cannot fail: they return what is present.
+//
+// A SIMULATED CRASH: destroying a tree (and its Pool) without Close() leaves
+// the pool as a process crash at that instant would; recovery (OpenTree,
+// RecoverTree in pmtree/registry.h) then runs crash recovery.
 
 #ifndef PMTREE_TREE_H_
 #define PMTREE_TREE_H_
@@ -49,7 +55,9 @@ namespace pmtree {
 
 class Pool;
 
-// Longest byte-string key accepted; longer keys are InvalidArgument.
+// Longest byte-string key accepted.  A longer key can never be present:
+// Insert, Upsert, Update, Remove and BulkLoad return InvalidArgument for it
+// (nothing changes), Lookup returns false.
 inline constexpr uint32_t kMaxKeyBytes = 4096;
 
 enum class KeyKind : uint8_t { kU64 = 0, kBytes = 1 };
@@ -77,6 +85,9 @@ struct TreeOptions {
   // Node size in bytes; 0 selects the design's default.  Each design
   // documents its valid sizes and rejects others with InvalidArgument.
   uint32_t node_size = 0;
+  // Not an input: CreateTree/CreateBytesTree set it from the key type, and
+  // OpenTree/RecoverTree from the pool (which records it), overwriting what
+  // the caller put here.  A design's create/recover reads it.
   KeyKind key_kind = KeyKind::kU64;
   // Threads a design may use to rebuild volatile structures at recovery.
   uint32_t recovery_threads = 1;
@@ -134,7 +145,7 @@ class BasicTree {
   virtual uint32_t capabilities() const = 0;
 
   // ---- point operations --------------------------------------------------------
-  // True and *value set when `key` is present.
+  // True and *value set when `key` is present; never fails.
   virtual bool Lookup(K key, uint64_t* value) = 0;
   // Adds key -> value; false (nothing changed) when key is present.
   virtual Result<bool> Insert(K key, uint64_t value) = 0;

@@ -348,6 +348,8 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
     o.status = CheckNewPoolPath(c, tc.pool_path, name, &tc.pool_options.overwrite);
     if (!o.status.ok()) return o;
   }
+  // A tool: PMTREE_BACKEND / PMTREE_WRITE_LATENCY_NS apply (README, Durability).
+  tc.pool_options.use_env = true;
   tc.tree_options.node_size = c.node_size;
   tc.tree_options.extra = c.extra;
   tc.tree_options.recovery_threads = recovery_threads;

@@ -31,24 +31,26 @@ target_link_libraries(pmtree_bench
 
 # Recorded in every report; output.cc prefers the live `git describe` of the
 # source tree when it is available at run time.
-execute_process(COMMAND git -C ${CMAKE_SOURCE_DIR} describe --always --dirty
+execute_process(COMMAND git -C ${PROJECT_SOURCE_DIR} describe --always --dirty
   OUTPUT_VARIABLE PMTREE_CONFIGURE_GIT_REV OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 if(NOT PMTREE_CONFIGURE_GIT_REV)
   set(PMTREE_CONFIGURE_GIT_REV "unknown")
 endif()
 set_source_files_properties(src/bench/output.cc PROPERTIES COMPILE_DEFINITIONS
-  "PMTREE_BUILD_TYPE=\"${CMAKE_BUILD_TYPE}\";PMTREE_GIT_REV=\"${PMTREE_CONFIGURE_GIT_REV}\";PMTREE_SOURCE_DIR=\"${CMAKE_SOURCE_DIR}\"")
+  "PMTREE_BUILD_TYPE=\"${CMAKE_BUILD_TYPE}\";PMTREE_GIT_REV=\"${PMTREE_CONFIGURE_GIT_REV}\";PMTREE_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")
 set_source_files_properties(src/bench/suites.cc PROPERTIES COMPILE_DEFINITIONS
-  "PMTREE_SOURCE_DIR=\"${CMAKE_SOURCE_DIR}\"")
+  "PMTREE_SOURCE_DIR=\"${PROJECT_SOURCE_DIR}\"")
 
 list(APPEND PMTREE_TOOL_LIBS pmtree_bench)
 
 pmtree_test(bench_test
   src/bench/workload_test.cc
   src/bench/driver_test.cc
-  src/bench/suites_test.cc)
-if(BUILD_TESTING)
-  pmtree_test(bench_cli_test src/bench/bench_cli_test.cc)
+  src/bench/suites_test.cc
+  LINK pmtree_bench)
+# The CLI's `bench` subcommand, and the figures over its output (below).
+if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)
+  pmtree_test(bench_cli_test src/bench/bench_cli_test.cc LINK pmtree_bench)
   target_compile_definitions(bench_cli_test PRIVATE PMTREE_CLI="$<TARGET_FILE:pmtree>")
   add_dependencies(bench_cli_test pmtree)
 endif()
@@ -56,10 +58,10 @@ endif()
 # The figures package (python/pmtree_figures) over a short real `pmtree bench`
 # run.  Debian's python3-matplotlib is importable only by /usr/bin/python3;
 # the test exits 77 (skipped, with the reason) when it is not.
-if(BUILD_TESTING)
+if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)
   if(EXISTS /usr/bin/python3)
     add_test(NAME figures_test
-      COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/python/tests/test_figures.py --pmtree $<TARGET_FILE:pmtree>)
+      COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/python/tests/test_figures.py --pmtree $<TARGET_FILE:pmtree>)
   else()
     add_test(NAME figures_test COMMAND sh -c "echo 'SKIPPED: /usr/bin/python3 not found'; exit 77")
   endif()

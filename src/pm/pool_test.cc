@@ -293,19 +293,33 @@ TEST_F(PoolFileTest, MissingFileIsNotFound) {
   EXPECT_EQ(Pool::Open(path_ + "-absent", "", opts_).status().code(), Status::Code::kNotFound);
 }
 
-TEST(PoolTest, EnvironmentOverridesTheBackendAndRejectsNonsense) {
+TEST(PoolTest, EnvironmentOverridesTheBackendWhenAskedAndRejectsNonsense) {
+  PoolOptions o;
+  o.use_env = true;
   setenv("PMTREE_BACKEND", "dram", 1);
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0);
+  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->backend_kind(), BackendKind::kDram);
   setenv("PMTREE_BACKEND", "floppy", 1);
-  auto q = Pool::CreateAnonymous(kMinPoolSize, "t", 0);
+  auto q = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o);
   EXPECT_EQ(q.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(q.status().message().find("valid:"), std::string_view::npos);
   unsetenv("PMTREE_BACKEND");
   setenv("PMTREE_WRITE_LATENCY_NS", "12x", 1);
-  EXPECT_FALSE(Pool::CreateAnonymous(kMinPoolSize, "t", 0).ok());
+  EXPECT_FALSE(Pool::CreateAnonymous(kMinPoolSize, "t", 0, o).ok());
   unsetenv("PMTREE_WRITE_LATENCY_NS");
+}
+
+// An embedding program's environment never turns durability off by itself.
+TEST(PoolTest, DefaultOptionsIgnoreTheEnvironment) {
+  setenv("PMTREE_BACKEND", "dram", 1);
+  setenv("PMTREE_WRITE_LATENCY_NS", "300", 1);
+  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0);
+  unsetenv("PMTREE_BACKEND");
+  unsetenv("PMTREE_WRITE_LATENCY_NS");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->backend_kind(), BackendKind::kHardware);
+  EXPECT_EQ((*p)->write_latency_ns(), 0u);
 }
 
 TEST(PoolTest, HardwareBackendPicksTheBestFlushInstruction) {

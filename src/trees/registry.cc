@@ -72,6 +72,11 @@ const TreeFactory* FindTree(std::string_view name) {
   return nullptr;
 }
 
+Result<const TreeFactory*> RequireTree(std::string_view name) {
+  if (const TreeFactory* f = FindTree(name)) return f;
+  return Status::InvalidArgument("unknown tree '" + std::string(name) + "'; valid: " + TreeNames(true));
+}
+
 std::string TreeNames(bool include_test_only) {
   std::string s;
   for (const TreeFactory& f : Table()) {
@@ -170,8 +175,42 @@ Status AcceptLayout(const std::string& path, std::string_view layout, uint64_t f
   return Status::Ok();
 }
 
+// How errors name a pool: its path, or "the anonymous pool".
+std::string PoolName(const Pool* pool) {
+  return pool != nullptr && !pool->path().empty() ? pool->path() : "the anonymous pool";
+}
+
+// Recovers the tree in an opened pool; `context` prefixes recovery errors.
 template <class T>
-Result<TreeHandle<T>> OpenImpl(const std::string& path, const TreeFactory* expected, const TreeOptions& options_in,
+Result<TreeHandle<T>> RecoverImpl(std::unique_ptr<Pool> pool, const TreeFactory* expected,
+                                  const TreeOptions& options_in, const std::string& context) {
+  if (pool == nullptr) return Status::InvalidArgument("recovering a tree: no pool");
+  if (expected != nullptr && pool->layout() != expected->name)
+    return Status::Incompatible(context + " holds tree '" + std::string(pool->layout()) + "', not '" +
+                                std::string(expected->name) + "'");
+  const TreeFactory* f = FindTree(pool->layout());
+  if (f == nullptr)
+    return Status::Incompatible(context + " holds tree '" + std::string(pool->layout()) +
+                                "', which this build does not know; known: " + TreeNames(true));
+  TreeOptions options = options_in;
+  options.key_kind = static_cast<KeyKind>(pool->layout_flags());
+  if (options.key_kind != KeyTraits<typename T::Key>::kKind)
+    return Status::Incompatible(context + " holds " +
+                                (options.key_kind == KeyKind::kBytes ? "byte-string" : "64-bit integer") +
+                                " keys; open it with the matching key type");
+  TreeHandle<T> h;
+  h.pool = std::move(pool);
+  auto tree = CallRecover<T>(*f, h.pool.get(), options);
+  if (!tree.ok()) return tree.status().Annotate(context);
+  if (options.verify_on_open) {
+    if (Status s = (*tree)->Verify(); !s.ok()) return s.Annotate(context + " (verify on open)");
+  }
+  h.tree = std::move(tree).value();
+  return h;
+}
+
+template <class T>
+Result<TreeHandle<T>> OpenImpl(const std::string& path, const TreeFactory* expected, const TreeOptions& options,
                                const PoolOptions& pool_options_in) {
   if (expected != nullptr && !expected->persistent())
     return Status::NotSupported("tree '" + std::string(expected->name) + "' is volatile: nothing to open");
@@ -181,18 +220,9 @@ Result<TreeHandle<T>> OpenImpl(const std::string& path, const TreeFactory* expec
     PMTREE_RETURN_IF_ERROR(AcceptLayout(path, layout, flags, kWant));
     return caller ? caller(layout, flags) : Status::Ok();
   };
-  TreeHandle<T> h;
-  PMTREE_ASSIGN_OR_RETURN(h.pool, Pool::Open(path, expected ? expected->name : std::string_view(), pool_options));
-  const TreeFactory* f = FindTree(h.pool->layout());
-  TreeOptions options = options_in;
-  options.key_kind = kWant;
-  auto tree = CallRecover<T>(*f, h.pool.get(), options);
-  if (!tree.ok()) return tree.status().Annotate(path);
-  if (options.verify_on_open) {
-    if (Status s = (*tree)->Verify(); !s.ok()) return s.Annotate(path + " (verify on open)");
-  }
-  h.tree = std::move(tree).value();
-  return h;
+  PMTREE_ASSIGN_OR_RETURN(auto pool,
+                          Pool::Open(path, expected ? expected->name : std::string_view(), pool_options));
+  return RecoverImpl<T>(std::move(pool), expected, options, path);
 }
 
 }  // namespace
@@ -205,6 +235,14 @@ Result<TreeHandle<BytesTree>> CreateBytesTree(const TreeFactory& f, const std::s
                                               const TreeOptions& options, const PoolOptions& pool_options) {
   return CreateImpl<BytesTree>(f, path, pool_size, options, pool_options);
 }
+Result<TreeHandle<Tree>> CreateTree(const TreeFactory& f, const std::string& path, const TreeOptions& options,
+                                    const PoolOptions& pool_options) {
+  return CreateImpl<Tree>(f, path, kDefaultPoolSize, options, pool_options);
+}
+Result<TreeHandle<BytesTree>> CreateBytesTree(const TreeFactory& f, const std::string& path,
+                                              const TreeOptions& options, const PoolOptions& pool_options) {
+  return CreateImpl<BytesTree>(f, path, kDefaultPoolSize, options, pool_options);
+}
 Result<TreeHandle<Tree>> OpenTree(const std::string& path, const TreeFactory* expected, const TreeOptions& options,
                                   const PoolOptions& pool_options) {
   return OpenImpl<Tree>(path, expected, options, pool_options);
@@ -212,6 +250,16 @@ Result<TreeHandle<Tree>> OpenTree(const std::string& path, const TreeFactory* ex
 Result<TreeHandle<BytesTree>> OpenBytesTree(const std::string& path, const TreeFactory* expected,
                                             const TreeOptions& options, const PoolOptions& pool_options) {
   return OpenImpl<BytesTree>(path, expected, options, pool_options);
+}
+Result<TreeHandle<Tree>> RecoverTree(std::unique_ptr<Pool> pool, const TreeFactory* expected,
+                                     const TreeOptions& options) {
+  const std::string context = PoolName(pool.get());
+  return RecoverImpl<Tree>(std::move(pool), expected, options, context);
+}
+Result<TreeHandle<BytesTree>> RecoverBytesTree(std::unique_ptr<Pool> pool, const TreeFactory* expected,
+                                               const TreeOptions& options) {
+  const std::string context = PoolName(pool.get());
+  return RecoverImpl<BytesTree>(std::move(pool), expected, options, context);
 }
 
 }  // namespace pmtree

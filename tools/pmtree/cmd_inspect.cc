@@ -81,6 +81,7 @@ int Report(const InspectArgs& a, TreeHandle<T>& h) {
 int Run(const InspectArgs& a) {
   PoolOptions po;
   po.private_mapping = true;  // never change the file
+  po.use_env = true;          // a tool: PMTREE_BACKEND applies (README, Durability)
   // Peek at the key kind so the right key type opens the tree.
   auto peek = Pool::Open(a.path, "", po);
   if (!peek.ok()) {

@@ -160,6 +160,8 @@ class StripedVersionLocks {
   StripedVersionLocks() : locks_(new Slot[kStripes]) {}
 
   size_t StripeOf(uint64_t off) const { return Mix(off) & (kStripes - 1); }
+  // DRAM the stripes occupy (one cache line each), for Stats().dram_bytes.
+  static constexpr size_t DramBytes() { return kStripes * sizeof(Slot); }
   VersionLock& For(uint64_t off) { return locks_[StripeOf(off)].lock; }
   const VersionLock& For(uint64_t off) const { return locks_[StripeOf(off)].lock; }
 

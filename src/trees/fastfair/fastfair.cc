@@ -17,14 +17,6 @@ namespace pmtree::fastfair {
 
 namespace {
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
 std::string Hex(uint64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
@@ -59,11 +51,9 @@ FastFairTree<P>::FastFairTree(Pool* pool, uint64_t meta_off, Flaws flaws)
       keys_(pool),
       meta_off_(meta_off),
       meta_(pool->At<Meta>(meta_off)),
-      flaws_(flaws),
-      locks_(new std::atomic<uint64_t>[kStripes]) {
+      flaws_(flaws) {
   node_size_ = meta_->node_size;
   cap_ = Capacity(node_size_);
-  for (uint32_t i = 0; i < kStripes; i++) locks_[i].store(0, std::memory_order_relaxed);
 }
 
 template <class P>
@@ -76,37 +66,6 @@ uint32_t FastFairTree<P>::capabilities() const {
   return c;
 }
 
-template <class P>
-void FastFairTree<P>::Lock(uint64_t off) {
-  auto& s = Stripe(off);
-  for (;;) {
-    uint64_t v = s.load(std::memory_order_relaxed);
-    if ((v & 1) == 0 && s.compare_exchange_weak(v, v + 1, std::memory_order_acquire)) return;
-    CpuRelax();
-  }
-}
-
-template <class P>
-void FastFairTree<P>::Unlock(uint64_t off) {
-  Stripe(off).fetch_add(1, std::memory_order_release);
-}
-
-template <class P>
-template <class F>
-auto FastFairTree<P>::ReadStable(uint64_t off, F&& f) {
-  auto& s = Stripe(off);
-  for (;;) {
-    uint64_t v1 = s.load(std::memory_order_acquire);
-    if (v1 & 1) {
-      CpuRelax();
-      continue;
-    }
-    auto r = f();
-    // f() reads node words with acquire loads (Ld), so this load cannot move
-    // before them: no separate fence is needed.
-    if (s.load(std::memory_order_acquire) == v1) return r;
-  }
-}
 
 // ---------------------------------------------------------------------------
 // Searching inside a node
@@ -1182,7 +1141,7 @@ TreeStats FastFairTree<P>::Stats() {
     st.pm_bytes += spares_.size() * Allocator::RoundUp(node_size_);
   }
   st.leaf_fill = st.leaf_nodes ? static_cast<double>(st.entries) / (st.leaf_nodes * cap_) : 0;
-  st.dram_bytes = kStripes * sizeof(std::atomic<uint64_t>);
+  st.dram_bytes = locks_.DramBytes();
   st.extra = {
       {"node_size", node_size_},
       {"capacity", cap_},

@@ -41,11 +41,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "pmtree/pool.h"
 #include "pmtree/tree.h"
 #include "trees/common/keys.h"
+#include "trees/common/version_lock.h"
 #include "trees/fastfair/layout.h"
 
 namespace pmtree::fastfair {
@@ -148,15 +150,18 @@ class FastFairTree final : public BasicTree<typename P::Arg> {
   static uint64_t Ld(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
   static uint32_t Ld32(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
-  // DRAM seqlocks, one stripe per hash of the node offset.  Odd = a writer
-  // holds it.  A writer unlocks only after its last fence, so a reader that
-  // sees the same even value before and after reading a node read only
-  // persisted data (durability contract 3).
-  std::atomic<uint64_t>& Stripe(uint64_t off) const { return locks_[Mix64(off) & (kStripes - 1)]; }
-  void Lock(uint64_t off);
-  void Unlock(uint64_t off);
+  // DRAM seqlocks, one stripe per hash of the node offset (the shared
+  // StripedVersionLocks, invariants V1-V3 of trees/common/version_lock.h).  A
+  // writer unlocks only after its last fence, so a reader that sees the same
+  // even version before and after reading a node read only persisted data
+  // (durability contract 3).  Readers load node words with acquire loads
+  // (Ld), which keeps the validating load after them.
+  void Lock(uint64_t off) { locks_.For(off).lock(); }
+  void Unlock(uint64_t off) { locks_.For(off).unlock(); }
   template <class F>
-  auto ReadStable(uint64_t off, F&& f);
+  auto ReadStable(uint64_t off, F&& f) {
+    return locks_.For(off).ReadStable(std::forward<F>(f));
+  }
 
   bool Stop(StopPoint p) { return stop_hook_ && stop_hook_(p); }
   Status Stopped() { return Status::Internal("fastfair: operation stopped by the test hook"); }
@@ -207,7 +212,7 @@ class FastFairTree final : public BasicTree<typename P::Arg> {
   uint32_t node_size_ = kDefaultNodeSize;
   uint32_t cap_ = Capacity(kDefaultNodeSize);
   Flaws flaws_;
-  std::unique_ptr<std::atomic<uint64_t>[]> locks_;
+  StripedVersionLocks<kStripes> locks_;
   std::mutex root_mu_;
   mutable std::mutex spare_mu_;
   std::vector<uint64_t> spares_;  // allocated, unlinked nodes reserved for splits

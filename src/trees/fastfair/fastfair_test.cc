@@ -663,9 +663,9 @@ TEST(FastFairTest, ConcurrentInsertsLookupsRemovesThenVerify) {
 // ---- crash exploration (src/crash, docs/crash_model.md) ----------------------------------
 
 // Each flaw of fastfair-orig, switched on alone, is found by the explorer
-// with the failure it causes.  (The shared negative control in
-// tests/crash_all_trees_test.cc runs all three at once, where the header
-// flaw hides the others behind "bad magic".)
+// with the failure it causes (the ticket's message).  The shared negative
+// control in tests/crash_all_trees_test.cc switches the same flaws on one at
+// a time too, but checks the operation in flight and the replay command.
 TEST(FastFairCrashTest, ExplorerFindsEachOrigFlawOnItsOwn) {
   struct Case {
     const char* flaw;

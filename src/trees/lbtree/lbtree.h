@@ -19,8 +19,9 @@
 //
 // Options: node_size 256 (default), 512, 768 or 1024; recovery_threads
 // (parallel rebuild of the inner nodes over leaf segments); extra
-// "segments=N" (1..31, default 31): how many evenly spaced leaves are
-// recorded for parallel recovery.
+// "segments=N" (0..31, default 31): how many evenly spaced leaves are
+// recorded for parallel recovery (0: none, recovery walks the leaf chain
+// from the head in one segment).
 //
 // Thread safety: every operation may run concurrently with every other,
 // except BulkLoad, Verify, Stats and Close (tree.h).  Readers never block

@@ -17,6 +17,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "trees/common/version_lock.h"
+
 namespace pmtree::nvtree {
 
 // ============================================================================
@@ -24,16 +26,6 @@ namespace pmtree::nvtree {
 // ============================================================================
 
 namespace {
-
-inline void CpuRelax(int* spins) {
-  if (++*spins < 64) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  } else {
-    std::this_thread::yield();
-  }
-}
 
 uint64_t NowNs() {
   return static_cast<uint64_t>(
@@ -43,25 +35,10 @@ uint64_t NowNs() {
 
 }  // namespace
 
-// A test-and-test-and-set lock: the paper's "light-weight lock" of an LN.
-class SpinLock {
- public:
-  void lock() {
-    int spins = 0;
-    while (flag_.exchange(true, std::memory_order_acquire)) {
-      while (flag_.load(std::memory_order_relaxed)) CpuRelax(&spins);
-    }
-  }
-  void unlock() { flag_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> flag_{false};
-};
-
 // Per-LN DRAM state, one per live leaf, shared by every inner generation that
 // indexes the leaf.  Retired through the pool's epochs when the leaf is.
 struct LeafInfo {
-  SpinLock lock;                       // writers of this LN
+  SpinLock lock;                       // writers of this LN: the paper's "light-weight lock"
   std::atomic<bool> dead{false};       // set (under lock) once the LN is unlinked
   std::atomic<uint64_t> visible{0};    // nElement, published after it is persistent
   std::atomic<uint64_t> n_reads{0};    // nReads_LN  (Table 2)
@@ -80,7 +57,7 @@ class RebuildGate {
       if ((s & kPending) == 0 &&
           state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire, std::memory_order_relaxed))
         return;
-      CpuRelax(&spins);
+      CpuRelax(spins);
     }
   }
   void ExitWriter() { state_.fetch_sub(1, std::memory_order_release); }
@@ -90,12 +67,12 @@ class RebuildGate {
     for (;;) {
       uint64_t s = state_.load(std::memory_order_relaxed);
       if (s & kPending) {
-        while (state_.load(std::memory_order_acquire) & kPending) CpuRelax(&spins);
+        while (state_.load(std::memory_order_acquire) & kPending) CpuRelax(spins);
         return false;
       }
       if (state_.compare_exchange_weak(s, s | kPending, std::memory_order_acquire, std::memory_order_relaxed)) break;
     }
-    while ((state_.load(std::memory_order_acquire) & ~kPending) != 0) CpuRelax(&spins);
+    while ((state_.load(std::memory_order_acquire) & ~kPending) != 0) CpuRelax(spins);
     return true;
   }
   void EndRebuild() { state_.fetch_and(~kPending, std::memory_order_release); }
@@ -167,7 +144,7 @@ void PlnLock(Pln& p) {
     if ((v & 1) == 0 &&
         p.version.compare_exchange_weak(v, v + 1, std::memory_order_acquire, std::memory_order_relaxed))
       return;
-    CpuRelax(&spins);
+    CpuRelax(spins);
   }
 }
 void PlnUnlock(Pln& p) { p.version.fetch_add(1, std::memory_order_release); }
@@ -563,12 +540,12 @@ typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
   for (;;) {
     uint64_t v = p.version.load(std::memory_order_acquire);
     if (v & 1) {
-      CpuRelax(&spins);
+      CpuRelax(spins);
       continue;
     }
     uint32_t c = p.count.load(std::memory_order_relaxed);
     if (c == 0 || c > p.capacity) {
-      CpuRelax(&spins);
+      CpuRelax(spins);
       continue;
     }
     uint32_t lo = 0, hi = c;
@@ -610,7 +587,7 @@ bool NvTree<KP>::ReadEntry(Inner* in, uint64_t pln, int64_t pos, uint64_t* sep, 
   for (;;) {
     uint64_t v = p.version.load(std::memory_order_acquire);
     if (v & 1) {
-      CpuRelax(&spins);
+      CpuRelax(spins);
       continue;
     }
     uint32_t c = p.count.load(std::memory_order_relaxed);
@@ -638,7 +615,7 @@ bool NvTree<KP>::Neighbors(Inner* in, uint64_t pln, uint64_t ln, Neighbor* left,
     found = false;
     uint64_t v = p.version.load(std::memory_order_acquire);
     if (v & 1) {
-      CpuRelax(&spins);
+      CpuRelax(spins);
       continue;
     }
     uint32_t c = p.count.load(std::memory_order_relaxed);
