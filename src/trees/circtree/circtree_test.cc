@@ -1,0 +1,3 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <gtest/gtest.h>
+TEST(CircTreeTest, Placeholder) {}
