@@ -77,8 +77,13 @@ Status CheckNodeSize(uint32_t node_size) {
 // ---------------------------------------------------------------------------
 
 template <class P>
-CircTree<P>::CircTree(Pool* pool, uint64_t meta_off, bool linear)
-    : pool_(pool), keys_(pool), meta_off_(meta_off), meta_(pool->At<Meta>(meta_off)), linear_(linear) {
+CircTree<P>::CircTree(Pool* pool, uint64_t meta_off, bool linear, bool paper)
+    : pool_(pool),
+      keys_(pool),
+      meta_off_(meta_off),
+      meta_(pool->At<Meta>(meta_off)),
+      linear_(linear),
+      paper_(paper) {
   node_size_ = meta_->node_size;
   slots_ = Slots(node_size_);
   mask_ = slots_ - 1;
@@ -90,7 +95,8 @@ CircTree<P>::~CircTree() = default;
 
 template <class P>
 uint32_t CircTree<P>::capabilities() const {
-  return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder;
+  return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder |
+         (paper_ ? static_cast<uint32_t>(kCapTestOnly) : 0u);
 }
 
 template <class P>
@@ -113,6 +119,12 @@ void CircTree<P>::WritePair(LineWriter& w, Pair* dst, uint64_t key, uint64_t val
   uint64_t* id = leaf ? &dst->key : &dst->value;
   uint64_t* other = leaf ? &dst->value : &dst->key;
   const uint64_t id_v = leaf ? key : value, other_v = leaf ? value : key;
+  if (paper_) {
+    // circtree-paper: Algorithm 1's order for every pair, value then key.
+    w.Store(&dst->value, value);
+    w.Store(&dst->key, key);
+    return;
+  }
   if (identity_first) {
     w.Store(id, id_v);
     w.Store(other, other_v);
@@ -310,6 +322,10 @@ Result<bool> CircTree<P>::Put(K key, uint64_t value, PutMode mode) {
   if (mode == PutMode::kUpdate) {
     Unlock(off);
     return false;
+  }
+  if (paper_ && value == 0) {
+    Unlock(off);
+    return Status::InvalidArgument("circtree-paper: the value 0 is the paper's NULL");
   }
   auto slot = keys_.MakeSlot(key);
   if (!slot.ok()) {
@@ -696,7 +712,7 @@ Status ParseSearch(const TreeOptions& options, bool* linear) {
 }  // namespace
 
 template <class P>
-Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeOptions& options, bool paper) {
   if (pool == nullptr) return Status::InvalidArgument("circtree: a persistent tree needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckNodeSize(options.node_size));
   bool linear;
@@ -717,10 +733,11 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeO
   m.node_size = node_size;
   m.root = *leaf;
   m.key_kind = static_cast<uint32_t>(P::kKind);
+  m.variant = paper ? 1 : 0;
   pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
   // Persist the tree header before root slot 0 names it.
   pool->Persist(pool->At<void>(meta_off), sizeof(Meta));
-  std::unique_ptr<CircTree> t(new CircTree(pool, meta_off, linear));
+  std::unique_ptr<CircTree> t(new CircTree(pool, meta_off, linear, paper));
   t->WriteNewNode(*leaf, 0, 0, 0, false, {});  // persisted inside
   // Commit point of creation (SetRoot persists the slot).
   pool->SetRoot(0, meta_off);
@@ -728,7 +745,7 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeO
 }
 
 template <class P>
-Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(Pool* pool, const TreeOptions& options, bool paper) {
   if (pool == nullptr) return Status::InvalidArgument("circtree: a persistent tree needs a pool");
   bool linear;
   PMTREE_RETURN_IF_ERROR(ParseSearch(options, &linear));
@@ -748,7 +765,9 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(Pool* pool, const Tree
     return Status::Incompatible(where + "the tree holds keys of another kind");
   if (m->root % kLine != 0 || !pool->InHeap(m->root, NodeBytes(m->node_size)))
     return Status::Corruption(where + "invariant C1 violated: root " + Hex(m->root) + " outside the heap");
-  std::unique_ptr<CircTree> t(new CircTree(pool, meta_off, linear));
+  if (m->variant != (paper ? 1u : 0u))
+    return Status::Incompatible(where + "the tree was made by another variant (circtree vs circtree-paper)");
+  std::unique_ptr<CircTree> t(new CircTree(pool, meta_off, linear, paper));
   PMTREE_RETURN_IF_ERROR(t->RecoverFromPool(pool->clean_shutdown()));
   return t;
 }

@@ -85,15 +85,16 @@ class CircTree final : public BasicTree<typename P::Arg> {
   using K = typename P::Arg;
   using Entry = typename Base::Entry;
 
-  // Creates a tree on a fresh pool (root slot 0 empty).
-  static Result<std::unique_ptr<CircTree>> Create(Pool* pool, const TreeOptions& options);
+  // Creates a tree on a fresh pool (root slot 0 empty).  `paper` makes the
+  // test-only variant circtree-paper (PaperVariant below).
+  static Result<std::unique_ptr<CircTree>> Create(Pool* pool, const TreeOptions& options, bool paper = false);
   // Recovers the tree in `pool`: instant restart after a clean shutdown,
-  // the §5.5 repairs after a crash.
-  static Result<std::unique_ptr<CircTree>> Recover(Pool* pool, const TreeOptions& options);
+  // the §5.5 repairs after a crash.  `paper` must match the creating variant.
+  static Result<std::unique_ptr<CircTree>> Recover(Pool* pool, const TreeOptions& options, bool paper = false);
 
   ~CircTree() override;
 
-  std::string_view name() const override { return "circtree"; }
+  std::string_view name() const override { return paper_ ? "circtree-paper" : "circtree"; }
   uint32_t capabilities() const override;
 
   bool Lookup(K key, uint64_t* value) override;
@@ -128,7 +129,7 @@ class CircTree final : public BasicTree<typename P::Arg> {
   };
   class LineWriter;
 
-  CircTree(Pool* pool, uint64_t meta_off, bool linear);
+  CircTree(Pool* pool, uint64_t meta_off, bool linear, bool paper);
 
   Node* N(uint64_t off) const { return pool_->At<Node>(off); }
   static uint64_t Ld(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -137,7 +138,10 @@ class CircTree final : public BasicTree<typename P::Arg> {
   uint32_t Phys(uint32_t b, int64_t i) const { return static_cast<uint32_t>((b + i) & mask_); }
   Pair* At(Node* x, const Span& s, int64_t i) const { return &x->pairs[Phys(s.b, i)]; }
   const Pair* At(const Node* x, const Span& s, int64_t i) const { return &x->pairs[Phys(s.b, i)]; }
-  static uint64_t IdOf(const Pair* p, bool leaf) { return leaf ? Ld(&p->key) : Ld(&p->value); }
+  // The identity word (layout.h): the key slot in a leaf, the child in an
+  // inner node; the value everywhere in circtree-paper (the paper's NULLs
+  // and duplicates are values).
+  uint64_t IdOf(const Pair* p, bool leaf) const { return leaf && !paper_ ? Ld(&p->key) : Ld(&p->value); }
   void Commit(Node* x, uint32_t b, uint32_t n);
 
   bool Stop(StopPoint p) { return stop_hook_ && stop_hook_(p); }
@@ -208,6 +212,7 @@ class CircTree final : public BasicTree<typename P::Arg> {
   uint32_t mask_;
   uint32_t cap_;
   bool linear_;
+  bool paper_;
   StripedVersionLocks<4096> locks_;
   VersionLock zero_lock_;  // key 0 of a 64-bit tree (meta block)
   std::mutex root_mu_;
@@ -255,9 +260,18 @@ class CircTree<P>::LineWriter {
 };
 
 // Registry entry points.  K is uint64_t or std::string_view.
-template <class K>
+//
+// Paper = true gives circtree-paper, a test-only variant that is not in the
+// registry (its leaves cannot hold the value 0, the paper's NULL, so the
+// conformance suite does not apply); circtree_test hands it to the crash
+// explorer directly.  It follows the paper literally where our tree departs
+// from it: the identity word of a leaf pair is its value (§5.5: "duplicate
+// non-NULL values"), and every pair is written value first, then key
+// (Algorithm 1, lines 9-10, 18-19, 27-28, 36-37), deletes and NULLs included.
+// docs/trees/circtree.md, "Paper flaws", explains what the explorer finds.
+template <class K, bool Paper = false>
 Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
-template <class K>
+template <class K, bool Paper = false>
 Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
 
 // InvalidArgument unless node_size is 0 (default) or 512, 1024, 2048, 4096.

@@ -585,16 +585,13 @@ TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
 // ---- crash explorer (bounded; the full matrix is circtree_long_test) ----------------------------
 
 TEST(CircTreeCrashTest, SmallWorkloadOneOperationDeepHasNoViolations) {
-  for (crash::Mode mode : {crash::Mode::kAdr, crash::Mode::kEadr}) {
-    crash::ExploreOptions o;
-    o.mode = mode;
-    o.depth = 1;
-    o.tree_options.node_size = 512;
-    auto r = crash::Explore(*FindTree("circtree"), o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    for (const auto& t : r->tickets) ADD_FAILURE() << t.ToString();
-    EXPECT_EQ(r->violations, 0u);
-  }
+  crash::ExploreOptions o;
+  o.depth = 1;
+  o.tree_options.node_size = 512;
+  auto r = crash::Explore(*FindTree("circtree"), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& t : r->tickets) ADD_FAILURE() << t.ToString();
+  EXPECT_EQ(r->violations, 0u);
 }
 
 TEST(CircTreeCrashTest, RandomWorkloadHasNoViolations) {
@@ -609,6 +606,39 @@ TEST(CircTreeCrashTest, RandomWorkloadHasNoViolations) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   for (const auto& t : r->tickets) ADD_FAILURE() << t.ToString();
   EXPECT_EQ(r->violations, 0u);
+}
+
+// circtree-paper (test-only, not in the registry): the paper's value
+// identity and value-first pair writes.  The explorer must find its flaw
+// (docs/trees/circtree.md, "Paper flaws").
+TEST(CircTreeCrashTest, ExplorerFindsThePaperVariantsFlaw) {
+  const TreeFactory paper{"circtree-paper",
+                          "TEST ONLY: Circ-Tree with the paper's value identity and value-first pair writes",
+                          kCapPersistent | kCapConcurrent | kCapInstantRestart | kCapAssumesLineOrder | kCapTestOnly,
+                          kDefaultNodeSize,
+                          kNodeSizeRule,
+                          &Create<uint64_t, true>,
+                          &Recover<uint64_t, true>,
+                          nullptr,
+                          nullptr};
+  crash::ExploreOptions o;
+  o.depth = 1;
+  o.max_tickets = 50;
+  o.continuation_ops = 0;
+  o.tree_options.node_size = 512;
+  auto r = crash::Explore(paper, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->violations, 0u);
+  // Rule 1b commits a new pair whose value landed without its key (the
+  // slot's key word is still 0 or the shifted neighbour's key): a key that
+  // was never written appears, or two pairs share a key.
+  bool wrong_key = false, duplicate_key = false;
+  for (const auto& t : r->tickets) {
+    wrong_key = wrong_key || t.failure.find("unexpected key 0") != std::string::npos;
+    duplicate_key = duplicate_key || t.failure.find("keys not strictly increasing") != std::string::npos;
+  }
+  EXPECT_TRUE(wrong_key);
+  EXPECT_TRUE(duplicate_key);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ inline constexpr uint64_t kLine = 64;
 //   16   8     root          offset of the root node; changed only by a root
 //                            split (one Store64: the commit point of the split)
 //   24   4     key_kind      KeyKind of the pool's keys (0 = u64, 1 = bytes)
-//   28   4     reserved0     zero
+//   28   4     variant       0 = circtree; 1 = circtree-paper (test-only)
 //   32   8     zero_value    64-bit keys only: the value of key 0
 //   40   8     zero_present  64-bit keys only: 1 when key 0 is in the tree.
 //                            Key 0 lives here, not in a leaf, because a leaf
@@ -55,7 +55,7 @@ struct Meta {
   uint32_t node_size;
   uint64_t root;
   uint32_t key_kind;
-  uint32_t reserved0;
+  uint32_t variant;
   uint64_t zero_value;
   uint64_t zero_present;
   uint64_t reserved[2];
