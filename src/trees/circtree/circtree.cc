@@ -233,7 +233,7 @@ bool CircTree<P>::Lookup(K key, uint64_t* value) {
     }
   }
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
+  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, key); };
   uint64_t off = DescendTo(0, cmp);
   for (;;) {
     const Node* x = N(off);
@@ -300,7 +300,7 @@ Result<bool> CircTree<P>::Put(K key, uint64_t value, PutMode mode) {
     if (key == 0) return PutZero(value, mode);
   }
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
+  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, key); };
   const uint64_t off = LockAt(DescendTo(0, cmp), cmp);
   Node* x = N(off);
   const Span s = LoadSpan(x);
@@ -354,7 +354,7 @@ Result<bool> CircTree<P>::Remove(K key) {
     if (key == 0) return RemoveZero();
   }
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
+  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, key); };
   const uint64_t off = LockAt(DescendTo(0, cmp), cmp);
   Node* x = N(off);
   const Span s = LoadSpan(x);
@@ -616,7 +616,7 @@ Status CircTree<P>::CompleteRootSplit() {
 
 template <class P>
 Status CircTree<P>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t child) {
-  auto cmp = [&](uint64_t s) { return keys_.CompareSlots(s, slot); };
+  auto cmp = [&](uint64_t s) { return SafeCompareSlots(s, slot); };
   while (N(Ld(&meta_->root))->hdr.level < level) {
     // The level above does not exist yet: a root split at level - 1 is in
     // progress (or was interrupted).
@@ -660,7 +660,7 @@ size_t CircTree<P>::Scan(K start, const K* end, std::span<Entry> out) {
     }
   }
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, start); };
+  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, start); };
   uint64_t off = DescendTo(0, cmp);
   bool have_last = false;
   uint64_t last = 0;
@@ -735,10 +735,12 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeO
   m.key_kind = static_cast<uint32_t>(P::kKind);
   m.variant = paper ? 1 : 0;
   pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
-  // Persist the tree header before root slot 0 names it.
-  pool->Persist(pool->At<void>(meta_off), sizeof(Meta));
+  // Flush the tree header now; the fence of the first leaf's persist below
+  // orders it before root slot 0 names it, so a crash never leaves a root
+  // slot pointing at an unwritten header.
+  pool->Flush(pool->At<void>(meta_off), sizeof(Meta));
   std::unique_ptr<CircTree> t(new CircTree(pool, meta_off, linear, paper));
-  t->WriteNewNode(*leaf, 0, 0, 0, false, {});  // persisted inside
+  t->WriteNewNode(*leaf, 0, 0, 0, false, {});  // persisted (flush + fence) inside
   // Commit point of creation (SetRoot persists the slot).
   pool->SetRoot(0, meta_off);
   return t;

@@ -147,6 +147,23 @@ class CircTree final : public BasicTree<typename P::Arg> {
   bool Stop(StopPoint p) { return stop_hook_ && stop_hook_(p); }
   Status Stopped() { return Status::Internal("circtree: operation stopped by the test hook"); }
 
+  // Key comparisons of the lock-free paths.  A reader may combine a stale
+  // base + count with newer pairs and meet a NULL slot (0) where it expects a
+  // key; its version check then fails and it retries, but a byte-key slot 0
+  // must not be dereferenced meanwhile.  (A u64 slot 0 compares as key 0.)
+  int SafeCompare(uint64_t slot, K key) const {
+    if constexpr (!P::kInline) {
+      if (slot == 0) return -1;
+    }
+    return keys_.Compare(slot, key);
+  }
+  int SafeCompareSlots(uint64_t a, uint64_t b) const {
+    if constexpr (!P::kInline) {
+      if (a == 0) return -1;
+    }
+    return keys_.CompareSlots(a, b);
+  }
+
   // Search (§5.1).  First logical position p in [from, n) whose key is
   // greater than the target (n when none), cmp(slot) being <0, 0, >0 as the
   // slot's key is <, ==, > the target.
