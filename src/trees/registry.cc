@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/circtree/circtree.h"
 #include "trees/fastfair/fastfair.h"
 #include "trees/fptree/fptree.h"
 #include "trees/lbtree/lbtree.h"
@@ -53,6 +54,10 @@ const std::vector<TreeFactory>& Table() {
       {"logtree", "LCB+Tree: sorted B+-tree in PM with undo logging of every modified node (NV-Tree's baseline)",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart, 512,
        "512, 1024, 2048, 4096", &CreateLogTree, &RecoverLogTree, &CreateLogTreeBytes, &RecoverLogTreeBytes},
+      {"circtree", "Circ-Tree: circular sorted nodes, bidirectional shifting, one 8-byte base+count commit",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder,
+       circtree::kDefaultNodeSize, circtree::kNodeSizeRule, &circtree::Create<uint64_t>,
+       &circtree::Recover<uint64_t>, &circtree::Create<std::string_view>, &circtree::Recover<std::string_view>},
       {"nvtree", "NV-Tree: unsorted append-only PM leaves, rebuildable DRAM inner array, adaptive node sizes",
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapBulkLoadFill,
        nvtree::kDefaultNodeSize,

@@ -1,0 +1,796 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Circ-Tree: see circtree.h and docs/trees/circtree.md.  Implemented from the
+// paper; no public code exists.
+//
+// Invariants at rest (Verify checks them; recovery re-establishes them):
+//  C1  The meta block has the magic, version and a valid node size; its root
+//      is a node in the heap.
+//  C2  Every node is 64-aligned in the heap, at the level its parent implies;
+//      array == node + 64; count <= N - 1; lock word 0.
+//  C3  Logical positions [0, count) hold non-NULL pairs (identity word != 0);
+//      their keys strictly increase (inner nodes: from position 1).
+//  C4  Every physical slot outside [base, base + count) is all-zero (NULL).
+//  C5  A node's keys are >= its low key and < its sibling's low key.
+//  C6  The first node of each level has no low key, every other node has one;
+//      the root has no sibling; no node is reached twice.
+//  C7  The children of level L+1, in order, are the sibling chain of level L;
+//      separator i of an inner node equals its child's low key.
+//  C8  An inner node's low key equals its leftmost child's low key.
+//  C9  Key slots are valid (byte keys: blob in the heap, length, hash).
+//  C10 Pool bytes reached (meta, nodes, leaf key blobs, leaf low-key blobs)
+//      plus reserved spare nodes equal the allocator's bytes in use.
+//  C11 The key-0 record of the meta block is 0 or 1 (byte-key trees: 0).
+//
+// Shift rules (what recovery relies on; docs/trees/circtree.md, "Write
+// orders").  Every copy of a pair into a neighbouring slot writes both words
+// with 8-byte stores, and lines are persisted in the order a shift writes
+// them (LineWriter), so a crash image holds a prefix of the shift.
+//  S1  Inserts write the non-identity word first: a copy or the new pair
+//      becomes visible only when complete.  A left shift (Algorithm 1, lines
+//      6-22) copies pairs one slot left in ascending order into the NULL slot
+//      left of the base; a right shift (lines 24-40) copies one slot right in
+//      descending order into the NULL slot right of the last pair.
+//  S2  Deletes write the identity word first: the first store already hides
+//      the removed pair behind a duplicate.  A delete in the left half shifts
+//      the smaller pairs right and NULLs the old base; one in the right half
+//      shifts the greater pairs left and NULLs the old last slot.
+//  S3  Hence, of two adjacent pairs with equal identity (a transient
+//      duplicate), the complete copy is: insert left shift -> the left one;
+//      insert right shift -> the right one; delete in the left half (the pair
+//      sits below count / 2) -> the left one; delete in the right half -> the
+//      right one.  Recovery tells the cases apart by which NULL neighbour is
+//      non-NULL (inserts) and by the duplicate's position (deletes).
+//  S4  Base + count is one Store64, persisted last: the commit of every
+//      insert and delete.
+
+#include "trees/circtree/circtree.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+#include <unordered_set>
+
+namespace pmtree::circtree {
+
+namespace {
+
+std::string Hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+
+}  // namespace
+
+Status CheckNodeSize(uint32_t node_size) {
+  if (node_size == 0 || node_size == 512 || node_size == 1024 || node_size == 2048 || node_size == 4096)
+    return Status::Ok();
+  return Status::InvalidArgument("circtree: node size " + std::to_string(node_size) + " is invalid; valid sizes are " +
+                                 std::string(kNodeSizeRule) + " (the KV array; default 512)");
+}
+
+// ---------------------------------------------------------------------------
+// Construction
+// ---------------------------------------------------------------------------
+
+template <class P>
+CircTree<P>::CircTree(Pool* pool, uint64_t meta_off, bool linear, bool paper)
+    : pool_(pool),
+      keys_(pool),
+      meta_off_(meta_off),
+      meta_(pool->At<Meta>(meta_off)),
+      linear_(linear),
+      paper_(paper) {
+  node_size_ = meta_->node_size;
+  slots_ = Slots(node_size_);
+  mask_ = slots_ - 1;
+  cap_ = Capacity(node_size_);
+}
+
+template <class P>
+CircTree<P>::~CircTree() = default;
+
+template <class P>
+uint32_t CircTree<P>::capabilities() const {
+  return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder |
+         (paper_ ? static_cast<uint32_t>(kCapTestOnly) : 0u);
+}
+
+template <class P>
+typename CircTree<P>::Span CircTree<P>::LoadSpan(const Node* x) const {
+  const uint64_t w = Ld(&x->hdr.base_count);
+  return Span{static_cast<uint32_t>(w) & mask_, std::min<uint32_t>(static_cast<uint32_t>(w >> 32), cap_)};
+}
+
+template <class P>
+void CircTree<P>::Commit(Node* x, uint32_t b, uint32_t n) {
+  pool_->Store64(&x->hdr.base_count, PackBaseCount(b & mask_, n));
+  // S4: persist the commit before the call returns and before the lock is
+  // released, so the operation is durable on return and no reader sees it
+  // unpersisted.
+  pool_->Persist(&x->hdr.base_count, sizeof(uint64_t));
+}
+
+template <class P>
+void CircTree<P>::WritePair(LineWriter& w, Pair* dst, uint64_t key, uint64_t value, bool leaf, bool identity_first) {
+  uint64_t* id = leaf ? &dst->key : &dst->value;
+  uint64_t* other = leaf ? &dst->value : &dst->key;
+  const uint64_t id_v = leaf ? key : value, other_v = leaf ? value : key;
+  if (paper_) {
+    // circtree-paper: Algorithm 1's order for every pair, value then key.
+    w.Store(&dst->value, value);
+    w.Store(&dst->key, key);
+    return;
+  }
+  if (identity_first) {
+    w.Store(id, id_v);
+    w.Store(other, other_v);
+  } else {
+    w.Store(other, other_v);
+    w.Store(id, id_v);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Search (§5.1)
+// ---------------------------------------------------------------------------
+//
+// Binary: the pairs [from, n) occupy one contiguous physical range, or two
+// when they wrap past slot N - 1.  Comparing the target with the key at
+// physical slot 0 (the smallest key of the wrapped part) picks the one
+// segment that can hold the answer, which is then searched without wrapping.
+// Linear (Circ-Tree_ls): from the base location to the last pair, wrapping.
+template <class P>
+template <class Cmp>
+uint32_t CircTree<P>::UpperBound(const Node* x, const Span& s, uint32_t from, Cmp&& cmp) const {
+  if (from >= s.n) return std::max(from, s.n);
+  if (linear_) {
+    uint32_t p = from;
+    while (p < s.n && cmp(Ld(&At(x, s, p)->key)) <= 0) p++;
+    return p;
+  }
+  uint32_t lo = from, hi = s.n;
+  const uint32_t wrap = slots_ - s.b;  // logical position of physical slot 0
+  if (wrap > from && wrap < s.n) {
+    if (cmp(Ld(&x->pairs[0].key)) <= 0)
+      lo = wrap;
+    else
+      hi = wrap;
+  }
+  const Pair* seg = &x->pairs[Phys(s.b, lo)];  // [lo, hi) is contiguous from here
+  const uint32_t base = lo;
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (cmp(Ld(&seg[mid - base].key)) <= 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+template <class P>
+template <class Cmp>
+bool CircTree<P>::MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const {
+  // §5.4: a key at or above the sibling's low key belongs to the sibling,
+  // even before the parent knows it.
+  const uint64_t sib = Ld(&x->hdr.sibling);
+  if (sib == 0) return false;
+  if (cmp(Ld(&N(sib)->hdr.low_key)) > 0) return false;
+  *sibling = sib;
+  return true;
+}
+
+template <class P>
+template <class Cmp>
+uint64_t CircTree<P>::DescendTo(uint32_t level, Cmp&& cmp) {
+  uint64_t off = Ld(&meta_->root);
+  for (;;) {
+    const Node* x = N(off);
+    if (Ld32(&x->hdr.level) <= level) return off;
+    off = locks_.For(off).ReadStable([&] {
+      uint64_t sib;
+      if (MoveRight(x, cmp, &sib)) return sib;
+      const Span s = LoadSpan(x);
+      const uint32_t ub = UpperBound(x, s, 1, cmp);
+      return Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->value);
+    });
+  }
+}
+
+template <class P>
+template <class Cmp>
+uint64_t CircTree<P>::LockAt(uint64_t off, Cmp&& cmp) {
+  Lock(off);
+  uint64_t sib;
+  while (MoveRight(N(off), cmp, &sib)) {
+    Unlock(off);
+    off = sib;
+    Lock(off);
+  }
+  return off;
+}
+
+// ---------------------------------------------------------------------------
+// Point operations
+// ---------------------------------------------------------------------------
+
+template <class P>
+bool CircTree<P>::Lookup(K key, uint64_t* value) {
+  if (!P::CheckArg(key).ok()) return false;
+  if constexpr (P::kInline) {
+    if (key == 0) {
+      struct Z {
+        bool present;
+        uint64_t value;
+      };
+      Z z = zero_lock_.ReadStable([&] { return Z{Ld(&meta_->zero_present) == 1, Ld(&meta_->zero_value)}; });
+      if (z.present && value != nullptr) *value = z.value;
+      return z.present;
+    }
+  }
+  auto guard = pool_->epochs().Protect();
+  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, key); };
+  uint64_t off = DescendTo(0, cmp);
+  for (;;) {
+    const Node* x = N(off);
+    struct R {
+      uint64_t next = 0;
+      bool found = false;
+      uint64_t value = 0;
+    };
+    R r = locks_.For(off).ReadStable([&] {
+      R out;
+      if (MoveRight(x, cmp, &out.next)) return out;
+      const Span s = LoadSpan(x);
+      const uint32_t ub = UpperBound(x, s, 0, cmp);
+      if (ub > 0) {
+        const Pair* p = At(x, s, static_cast<int64_t>(ub) - 1);
+        if (cmp(Ld(&p->key)) == 0) {
+          out.found = true;
+          out.value = Ld(&p->value);
+        }
+      }
+      return out;
+    });
+    if (r.next != 0) {
+      off = r.next;
+      continue;
+    }
+    if (r.found && value != nullptr) *value = r.value;
+    return r.found;
+  }
+}
+
+// Key 0 of a 64-bit tree lives in the meta block (layout.h): present flag
+// and value, each changed by one Store64.
+template <class P>
+Result<bool> CircTree<P>::PutZero(uint64_t value, PutMode mode) {
+  std::lock_guard<VersionLock> g(zero_lock_);
+  const bool present = Ld(&meta_->zero_present) == 1;
+  if (present ? mode == PutMode::kInsert : mode == PutMode::kUpdate) return false;
+  pool_->Store64(&meta_->zero_value, value);
+  // Persist the value before the call returns; when key 0 is new, also before
+  // the present flag, so a crash never shows key 0 with a stale value.
+  pool_->Persist(&meta_->zero_value, sizeof(uint64_t));
+  if (present) return mode == PutMode::kUpdate;
+  pool_->Store64(&meta_->zero_present, 1);
+  // Persist the flag: the insert of key 0 is durable on return.
+  pool_->Persist(&meta_->zero_present, sizeof(uint64_t));
+  return true;
+}
+
+template <class P>
+Result<bool> CircTree<P>::RemoveZero() {
+  std::lock_guard<VersionLock> g(zero_lock_);
+  if (Ld(&meta_->zero_present) != 1) return false;
+  pool_->Store64(&meta_->zero_present, 0);
+  // Persist the cleared flag: the removal is durable on return.
+  pool_->Persist(&meta_->zero_present, sizeof(uint64_t));
+  return true;
+}
+
+template <class P>
+Result<bool> CircTree<P>::Put(K key, uint64_t value, PutMode mode) {
+  PMTREE_RETURN_IF_ERROR(P::CheckArg(key));
+  if constexpr (P::kInline) {
+    if (key == 0) return PutZero(value, mode);
+  }
+  auto guard = pool_->epochs().Protect();
+  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, key); };
+  const uint64_t off = LockAt(DescendTo(0, cmp), cmp);
+  Node* x = N(off);
+  const Span s = LoadSpan(x);
+  const uint32_t ub = UpperBound(x, s, 0, cmp);
+  if (ub > 0 && cmp(Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->key)) == 0) {
+    if (mode == PutMode::kInsert) {
+      Unlock(off);
+      return false;
+    }
+    uint64_t* v = &At(x, s, static_cast<int64_t>(ub) - 1)->value;
+    // An 8-byte value is replaced by one failure-atomic store.
+    pool_->Store64(v, value);
+    // Persist it before the call returns and before the unlock (no reader
+    // returns an unpersisted value).
+    pool_->Persist(v, sizeof(uint64_t));
+    Unlock(off);
+    return mode == PutMode::kUpdate;
+  }
+  if (mode == PutMode::kUpdate) {
+    Unlock(off);
+    return false;
+  }
+  if (paper_ && value == 0) {
+    Unlock(off);
+    return Status::InvalidArgument("circtree-paper: the value 0 is the paper's NULL");
+  }
+  auto slot = keys_.MakeSlot(key);
+  if (!slot.ok()) {
+    Unlock(off);
+    return slot.status();
+  }
+  if (s.n < cap_) {
+    InsertAt(off, ub, *slot, value);
+    Unlock(off);
+    return true;
+  }
+  Status st = SplitInsert(off, ub, *slot, value);
+  if (!st.ok()) {
+    // SplitInsert fails only before it changed anything, except when a test
+    // hook stopped it (then the state is left exactly as it is).
+    if (st.code() != Status::Code::kInternal) keys_.Release(*slot);
+    return st;
+  }
+  return true;
+}
+
+template <class P>
+Result<bool> CircTree<P>::Remove(K key) {
+  PMTREE_RETURN_IF_ERROR(P::CheckArg(key));
+  if constexpr (P::kInline) {
+    if (key == 0) return RemoveZero();
+  }
+  auto guard = pool_->epochs().Protect();
+  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, key); };
+  const uint64_t off = LockAt(DescendTo(0, cmp), cmp);
+  Node* x = N(off);
+  const Span s = LoadSpan(x);
+  const uint32_t ub = UpperBound(x, s, 0, cmp);
+  if (ub == 0 || cmp(Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->key)) != 0) {
+    Unlock(off);
+    return false;
+  }
+  const uint64_t slot = Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->key);
+  RemoveAt(off, ub - 1);
+  Unlock(off);
+  // The removal is persistent: the key blob may go (readers inside an epoch
+  // guard may still hold it, hence Retire inside Release).
+  keys_.Release(slot);
+  return true;
+}
+
+// Algorithm 1 (§5.2).  The new pair belongs at logical position pos; the
+// pairs below it number pos, those above n - pos.  Line 5: shift left when
+// the new key is below the middle key (pos <= n / 2), else right.
+//   left:  for j = 0 .. pos-1: slot j-1 := slot j (S1); slot pos-1 := new;
+//          persist the last line; commit (b - 1, n + 1).
+//   right: for j = n-1 .. pos: slot j+1 := slot j (S1); slot pos := new;
+//          persist the last line; commit (b, n + 1).
+// Flushes: one per line the shift and the new pair touch, plus the header.
+template <class P>
+void CircTree<P>::InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
+  Node* x = N(off);
+  const bool leaf = x->hdr.level == 0;
+  const Span s = LoadSpan(x);
+  LineWriter w(pool_);
+  if (pos <= s.n / 2) {
+    for (int64_t j = 0; j < pos; j++) CopyPair(w, At(x, s, j - 1), At(x, s, j), leaf, false);
+    WritePair(w, At(x, s, static_cast<int64_t>(pos) - 1), slot, value, leaf, false);
+    w.Finish();
+    if (s.b == 0) wraps_.fetch_add(1, std::memory_order_relaxed);
+    Commit(x, s.b + slots_ - 1, s.n + 1);
+    left_shifts_.fetch_add(1, std::memory_order_relaxed);
+    pairs_shifted_.fetch_add(pos, std::memory_order_relaxed);
+    return;
+  }
+  for (int64_t j = static_cast<int64_t>(s.n) - 1; j >= pos; --j) CopyPair(w, At(x, s, j + 1), At(x, s, j), leaf, false);
+  WritePair(w, At(x, s, pos), slot, value, leaf, false);
+  w.Finish();
+  if (s.b + s.n == slots_) wraps_.fetch_add(1, std::memory_order_relaxed);
+  Commit(x, s.b, s.n + 1);
+  right_shifts_.fetch_add(1, std::memory_order_relaxed);
+  pairs_shifted_.fetch_add(s.n - pos, std::memory_order_relaxed);
+}
+
+// §5.3.  The greatest pair, or a pair above the middle, is removed by
+// shifting the greater pairs left and NULLing the old last slot; any other
+// by shifting the smaller pairs right and NULLing the old base (S2).  An end
+// pair needs no shift, only its NULL.  Commit: (b, n-1) or (b+1, n-1).
+template <class P>
+void CircTree<P>::RemoveAt(uint64_t off, uint32_t pos) {
+  Node* x = N(off);
+  const bool leaf = x->hdr.level == 0;
+  const Span s = LoadSpan(x);
+  LineWriter w(pool_);
+  if (pos + 1 == s.n || pos > s.n / 2) {
+    for (int64_t d = pos; d + 1 < s.n; d++) CopyPair(w, At(x, s, d), At(x, s, d + 1), leaf, true);
+    NullPair(w, At(x, s, static_cast<int64_t>(s.n) - 1), leaf);
+    w.Finish();
+    Commit(x, s.b, s.n - 1);
+    deletes_right_.fetch_add(1, std::memory_order_relaxed);
+    pairs_shifted_.fetch_add(s.n - 1 - pos, std::memory_order_relaxed);
+    return;
+  }
+  for (int64_t d = pos; d >= 1; --d) CopyPair(w, At(x, s, d), At(x, s, d - 1), leaf, true);
+  NullPair(w, At(x, s, 0), leaf);
+  w.Finish();
+  Commit(x, s.b + 1, s.n - 1);
+  deletes_left_.fetch_add(1, std::memory_order_relaxed);
+  pairs_shifted_.fetch_add(pos, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// Split (§5.2, Figure 5)
+// ---------------------------------------------------------------------------
+
+template <class P>
+Status CircTree<P>::EnsureSpares(size_t want) {
+  std::lock_guard<std::mutex> g(spare_mu_);
+  while (spares_.size() < want) {
+    auto r = pool_->allocator().Allocate(NodeBytes(node_size_), kLine);
+    if (!r.ok()) return r.status();
+    spares_.push_back(*r);
+  }
+  return Status::Ok();
+}
+
+template <class P>
+Result<uint64_t> CircTree<P>::TakeSpare() {
+  {
+    std::lock_guard<std::mutex> g(spare_mu_);
+    if (!spares_.empty()) {
+      const uint64_t off = spares_.back();
+      spares_.pop_back();
+      return off;
+    }
+  }
+  return pool_->allocator().Allocate(NodeBytes(node_size_), kLine);
+}
+
+template <class P>
+void CircTree<P>::WriteNewNode(uint64_t off, uint32_t level, uint64_t sibling, uint64_t low, bool has_low,
+                               const std::vector<Pair>& pairs) {
+  std::vector<uint64_t> img(NodeBytes(node_size_) / 8, 0);
+  Node* x = reinterpret_cast<Node*>(img.data());
+  x->hdr.array = off + sizeof(NodeHeader);
+  x->hdr.base_count = PackBaseCount(0, static_cast<uint32_t>(pairs.size()));
+  x->hdr.sibling = sibling;
+  x->hdr.low_key = has_low ? low : 0;
+  x->hdr.level = level;
+  x->hdr.flags = has_low ? kHasLowKey : 0;
+  std::memcpy(x->pairs, pairs.data(), pairs.size() * sizeof(Pair));
+  pool_->Write(N(off), img.data(), NodeBytes(node_size_));
+  // Figure 5 step 3 ("any newly-allocated node is shredded with zeros"):
+  // persist the whole node, NULL slots included, before anything links it,
+  // so a crash never exposes a half-written node or stale non-NULL slots.
+  pool_->Persist(N(off), NodeBytes(node_size_));
+}
+
+// Figure 5, write order:
+//   1-2. split point m of the n + 1 pairs (the new one included); a spare
+//        node is taken.
+//   3.   the new right sibling S gets pairs [m, n+1) from base 0, its low key
+//        and the old node's sibling pointer; S is persisted whole.
+//                                               (StopPoint kSplitSiblingPersisted)
+//   4.   node.sibling = S, persisted.          (kSplitLinked)
+//        The copies are then NULLed, greatest first, line by line.
+//                                               (kSplitCleared)
+//   5.   node.base_count = (b, kept), persisted (kSplitCommitted); the new
+//        pair goes into the node by Algorithm 1 when it belongs left; the
+//        separator (S.low_key, S) goes into the parent, or a new root is
+//        installed.
+// Between the steps the tree is a valid B-link tree: lookups follow the
+// sibling for keys >= S.low_key.  Recovery finishes 4 and 5 (cases 3-5).
+template <class P>
+Status CircTree<P>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
+  Node* x = N(off);
+  const uint32_t level = x->hdr.level;
+  const bool leaf = level == 0;
+  // Reserve every node this split can need (one per level plus a new root)
+  // before changing anything, so running out of space changes nothing.
+  Status es = EnsureSpares(N(Ld(&meta_->root))->hdr.level + 2);
+  if (!es.ok()) {
+    Unlock(off);
+    return es;
+  }
+  const Span s = LoadSpan(x);
+  std::vector<Pair> all;
+  all.reserve(s.n + 1);
+  for (uint32_t i = 0; i < s.n; i++) {
+    const Pair* p = At(x, s, i);
+    all.push_back({Ld(&p->key), Ld(&p->value)});
+  }
+  all.insert(all.begin() + pos, Pair{slot, value});
+  const uint32_t m = (s.n + 1) / 2;
+  const bool goes_left = pos < m;
+  const uint32_t keep = goes_left ? m - 1 : m;  // old pairs that stay
+  std::vector<Pair> right(all.begin() + m, all.end());
+  uint64_t low = right[0].key;
+  if (leaf) {
+    // The leaf's low key is its own copy of the key (for byte keys a separate
+    // blob), so removing that entry later never frees the fence.
+    auto low_r = keys_.MakeSlot(keys_.Load(right[0].key));
+    if (!low_r.ok()) {
+      Unlock(off);
+      return low_r.status();
+    }
+    low = *low_r;
+  }
+  auto sib_r = TakeSpare();
+  if (!sib_r.ok()) {
+    if (leaf) keys_.Release(low);
+    Unlock(off);
+    return sib_r.status();
+  }
+  const uint64_t sib = *sib_r;
+  WriteNewNode(sib, level, Ld(&x->hdr.sibling), low, true, right);
+  if (Stop(StopPoint::kSplitSiblingPersisted)) {
+    Unlock(off);
+    return Stopped();
+  }
+  pool_->Store64(&x->hdr.sibling, sib);
+  // Figure 5 step 4: persist the link before the copies are NULLed, so a
+  // crash never holds a node whose upper half is gone while the sibling that
+  // holds it is unreachable.
+  pool_->Persist(&x->hdr.sibling, sizeof(uint64_t));
+  if (Stop(StopPoint::kSplitLinked)) {
+    Unlock(off);
+    return Stopped();
+  }
+  LineWriter w(pool_);
+  for (int64_t i = static_cast<int64_t>(s.n) - 1; i >= keep; --i) NullPair(w, At(x, s, i), leaf);
+  w.Finish();
+  if (Stop(StopPoint::kSplitCleared)) {
+    Unlock(off);
+    return Stopped();
+  }
+  Commit(x, s.b, keep);  // Figure 5 step 5
+  if (Stop(StopPoint::kSplitCommitted)) {
+    Unlock(off);
+    return Stopped();
+  }
+  if (goes_left) InsertAt(off, pos, slot, value);
+  splits_.fetch_add(1, std::memory_order_relaxed);
+  if (Ld(&meta_->root) == off) {
+    // Only the holder of the root's lock changes meta.root, so the check is
+    // stable while we hold it.
+    std::lock_guard<std::mutex> g(root_mu_);
+    Status rs = InstallRoot(off, low, sib);
+    Unlock(off);
+    if (rs.code() == Status::Code::kInternal) return rs;
+    // Out of space here leaves a root with a sibling: lookups stay correct,
+    // and CompleteRootSplit (next separator insert, or recovery) retries.
+    return Status::Ok();
+  }
+  Unlock(off);
+  Status ps = InsertSeparator(level + 1, low, sib);
+  if (ps.code() == Status::Code::kInternal) return ps;
+  // The pair is in; a separator that could not be placed (out of space)
+  // leaves a child reachable through its left sibling, linked by recovery.
+  return Status::Ok();
+}
+
+// Root split: the new root (level + 1; pairs (unused, old root), (low, sib))
+// is persisted whole, then meta.root is switched by one 8-byte store.
+template <class P>
+Status CircTree<P>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib) {
+  auto r = TakeSpare();
+  if (!r.ok()) return r.status();
+  WriteNewNode(*r, N(old_root)->hdr.level + 1, 0, 0, false, {Pair{0, old_root}, Pair{low, sib}});
+  pool_->Store64(&meta_->root, *r);
+  // Persist the switch before the split returns (durability on return).
+  pool_->Persist(&meta_->root, sizeof(uint64_t));
+  root_splits_.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+template <class P>
+Status CircTree<P>::CompleteRootSplit() {
+  uint64_t root;
+  for (;;) {
+    root = Ld(&meta_->root);
+    Lock(root);
+    if (Ld(&meta_->root) == root) break;
+    Unlock(root);
+  }
+  std::lock_guard<std::mutex> g(root_mu_);
+  const uint64_t sib = Ld(&N(root)->hdr.sibling);
+  Status s;
+  if (sib != 0) s = InstallRoot(root, Ld(&N(sib)->hdr.low_key), sib);
+  Unlock(root);
+  return s;
+}
+
+template <class P>
+Status CircTree<P>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t child) {
+  auto cmp = [&](uint64_t s) { return SafeCompareSlots(s, slot); };
+  while (N(Ld(&meta_->root))->hdr.level < level) {
+    // The level above does not exist yet: a root split at level - 1 is in
+    // progress (or was interrupted).
+    PMTREE_RETURN_IF_ERROR(CompleteRootSplit());
+  }
+  const uint64_t off = LockAt(DescendTo(level, cmp), cmp);
+  Node* x = N(off);
+  const Span s = LoadSpan(x);
+  const uint32_t ub = UpperBound(x, s, 1, cmp);
+  if (ub > 1 && Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->value) == child) {  // already linked
+    Unlock(off);
+    return Status::Ok();
+  }
+  if (s.n < cap_) {
+    InsertAt(off, ub, slot, child);
+    Unlock(off);
+    return Status::Ok();
+  }
+  return SplitInsert(off, ub, slot, child);
+}
+
+// ---------------------------------------------------------------------------
+// Scan
+// ---------------------------------------------------------------------------
+
+template <class P>
+size_t CircTree<P>::Scan(K start, const K* end, std::span<Entry> out) {
+  if (out.empty() || !P::CheckArg(start).ok()) return 0;
+  size_t got = 0;
+  if constexpr (P::kInline) {
+    if (start == 0) {
+      struct Z {
+        bool present;
+        uint64_t value;
+      };
+      Z z = zero_lock_.ReadStable([&] { return Z{Ld(&meta_->zero_present) == 1, Ld(&meta_->zero_value)}; });
+      if (z.present) {
+        out[got++] = Entry(0, z.value);
+        if (got == out.size()) return got;
+      }
+    }
+  }
+  auto guard = pool_->epochs().Protect();
+  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, start); };
+  uint64_t off = DescendTo(0, cmp);
+  bool have_last = false;
+  uint64_t last = 0;
+  std::vector<Pair> tmp;
+  tmp.reserve(cap_);
+  while (off != 0 && got < out.size()) {
+    const Node* x = N(off);
+    const uint64_t next = locks_.For(off).ReadStable([&] {
+      tmp.clear();
+      const Span s = LoadSpan(x);
+      for (uint32_t i = 0; i < s.n; i++) {
+        const Pair* p = At(x, s, i);
+        tmp.push_back({Ld(&p->key), Ld(&p->value)});
+      }
+      return Ld(&x->hdr.sibling);
+    });
+    for (const Pair& r : tmp) {
+      if (keys_.Compare(r.key, start) < 0) continue;
+      if (have_last && keys_.CompareSlots(r.key, last) <= 0) continue;
+      if (end != nullptr && keys_.Compare(r.key, *end) > 0) return got;
+      out[got++] = Entry(keys_.Load(r.key), r.value);
+      have_last = true;
+      last = r.key;
+      if (got == out.size()) return got;
+    }
+    off = next;
+  }
+  return got;
+}
+
+// ---------------------------------------------------------------------------
+// Creation
+// ---------------------------------------------------------------------------
+
+namespace {
+Status ParseSearch(const TreeOptions& options, bool* linear) {
+  *linear = false;
+  for (const auto& [key, value] : options.extra) {
+    if (key != "search")
+      return Status::InvalidArgument("circtree: unknown option '" + key + "'; valid: search=binary|linear");
+    if (value == "linear") {
+      *linear = true;
+    } else if (value != "binary") {
+      return Status::InvalidArgument("circtree: search=" + value + " is invalid; valid: binary, linear");
+    }
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+template <class P>
+Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeOptions& options, bool paper) {
+  if (pool == nullptr) return Status::InvalidArgument("circtree: a persistent tree needs a pool");
+  PMTREE_RETURN_IF_ERROR(CheckNodeSize(options.node_size));
+  bool linear;
+  PMTREE_RETURN_IF_ERROR(ParseSearch(options, &linear));
+  if (options.key_kind != P::kKind)
+    return Status::InvalidArgument("circtree: key kind of the options does not match the tree's key type");
+  if (pool->root(0) != 0) return Status::Busy("circtree: pool root slot 0 is already in use");
+  const uint32_t node_size = options.node_size == 0 ? kDefaultNodeSize : options.node_size;
+  PMTREE_ASSIGN_OR_RETURN(uint64_t meta_off, pool->allocator().Allocate(sizeof(Meta), kLine));
+  auto leaf = pool->allocator().Allocate(NodeBytes(node_size), kLine);
+  if (!leaf.ok()) {
+    pool->allocator().Free(meta_off, sizeof(Meta));
+    return leaf.status();
+  }
+  Meta m{};
+  m.magic = kMetaMagic;
+  m.version = kFormatVersion;
+  m.node_size = node_size;
+  m.root = *leaf;
+  m.key_kind = static_cast<uint32_t>(P::kKind);
+  m.variant = paper ? 1 : 0;
+  pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
+  // Flush the tree header now; the fence of the first leaf's persist below
+  // orders it before root slot 0 names it, so a crash never leaves a root
+  // slot pointing at an unwritten header.
+  pool->Flush(pool->At<void>(meta_off), sizeof(Meta));
+  std::unique_ptr<CircTree> t(new CircTree(pool, meta_off, linear, paper));
+  t->WriteNewNode(*leaf, 0, 0, 0, false, {});  // persisted (flush + fence) inside
+  // Commit point of creation (SetRoot persists the slot).
+  pool->SetRoot(0, meta_off);
+  return t;
+}
+
+template <class P>
+Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(Pool* pool, const TreeOptions& options, bool paper) {
+  if (pool == nullptr) return Status::InvalidArgument("circtree: a persistent tree needs a pool");
+  bool linear;
+  PMTREE_RETURN_IF_ERROR(ParseSearch(options, &linear));
+  const uint64_t meta_off = pool->root(0);
+  if (meta_off == 0) return Status::NotFound("circtree: pool root slot 0 is empty (no tree was committed)");
+  if (meta_off % kLine != 0 || !pool->InHeap(meta_off, sizeof(Meta)))
+    return Status::Corruption("circtree: root slot 0 holds " + Hex(meta_off) + ", not a meta block in the heap");
+  const Meta* m = pool->At<Meta>(meta_off);
+  const std::string where = "circtree meta block at offset " + Hex(meta_off) + ": ";
+  if (m->magic != kMetaMagic) return Status::Corruption(where + "invariant C1 violated: bad magic");
+  if (m->version != kFormatVersion)
+    return Status::Incompatible(where + "format version " + std::to_string(m->version) + ", this build reads " +
+                                std::to_string(kFormatVersion));
+  if (m->node_size == 0 || !CheckNodeSize(m->node_size).ok())
+    return Status::Corruption(where + "invariant C1 violated: node size " + std::to_string(m->node_size));
+  if (m->key_kind != static_cast<uint32_t>(P::kKind))
+    return Status::Incompatible(where + "the tree holds keys of another kind");
+  if (m->root % kLine != 0 || !pool->InHeap(m->root, NodeBytes(m->node_size)))
+    return Status::Corruption(where + "invariant C1 violated: root " + Hex(m->root) + " outside the heap");
+  if (m->variant != (paper ? 1u : 0u))
+    return Status::Incompatible(where + "the tree was made by another variant (circtree vs circtree-paper)");
+  std::unique_ptr<CircTree> t(new CircTree(pool, meta_off, linear, paper));
+  PMTREE_RETURN_IF_ERROR(t->RecoverFromPool(pool->clean_shutdown()));
+  return t;
+}
+
+template <class P>
+Status CircTree<P>::Close() {
+  if (closed_) return Status::Busy("circtree: already closed");
+  {
+    std::lock_guard<std::mutex> g(spare_mu_);
+    // Reserved nodes are unreachable; return them so the saved allocator
+    // state (instant restart) holds no leak.
+    for (uint64_t off : spares_) pool_->allocator().Free(off, NodeBytes(node_size_));
+    spares_.clear();
+  }
+  closed_ = true;
+  // Pool::Close lowers the crash flag (the pool's clean-shutdown flag) last.
+  return pool_->Close();
+}
+
+// Members defined in recovery.cc are instantiated there.
+template class CircTree<U64Keys>;
+template class CircTree<BytesKeys>;
+
+}  // namespace pmtree::circtree

@@ -1,0 +1,645 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Circ-Tree design tests (docs/trees/circtree.md).  The shared conformance
+// suite covers the interface against a std::map model; these cover the
+// design: the layout, both searches over wrapped rings, the flush budget of
+// bidirectional shifting, every recovery case of §5.5 reached by a crash
+// after each store of an operation (a store-budget backend leaves exactly
+// the image a crash there leaves), the split stop points, instant restart,
+// byte-string keys, concurrency, and bounded crash-explorer runs.
+// Seeded randomness prints its seed; PMTREE_SEED replays it.
+
+#include "trees/circtree/circtree.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crash/explorer.h"
+#include "pmtree/counters.h"
+#include "pmtree/pool.h"
+#include "pmtree/registry.h"
+
+namespace pmtree::circtree {
+namespace {
+
+using U64Tree = CircTree<U64Keys>;
+constexpr uint64_t kPoolSize = 8ull << 20;
+
+uint64_t Seed() {
+  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}();
+}
+
+std::string TmpPath(const std::string& tag) {
+  static std::atomic<int> n{0};
+  return "/dev/shm/pmtree_circtree_test_" + std::to_string(getpid()) + "_" + tag + "_" + std::to_string(n++);
+}
+
+double Extra(const TreeStats& st, const std::string& name) {
+  for (const auto& [k, v] : st.extra)
+    if (k == name) return v;
+  ADD_FAILURE() << "no Stats().extra entry " << name;
+  return -1;
+}
+
+std::map<uint64_t, uint64_t> Contents(U64Tree& t) {
+  std::vector<Tree::Entry> out(100000);
+  const size_t n = t.Scan(0, std::span(out));
+  std::map<uint64_t, uint64_t> m;
+  for (size_t i = 0; i < n; i++) m[out[i].first] = out[i].second;
+  for (const auto& [k, v] : m) {
+    uint64_t got = 0;
+    EXPECT_TRUE(t.Lookup(k, &got)) << k;
+    EXPECT_EQ(got, v) << k;
+  }
+  return m;
+}
+
+PoolOptions PlainOptions() {
+  PoolOptions po;
+  po.use_env = false;
+  po.counting = false;
+  return po;
+}
+
+Result<std::unique_ptr<U64Tree>> MakeTree(Pool* pool, uint32_t node_size, bool linear = false) {
+  TreeOptions o;
+  o.node_size = node_size;
+  if (linear) o.extra["search"] = "linear";
+  return U64Tree::Create(pool, o);
+}
+
+// The node at `off` as the pool holds it (read-only inspection).
+struct NodeView {
+  uint32_t b, n;
+};
+NodeView ViewOf(Pool& pool, uint64_t off) {
+  const Node* x = pool.At<Node>(off);
+  return {static_cast<uint32_t>(x->hdr.base_count), static_cast<uint32_t>(x->hdr.base_count >> 32)};
+}
+
+// ---- layout, options -----------------------------------------------------------------------
+
+TEST(CircTreeTest, LayoutMatchesThePaper) {
+  // §4.1: array pointer (8 B), base location (4 B), number of keys (4 B), a
+  // lock (8 B), the sibling pointer (8 B) -- the 32-byte paper header.
+  EXPECT_EQ(offsetof(NodeHeader, array), 0u);
+  EXPECT_EQ(offsetof(NodeHeader, base_count), 8u);
+  EXPECT_EQ(offsetof(NodeHeader, lock), 16u);
+  EXPECT_EQ(offsetof(NodeHeader, sibling), 24u);
+  EXPECT_EQ(PackBaseCount(3, 5), (5ull << 32) | 3u);
+  // §6.1: the node size is the array of KV pairs; 4 KB holds 256 pairs.
+  EXPECT_EQ(Slots(4096), 256u);
+  EXPECT_EQ(Slots(512), 32u);
+}
+
+TEST(CircTreeTest, InvalidNodeSizeAndUnknownOptionsAreRejected) {
+  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+  ASSERT_TRUE(pool.ok());
+  for (uint32_t bad : {256u, 768u, 8192u}) {
+    auto t = MakeTree(pool->get(), bad);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(t.status().message().find("512, 1024, 2048 or 4096"), std::string_view::npos);
+  }
+  TreeOptions o;
+  o.extra["search"] = "fast";
+  EXPECT_EQ(U64Tree::Create(pool->get(), o).status().code(), Status::Code::kInvalidArgument);
+  o.extra = {{"strategy", "x"}};
+  EXPECT_EQ(U64Tree::Create(pool->get(), o).status().code(), Status::Code::kInvalidArgument);
+}
+
+// ---- search ---------------------------------------------------------------------------------
+
+// Random inserts and deletes make rings wrap past slot N-1 in many nodes;
+// binary search over one segment and the linear variant must agree with the
+// model in every node size.
+TEST(CircTreeTest, BinaryAndLinearSearchAgreeAcrossWrappedRings) {
+  const uint64_t seed = Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
+  for (uint32_t ns : {512u, 1024u, 2048u, 4096u}) {
+    for (bool linear : {false, true}) {
+      SCOPED_TRACE("node size " + std::to_string(ns) + (linear ? " linear" : " binary"));
+      auto pool = Pool::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
+      ASSERT_TRUE(pool.ok());
+      auto t = MakeTree(pool->get(), ns, linear);
+      ASSERT_TRUE(t.ok());
+      U64Tree& tree = **t;
+      EXPECT_EQ(tree.linear_search(), linear);
+      std::map<uint64_t, uint64_t> model;
+      std::mt19937_64 rng(seed + ns);
+      for (int i = 0; i < 6000; i++) {
+        const uint64_t k = rng() % 4000;
+        if (rng() % 3 == 0) {
+          ASSERT_EQ(*tree.Remove(k), model.erase(k) == 1);
+        } else {
+          ASSERT_EQ(*tree.Insert(k, k * 7), model.emplace(k, k * 7).second);
+        }
+      }
+      for (uint64_t k = 0; k < 4000; k++) {
+        uint64_t v = 0;
+        ASSERT_EQ(tree.Lookup(k, &v), model.count(k) == 1) << k;
+        if (model.count(k)) {
+          EXPECT_EQ(v, k * 7);
+        }
+      }
+      EXPECT_EQ(Contents(tree), model);
+      ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
+      EXPECT_GT(Extra(tree.Stats(), "wraps"), 0);
+      EXPECT_GT(Extra(tree.Stats(), "left_shifts"), 0);
+      EXPECT_GT(Extra(tree.Stats(), "right_shifts"), 0);
+    }
+  }
+}
+
+// Figure 1d: a new smallest key goes left of the base without shifting.
+TEST(CircTreeTest, DescendingInsertsShiftNothing) {
+  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+  auto t = MakeTree(pool->get(), 4096);
+  ASSERT_TRUE(t.ok());
+  for (uint64_t k = 255; k >= 1; --k) ASSERT_TRUE(*(*t)->Insert(k, k));
+  const TreeStats st = (*t)->Stats();
+  EXPECT_EQ(Extra(st, "pairs_shifted"), 0);
+  EXPECT_EQ(Extra(st, "splits"), 0);
+  EXPECT_EQ(st.entries, 255u);
+  ASSERT_TRUE((*t)->Verify().ok());
+}
+
+// ---- flush budgets (counting backend; deterministic) ------------------------------------------
+
+struct Cost {
+  uint64_t flushes, fences;
+};
+
+template <class F>
+Cost Measure(F&& op) {
+  counters::BeginOperation();
+  const PersistCounters before = counters::Snapshot();
+  op();
+  const PersistCounters d = counters::Snapshot() - before;
+  return {d.flushes, d.fences};
+}
+
+// Distinct cache lines of the physical slots b + first .. b + last (mod N).
+uint64_t LinesOf(uint32_t b, int64_t first, int64_t last, uint32_t slots) {
+  std::set<uint64_t> lines;
+  for (int64_t i = first; i <= last; i++) lines.insert(((b + i) & (slots - 1)) / (kLine / sizeof(Pair)));
+  return lines.size();
+}
+
+// An insert at logical position pos of a node with n pairs: the shift toward
+// the nearer end flushes the lines it and the new pair touch, plus the
+// header, and never more than the shift toward the far end would.
+TEST(CircTreeTest, InsertFlushesTouchedLinesPlusHeaderNeverMoreThanTheFarEnd) {
+  const uint32_t ns = 1024, slots = Slots(ns), n = 40;
+  for (uint32_t pos = 0; pos <= n; pos++) {
+    SCOPED_TRACE("position " + std::to_string(pos));
+    PoolOptions po;
+    po.use_env = false;
+    auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
+    auto t = MakeTree(pool->get(), ns);
+    ASSERT_TRUE(t.ok());
+    for (uint64_t i = 1; i <= n; i++) ASSERT_TRUE(*(*t)->Insert(10 * i, i));
+    const NodeView v = ViewOf(**pool, (*t)->root_offset());
+    ASSERT_EQ(v.n, n);
+    const uint64_t left = LinesOf(v.b, -1, static_cast<int64_t>(pos) - 1, slots) + 1;
+    const uint64_t right = LinesOf(v.b, pos, n, slots) + 1;
+    const Cost c = Measure([&] { ASSERT_TRUE(*(*t)->Insert(10 * pos + 5, 1)); });
+    EXPECT_EQ(c.flushes, pos <= n / 2 ? left : right);
+    EXPECT_EQ(c.fences, c.flushes);
+    EXPECT_LE(c.flushes, std::max(left, right));
+    EXPECT_LE(c.flushes, pos <= n / 2 ? right : left) << "the far end would have cost less";
+  }
+}
+
+TEST(CircTreeTest, DeleteFlushesTouchedLinesPlusHeader) {
+  const uint32_t ns = 1024, slots = Slots(ns), n = 40;
+  for (uint32_t pos = 0; pos < n; pos++) {
+    SCOPED_TRACE("position " + std::to_string(pos));
+    PoolOptions po;
+    po.use_env = false;
+    auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
+    auto t = MakeTree(pool->get(), ns);
+    ASSERT_TRUE(t.ok());
+    for (uint64_t i = 1; i <= n; i++) ASSERT_TRUE(*(*t)->Insert(10 * i, i));
+    const NodeView v = ViewOf(**pool, (*t)->root_offset());
+    const bool right = pos + 1 == n || pos > n / 2;
+    const uint64_t expect = (right ? LinesOf(v.b, pos, n - 1, slots) : LinesOf(v.b, 0, pos, slots)) + 1;
+    const Cost c = Measure([&] { ASSERT_TRUE(*(*t)->Remove(10 * (pos + 1))); });
+    EXPECT_EQ(c.flushes, expect);
+    EXPECT_EQ(c.fences, c.flushes);
+  }
+}
+
+TEST(CircTreeTest, UpdateIsOneEightByteStorePersisted) {
+  PoolOptions po;
+  po.use_env = false;
+  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  for (uint64_t k = 1; k <= 20; k++) ASSERT_TRUE(*(*t)->Insert(k, k));
+  const Cost c = Measure([&] { ASSERT_TRUE(*(*t)->Update(7, 70)); });
+  EXPECT_EQ(c.flushes, 1u);
+  EXPECT_EQ(c.fences, 1u);
+}
+
+// ---- recovery: a crash after every store of an operation --------------------------------------
+
+// Applies the first `budget` stores (8-byte stores and writes, in program
+// order) and drops the rest: destroying the pool afterwards leaves exactly
+// the image of a crash right after that store (a prefix of the store order
+// is a crash image in ADR and eADR alike).  Flushes and fences do nothing.
+class StoreBudgetBackend final : public PersistBackend {
+ public:
+  StoreBudgetBackend(char* view, char* alias, std::atomic<int64_t>* budget, std::atomic<int64_t>* taken)
+      : view_(view), alias_(alias), budget_(budget), taken_(taken) {}
+  void Write(void* dst, const void* src, size_t n, const Site&) override {
+    if (Take()) std::memcpy(A(dst), src, n);
+  }
+  void Store64(void* dst, uint64_t v, const Site&) override {
+    if (Take()) __atomic_store_n(reinterpret_cast<uint64_t*>(A(dst)), v, __ATOMIC_RELEASE);
+  }
+  void Zero(void* dst, size_t n, const Site&) override {
+    if (Take()) std::memset(A(dst), 0, n);
+  }
+  void NtWrite(void* dst, const void* src, size_t n, const Site& s) override { Write(dst, src, n, s); }
+  void Flush(const void*, size_t, const Site&) override {}
+  void Fence(const Site&) override {}
+  std::string Describe() const override { return "store-budget"; }
+
+ private:
+  char* A(void* p) const { return alias_ + (static_cast<char*>(p) - view_); }
+  bool Take() {
+    const int64_t b = budget_->load();
+    if (b == 0) return false;
+    if (b > 0) budget_->store(b - 1);
+    taken_->fetch_add(1);
+    return true;
+  }
+  char* view_;
+  char* alias_;
+  std::atomic<int64_t>* budget_;
+  std::atomic<int64_t>* taken_;
+};
+
+struct SweepResult {
+  RecoveryReport sum;
+  int64_t stores = 0;
+};
+
+// Builds a tree with `setup`, closes it cleanly, then for every k runs `op`
+// on a copy of the pool with only its first k stores applied, crashes,
+// recovers, and checks Verify() and that the contents are the state before
+// or after `op` (after, once every store landed).  Returns the recovery
+// reports summed over all k.
+SweepResult SweepCrashes(uint32_t node_size, const std::function<void(U64Tree&)>& setup,
+                         const std::function<void(U64Tree&)>& op) {
+  SweepResult res;
+  const std::string base = TmpPath("base"), work = TmpPath("work");
+  std::map<uint64_t, uint64_t> m0, m1;
+  {
+    auto pool = Pool::Create(base, kPoolSize, "circtree", 0, PlainOptions());
+    EXPECT_TRUE(pool.ok());
+    auto t = MakeTree(pool->get(), node_size);
+    EXPECT_TRUE(t.ok());
+    setup(**t);
+    m0 = Contents(**t);
+    EXPECT_TRUE((*t)->Close().ok());
+  }
+  std::atomic<int64_t> budget{-1}, taken{0};
+  PoolOptions bo = PlainOptions();
+  bo.backend = BackendKind::kCustom;
+  bo.backend_factory = [&](char* view, char* alias, uint64_t) {
+    return std::make_unique<StoreBudgetBackend>(view, alias, &budget, &taken);
+  };
+  // The run with every store applied: its store count and the state after.
+  auto run = [&](int64_t k) {
+    std::filesystem::copy_file(base, work, std::filesystem::copy_options::overwrite_existing);
+    auto pool = Pool::Open(work, "circtree", bo);
+    EXPECT_TRUE(pool.ok()) << pool.status().ToString();
+    auto t = U64Tree::Recover(pool->get(), {});
+    EXPECT_TRUE(t.ok());
+    taken = 0;
+    budget = k;
+    op(**t);
+    budget = -1;
+  };
+  run(-1);
+  res.stores = taken.load();
+  {
+    auto pool = Pool::Open(work, "circtree", PlainOptions());
+    auto t = U64Tree::Recover(pool->get(), {});
+    EXPECT_TRUE(t.ok());
+    m1 = Contents(**t);
+  }
+  for (int64_t k = 0; k <= res.stores; k++) {
+    SCOPED_TRACE("crash after store " + std::to_string(k) + " of " + std::to_string(res.stores));
+    run(k);
+    auto pool = Pool::Open(work, "circtree", PlainOptions());
+    EXPECT_TRUE(pool.ok()) << pool.status().ToString();
+    if (!pool.ok()) continue;
+    auto t = U64Tree::Recover(pool->get(), {});
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    if (!t.ok()) continue;
+    EXPECT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+    const auto got = Contents(**t);
+    if (k == res.stores)
+      EXPECT_EQ(got, m1);
+    else
+      EXPECT_TRUE(got == m0 || got == m1);
+    const RecoveryReport& r = (*t)->recovery_report();
+    EXPECT_TRUE(r.crashed);
+    res.sum.insert_undone += r.insert_undone;
+    res.sum.insert_committed += r.insert_committed;
+    res.sum.delete_finished += r.delete_finished;
+    res.sum.delete_committed += r.delete_committed;
+    res.sum.split_cleared += r.split_cleared;
+    res.sum.stale_words_zeroed += r.stale_words_zeroed;
+    res.sum.root_splits_completed += r.root_splits_completed;
+    res.sum.children_linked += r.children_linked;
+  }
+  unlink(base.c_str());
+  unlink(work.c_str());
+  return res;
+}
+
+void Fill(U64Tree& t, uint64_t n) {
+  for (uint64_t i = 1; i <= n; i++) ASSERT_TRUE(*t.Insert(10 * i, 1000 + i));
+}
+
+// Cases 1a and 1b, left shift: undo with duplicates, commit without.
+TEST(CircTreeRecoveryTest, InsertShiftingLeftIsUndoneOrCommittedAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { Fill(t, 20); }, [](U64Tree& t) { (void)t.Insert(35, 7); });
+  EXPECT_GT(r.stores, 8);
+  EXPECT_GT(r.sum.insert_undone, 0u);
+  EXPECT_GT(r.sum.insert_committed, 0u);
+  EXPECT_GT(r.sum.stale_words_zeroed, 0u);
+}
+
+// Cases 1a and 1b, right shift.
+TEST(CircTreeRecoveryTest, InsertShiftingRightIsUndoneOrCommittedAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { Fill(t, 20); }, [](U64Tree& t) { (void)t.Insert(165, 7); });
+  EXPECT_GT(r.sum.insert_undone, 0u);
+  EXPECT_GT(r.sum.insert_committed, 0u);
+}
+
+// Cases 2a and 2b, a delete in the left half (smaller pairs shift right).
+TEST(CircTreeRecoveryTest, DeleteInTheLeftHalfIsFinishedOrCommittedAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { Fill(t, 20); }, [](U64Tree& t) { (void)t.Remove(40); });
+  EXPECT_GT(r.sum.delete_finished, 0u);
+  EXPECT_GT(r.sum.delete_committed, 0u);
+}
+
+// Cases 2a and 2b, a delete in the right half (greater pairs shift left).
+TEST(CircTreeRecoveryTest, DeleteInTheRightHalfIsFinishedOrCommittedAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { Fill(t, 20); }, [](U64Tree& t) { (void)t.Remove(170); });
+  EXPECT_GT(r.sum.delete_finished, 0u);
+  EXPECT_GT(r.sum.delete_committed, 0u);
+}
+
+// Cases 3b and 4: a root leaf splits; crashes between the link and the root
+// switch leave copies to clear and a root with a sibling.
+TEST(CircTreeRecoveryTest, RootSplitIsCompletedAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { Fill(t, 31); }, [](U64Tree& t) { (void)t.Insert(15, 7); });
+  EXPECT_GT(r.sum.split_cleared, 0u);
+  EXPECT_GT(r.sum.root_splits_completed, 0u);
+}
+
+// Cases 3b and 5: a non-root leaf splits; the parent may miss the new child.
+TEST(CircTreeRecoveryTest, LeafSplitBelowTheRootIsLinkedAfterEveryStore) {
+  SweepResult r = SweepCrashes(
+      512, [](U64Tree& t) { Fill(t, 31 + 16); }, [](U64Tree& t) { (void)t.Insert(10 * 47 + 5, 7); });
+  EXPECT_GT(r.sum.split_cleared, 0u);
+  EXPECT_GT(r.sum.children_linked, 0u);
+}
+
+// Case 6 and stale words: a lock word left set and a half-written slot.
+TEST(CircTreeRecoveryTest, RecoveryClearsLockWordsAndStaleWords) {
+  const std::string path = TmpPath("lock");
+  uint64_t root;
+  {
+    auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+    auto t = MakeTree(pool->get(), 512);
+    Fill(**t, 10);
+    root = (*t)->root_offset();
+    Node* x = (*pool)->At<Node>(root);
+    const NodeView v = ViewOf(**pool, root);
+    (*pool)->Store64(&x->hdr.lock, 1);
+    (*pool)->Store64(&x->pairs[(v.b + v.n + 3) & 31].value, 99);  // a value without its key
+  }  // crash
+  auto pool = Pool::Open(path, "circtree", PlainOptions());
+  auto t = U64Tree::Recover(pool->get(), {});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->recovery_report().locks_cleared, 1u);
+  EXPECT_EQ((*t)->recovery_report().stale_words_zeroed, 1u);
+  EXPECT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+  EXPECT_EQ(Contents(**t).size(), 10u);
+  unlink(path.c_str());
+}
+
+// Each Figure 5 stop point, crashed there, recovers to a verified tree that
+// holds every earlier key; the new key is there when it went right (it was
+// copied into the sibling at step 3).
+TEST(CircTreeRecoveryTest, EverySplitStopPointRecovers) {
+  for (StopPoint sp : {StopPoint::kSplitSiblingPersisted, StopPoint::kSplitLinked, StopPoint::kSplitCleared,
+                       StopPoint::kSplitCommitted}) {
+    for (uint64_t key : {15ull, 10ull * 31 + 5}) {
+      SCOPED_TRACE("stop point " + std::to_string(static_cast<int>(sp)) + " key " + std::to_string(key));
+      const std::string path = TmpPath("stop");
+      std::map<uint64_t, uint64_t> before;
+      {
+        auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+        auto t = MakeTree(pool->get(), 512);
+        Fill(**t, 31);
+        before = Contents(**t);
+        (*t)->SetStopHookForTest([sp](StopPoint p) { return p == sp; });
+        EXPECT_EQ((*t)->Insert(key, 7).status().code(), Status::Code::kInternal);
+      }
+      auto pool = Pool::Open(path, "circtree", PlainOptions());
+      auto t = U64Tree::Recover(pool->get(), {});
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+      auto got = Contents(**t);
+      auto after = before;
+      after[key] = 7;
+      EXPECT_TRUE(got == before || got == after);
+      if (sp != StopPoint::kSplitSiblingPersisted && key > 160) {
+        EXPECT_EQ(got, after);
+      }
+      EXPECT_EQ((*t)->Stats().leaf_nodes, sp == StopPoint::kSplitSiblingPersisted ? 1u : 2u);
+      unlink(path.c_str());
+    }
+  }
+}
+
+// ---- restart ------------------------------------------------------------------------------------
+
+TEST(CircTreeTest, CleanCloseRestartsInstantlyWithoutReadingNodes) {
+  const std::string path = TmpPath("clean");
+  {
+    auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+    auto t = MakeTree(pool->get(), 512);
+    Fill(**t, 2000);
+    ASSERT_TRUE((*t)->Close().ok());
+  }
+  auto pool = Pool::Open(path, "circtree", PlainOptions());
+  auto t = U64Tree::Recover(pool->get(), {});
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE((*t)->recovery_report().crashed);
+  EXPECT_EQ((*t)->recovery_report().nodes, 0u);
+  EXPECT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+  EXPECT_EQ(Contents(**t).size(), 2000u);
+  unlink(path.c_str());
+}
+
+// ---- byte-string keys -----------------------------------------------------------------------------
+
+TEST(CircTreeTest, ByteStringKeysSurviveACrash) {
+  const uint64_t seed = Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
+  const std::string path = TmpPath("bytes");
+  std::map<std::string, uint64_t> model;
+  std::mt19937_64 rng(seed);
+  {
+    auto h = CreateBytesTree(*FindTree("circtree"), path, 64ull << 20, TreeOptions{}, PlainOptions());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    for (int i = 0; i < 4000; i++) {
+      std::string k = "key" + std::to_string(rng() % 1500) + std::string(rng() % 40, 'x');
+      if (rng() % 4 == 0) {
+        ASSERT_EQ(*h->tree->Remove(k), model.erase(k) == 1);
+      } else {
+        ASSERT_EQ(*h->tree->Upsert(k, i), !model.count(k));
+        model[k] = i;
+      }
+    }
+    ASSERT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
+  }  // crash
+  auto h = OpenBytesTree(path, FindTree("circtree"), TreeOptions{}, PlainOptions());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
+  for (const auto& [k, v] : model) {
+    uint64_t got = 0;
+    ASSERT_TRUE(h->tree->Lookup(k, &got)) << k;
+    EXPECT_EQ(got, v);
+  }
+  EXPECT_EQ(h->tree->Stats().entries, model.size());
+  unlink(path.c_str());
+}
+
+// ---- concurrency (run under ThreadSanitizer by scripts/test.sh --tsan) -------------------------------
+
+TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
+  const uint64_t seed = Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
+  auto pool = Pool::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  U64Tree& tree = **t;
+  // Keys 1..1000 are stable: present throughout, readers must always see them.
+  for (uint64_t k = 1; k <= 1000; k++) ASSERT_TRUE(*tree.Insert(k * 4, k));
+  constexpr int kWriters = 2;
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0};
+  std::thread reader([&] {
+    std::mt19937_64 rng(seed ^ 7);
+    std::vector<Tree::Entry> out(64);
+    while (!stop.load()) {
+      const uint64_t k = 1 + rng() % 1000;
+      uint64_t v = 0;
+      if (!tree.Lookup(k * 4, &v) || v != k) errors++;
+      const size_t n = tree.Scan(rng() % 4000, std::span(out));
+      for (size_t i = 1; i < n; i++)
+        if (!(out[i - 1].first < out[i].first)) errors++;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; w++) {
+    writers.emplace_back([&, w] {
+      // Writer w owns keys k * 4 + 1 + w: inserts them all, removes half.
+      for (uint64_t k = 0; k < 3000; k++)
+        if (!*tree.Insert(k * 4 + 1 + w, k)) errors++;
+      for (uint64_t k = 0; k < 3000; k += 2)
+        if (!*tree.Remove(k * 4 + 1 + w)) errors++;
+    });
+  }
+  for (auto& th : writers) th.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(errors.load(), 0);
+  ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
+  EXPECT_EQ(tree.Stats().entries, 1000u + kWriters * 1500u);
+}
+
+// ---- crash explorer (bounded; the full matrix is circtree_long_test) ----------------------------
+
+TEST(CircTreeCrashTest, SmallWorkloadOneOperationDeepHasNoViolations) {
+  crash::ExploreOptions o;
+  o.depth = 1;
+  o.tree_options.node_size = 512;
+  auto r = crash::Explore(*FindTree("circtree"), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& t : r->tickets) ADD_FAILURE() << t.ToString();
+  EXPECT_EQ(r->violations, 0u);
+}
+
+TEST(CircTreeCrashTest, RandomWorkloadHasNoViolations) {
+  const uint64_t seed = Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
+  crash::ExploreOptions o;
+  o.workload = crash::Workload::kRandom;
+  o.ops = 150;
+  o.seed = seed;
+  o.tree_options.node_size = 512;
+  auto r = crash::Explore(*FindTree("circtree"), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& t : r->tickets) ADD_FAILURE() << t.ToString();
+  EXPECT_EQ(r->violations, 0u);
+}
+
+// circtree-paper (test-only, not in the registry): the paper's value
+// identity and value-first pair writes.  The explorer must find its flaw
+// (docs/trees/circtree.md, "Paper flaws").
+TEST(CircTreeCrashTest, ExplorerFindsThePaperVariantsFlaw) {
+  const TreeFactory paper{"circtree-paper",
+                          "TEST ONLY: Circ-Tree with the paper's value identity and value-first pair writes",
+                          kCapPersistent | kCapConcurrent | kCapInstantRestart | kCapAssumesLineOrder | kCapTestOnly,
+                          kDefaultNodeSize,
+                          kNodeSizeRule,
+                          &Create<uint64_t, true>,
+                          &Recover<uint64_t, true>,
+                          nullptr,
+                          nullptr};
+  crash::ExploreOptions o;
+  o.depth = 1;
+  o.max_tickets = 50;
+  o.continuation_ops = 0;
+  o.tree_options.node_size = 512;
+  auto r = crash::Explore(paper, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->violations, 0u);
+  // Rule 1b commits a new pair whose value landed without its key (the
+  // slot's key word is still 0 or the shifted neighbour's key): a key that
+  // was never written appears, or two pairs share a key.
+  bool wrong_key = false, duplicate_key = false;
+  for (const auto& t : r->tickets) {
+    wrong_key = wrong_key || t.failure.find("unexpected key 0") != std::string::npos;
+    duplicate_key = duplicate_key || t.failure.find("keys not strictly increasing") != std::string::npos;
+  }
+  EXPECT_TRUE(wrong_key);
+  EXPECT_TRUE(duplicate_key);
+}
+
+}  // namespace
+}  // namespace pmtree::circtree
