@@ -523,6 +523,13 @@ TreeStats BlinkFrame<Keys, L>::Stats() {
   st.extra.emplace_back("leaf_splits", static_cast<double>(leaf_splits_.load()));
   st.extra.emplace_back("inner_splits", static_cast<double>(inner_splits_.load()));
   st.extra.emplace_back("root_splits", static_cast<double>(root_splits_.load()));
+  // What the last recovery repaired (0 after a clean restart, which repairs nothing).
+  st.extra.emplace_back("recovered_after_crash", report_.crashed ? 1 : 0);
+  st.extra.emplace_back("leaf_logs_replayed", static_cast<double>(report_.leaf_logs_replayed));
+  st.extra.emplace_back("duplicates_removed", static_cast<double>(report_.duplicates_removed));
+  st.extra.emplace_back("truncations_finished", static_cast<double>(report_.truncations));
+  st.extra.emplace_back("leaves_repaired", static_cast<double>(report_.leaves_repaired));
+  st.extra.emplace_back("separators_inserted", static_cast<double>(report_.separators_inserted));
   leaf_.AddStats(&st);
   return st;
 }
