@@ -13,6 +13,7 @@
 #include "trees/lbtree/lbtree.h"
 #include "trees/logtree/logtree.h"
 #include "trees/nvtree/nvtree.h"
+#include "trees/sortedtree/sortedtree.h"
 #include "trees/volatile/volatile_tree.h"
 #include "trees/wbtree/wbtree.h"
 #include "trees/wotree/wotree.h"
@@ -69,6 +70,12 @@ const std::vector<TreeFactory>& Table() {
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapTestOnly, 1024,
        wotree::kNodeSizeRule, &wotree::CreatePaper<uint64_t>, &wotree::Recover<uint64_t>,
        &wotree::CreatePaper<std::string_view>, &wotree::Recover<std::string_view>},
+      {"sortedtree",
+       "native sorted B+-tree of the WO-tree paper: sorted PM nodes, each shifted record persisted, FAIR-order "
+       "splits",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart, 1024, wotree::kNodeSizeRule,
+       &sortedtree::Create<uint64_t>, &sortedtree::Recover<uint64_t>, &sortedtree::Create<std::string_view>,
+       &sortedtree::Recover<std::string_view>},
   };
   return kTrees;
 }

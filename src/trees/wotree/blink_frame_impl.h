@@ -110,6 +110,7 @@ Result<bool> BlinkFrame<Keys, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_
     InnerRecord more[3];
   } img{};
   img.hdr.prefix.level = level;
+  img.hdr.prefix.flags = kWritten;
   img.hdr.count = 1;
   img.hdr.leftmost = old;
   img.hdr.records[0] = InnerRecord{sep, child};
@@ -259,7 +260,7 @@ Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uin
     upper.insert(it, InnerRecord{sep, child});
   }
   InnerNode hdr{};
-  hdr.prefix = NodePrefix{n->prefix.next, *up, n->prefix.level, kHasLowKey};
+  hdr.prefix = NodePrefix{n->prefix.next, *up, n->prefix.level, kHasLowKey | kWritten};
   hdr.count = upper.size();
   hdr.leftmost = n->records[mid].child;
   InnerNode* nw = I(nn);
@@ -353,7 +354,8 @@ Status BlinkFrame<Keys, L>::CheckNode(uint64_t off, uint32_t level) const {
   const NodePrefix* p = P(off);
   if (p->level != level)
     return Corrupt("node", off, "F2", "level " + std::to_string(p->level) + ", expected " + std::to_string(level));
-  if ((p->flags & ~kHasLowKey) != 0) return Corrupt("node", off, "F2", "unknown flags");
+  if ((p->flags & ~(kHasLowKey | kWritten)) != 0) return Corrupt("node", off, "F2", "unknown flags");
+  if (!(p->flags & kWritten)) return Corrupt("node", off, "F7", "reachable node was never written");
   if (level > 0 && I(off)->count > inner_cap_) return Corrupt("inner node", off, "F4", "count beyond capacity");
   return Status::Ok();
 }

@@ -77,7 +77,10 @@ inline constexpr uint32_t kVariantPaperSplit = 1;
 //                       Written before the node is reachable, never changed.
 //                       A node's upper bound is its `next`'s low_key.
 //   16   4     level    0 = leaf, a parent is its children's level + 1
-//   20   4     flags    kHasLowKey: every node but the first of its level
+//   20   4     flags    kHasLowKey: every node but the first of its level;
+//                       kWritten: set in every node the tree writes, so a
+//                       reachable all-zero block (a node linked before its
+//                       content was persistent, F7) is caught, not trusted
 struct NodePrefix {
   uint64_t next;
   uint64_t low_key;
@@ -89,6 +92,7 @@ static_assert(offsetof(NodePrefix, low_key) == 8);
 static_assert(offsetof(NodePrefix, level) == 16);
 
 inline constexpr uint32_t kHasLowKey = 1u << 0;
+inline constexpr uint32_t kWritten = 1u << 1;
 
 // ---- InnerNode: node_size bytes, 64 B aligned (§4.3, Fig. 3(a)) -------------------------
 //

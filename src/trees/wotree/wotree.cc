@@ -89,7 +89,7 @@ class WoLeafOps {
 
   void InitEmpty(uint64_t off, uint64_t next, uint64_t low, uint32_t flags) {
     uint8_t img[kMaxHeader] = {};
-    NodePrefix p{next, low, 0, flags};
+    NodePrefix p{next, low, 0, flags | kWritten};
     std::memcpy(img, &p, sizeof(p));
     pool_->Write(Lf(off), img, hdr_);
     // Flush the empty leaf; the caller's fence orders it before the leaf is
@@ -176,7 +176,7 @@ class WoLeafOps {
     }
     const int m = static_cast<int>(upper.size());
     uint8_t img[kMaxHeader] = {};
-    NodePrefix p{lf->prefix.next, sep_slot, 0, kHasLowKey};
+    NodePrefix p{lf->prefix.next, sep_slot, 0, kHasLowKey | kWritten};
     std::memcpy(img, &p, sizeof(p));
     uint64_t bm[2] = {m >= 64 ? ~0ull : (1ull << m) - 1, m > 64 ? (1ull << (m - 64)) - 1 : 0};
     std::memcpy(img + offsetof(WoLeaf, bitmap), bm, 16);

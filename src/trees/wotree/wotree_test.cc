@@ -313,49 +313,40 @@ void PrintReport(const crash::ExploreReport& r) {
     if (!s.covered) std::printf("  uncovered: %s@%s\n", s.name.c_str(), s.kind.c_str());
 }
 
-// Every sequence of two operations from every pre-state (one in eADR at 16
-// lines), at 4 and 16 lines,
-// in ADR and eADR: zero violations, and every flush/fence site reached is
-// covered by a checked crash point.
-TEST(WoTreeCrashTest, SmallWorkloadHasNoViolationsAtFourAndSixteenLines) {
-  for (uint32_t size : {256u, 1024u}) {
-    for (crash::Mode mode : {crash::Mode::kAdr, crash::Mode::kEadr}) {
-      crash::ExploreOptions o;
-      o.mode = mode;
-      // eADR at 16 lines has ~6x the crash points (one after every store):
-      // sequences of one operation keep the default run short.
-      o.depth = (mode == crash::Mode::kEadr && size == 1024) ? 1 : 2;
-      o.tree_options.node_size = size;
-      o.max_tickets = 5;
-      auto r = crash::Explore(Wo(), o);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      PrintReport(*r);
-      for (const auto& tk : r->tickets) ADD_FAILURE() << tk.ToString();
-      EXPECT_EQ(r->violations, 0u);
-      EXPECT_EQ(r->sites_covered, r->sites_total) << "node size " << size;
-    }
-  }
-}
-
-// Random keys reach what right-edge inserts do not: splits keeping the new
-// key in the old leaf, inner splits in the middle of a level.
-TEST(WoTreeCrashTest, RandomWorkloadHasNoViolationsAtFourAndSixteenLines) {
+// The default run's share of the exploration: every two-operation sequence
+// at 4 lines in ADR mode (every flush/fence site covered), one-operation
+// sequences at 16 lines in ADR and eADR, seeded random workloads at 4 and 16
+// lines.  The full matrix (depth 3, both sizes and modes, mutation score,
+// kill harness) is wotree_long_test (label "long").
+TEST(WoTreeCrashTest, SmallAndRandomWorkloadsHaveNoViolationsAtFourAndSixteenLines) {
   const uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  for (uint32_t size : {256u, 1024u}) {
-    for (crash::Mode mode : {crash::Mode::kAdr, crash::Mode::kEadr}) {
-      crash::ExploreOptions o;
-      o.mode = mode;
-      o.workload = crash::Workload::kRandom;
-      o.ops = 400;
-      o.seed = seed;
-      o.tree_options.node_size = size;
-      auto r = crash::Explore(Wo(), o);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      PrintReport(*r);
-      for (const auto& tk : r->tickets) ADD_FAILURE() << tk.ToString();
-      EXPECT_EQ(r->violations, 0u);
-    }
+  struct Case {
+    uint32_t size;
+    crash::Mode mode;
+    crash::Workload workload;
+    uint32_t depth;
+  };
+  for (Case c : {Case{256, crash::Mode::kAdr, crash::Workload::kSmall, 2},
+                 Case{1024, crash::Mode::kAdr, crash::Workload::kSmall, 1},
+                 Case{1024, crash::Mode::kEadr, crash::Workload::kSmall, 1},
+                 Case{256, crash::Mode::kAdr, crash::Workload::kRandom, 1},
+                 Case{1024, crash::Mode::kEadr, crash::Workload::kRandom, 1}}) {
+    crash::ExploreOptions o;
+    o.mode = c.mode;
+    o.workload = c.workload;
+    o.depth = c.depth;
+    o.ops = 400;
+    o.seed = seed;
+    o.tree_options.node_size = c.size;
+    o.max_tickets = 5;
+    auto r = crash::Explore(Wo(), o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    PrintReport(*r);
+    for (const auto& tk : r->tickets) ADD_FAILURE() << tk.ToString();
+    EXPECT_EQ(r->violations, 0u);
+    if (c.size == 256 && c.workload == crash::Workload::kSmall)
+      EXPECT_EQ(r->sites_covered, r->sites_total) << "every reached flush/fence site covered";
   }
 }
 
