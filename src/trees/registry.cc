@@ -63,18 +63,18 @@ const std::vector<TreeFactory>& Table() {
       {"wotree",
        "WO-tree: bitmap + slot-array leaves with unsorted appends and a leaf split log, FAST inner nodes with "
        "delayed flush and next siblings, lock-free inner search",
-       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart, 1024, wotree::kNodeSizeRule,
-       &wotree::Create<uint64_t>, &wotree::Recover<uint64_t>, &wotree::Create<std::string_view>,
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder, 1024,
+       wotree::kNodeSizeRule, &wotree::Create<uint64_t>, &wotree::Recover<uint64_t>, &wotree::Create<std::string_view>,
        &wotree::Recover<std::string_view>},
       {"wotree-paper", "TEST ONLY: wotree splitting leaves in Algorithm 3's printed order (no log, no commit point)",
-       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapTestOnly, 1024,
-       wotree::kNodeSizeRule, &wotree::CreatePaper<uint64_t>, &wotree::Recover<uint64_t>,
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder | kCapTestOnly,
+       1024, wotree::kNodeSizeRule, &wotree::CreatePaper<uint64_t>, &wotree::Recover<uint64_t>,
        &wotree::CreatePaper<std::string_view>, &wotree::Recover<std::string_view>},
       {"sortedtree",
        "native sorted B+-tree of the WO-tree paper: sorted PM nodes, each shifted record persisted, FAIR-order "
        "splits",
-       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart, 1024, wotree::kNodeSizeRule,
-       &sortedtree::Create<uint64_t>, &sortedtree::Recover<uint64_t>, &sortedtree::Create<std::string_view>,
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder, 1024,
+       wotree::kNodeSizeRule, &sortedtree::Create<uint64_t>, &sortedtree::Recover<uint64_t>, &sortedtree::Create<std::string_view>,
        &sortedtree::Recover<std::string_view>},
   };
   return kTrees;

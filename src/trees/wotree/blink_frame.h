@@ -177,7 +177,10 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
 
   std::string_view name() const override { return meta_->variant ? L::kPaperName : L::kName; }
   uint32_t capabilities() const override {
-    return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | (meta_->variant ? kCapTestOnly : 0);
+    // kCapAssumesLineOrder: a FAST shift writes a record's two words in an
+    // order that only the per-line-prefix model preserves (as FAST+FAIR).
+    return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder |
+           (meta_->variant ? kCapTestOnly : 0);
   }
 
   // ---- point operations ------------------------------------------------------------------
