@@ -180,7 +180,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
     // kCapAssumesLineOrder: a FAST shift writes a record's two words in an
     // order that only the per-line-prefix model preserves (as FAST+FAIR).
     return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder |
-           (meta_->variant ? kCapTestOnly : 0);
+           (meta_->variant ? static_cast<uint32_t>(kCapTestOnly) : 0u);
   }
 
   // ---- point operations ------------------------------------------------------------------

@@ -169,10 +169,10 @@ struct WoLeaf {
 static_assert(offsetof(WoLeaf, bitmap) == 24);
 static_assert(offsetof(WoLeaf, slot) == 40);
 
-inline constexpr uint32_t WoLeafHeader(int cap) { return (41 + cap + 15) / 16 * 16; }
+inline constexpr uint32_t WoLeafHeader(int cap) { return static_cast<uint32_t>((41 + cap + 15) / 16 * 16); }
 inline constexpr int WoLeafCapacity(uint32_t node_size) {
   int cap = 0;
-  while (WoLeafHeader(cap + 1) + 16 * (cap + 1) <= static_cast<int>(node_size)) cap++;
+  while (WoLeafHeader(cap + 1) + 16u * static_cast<uint32_t>(cap + 1) <= node_size) cap++;
   return cap;
 }
 static_assert(WoLeafCapacity(256) == 12 && WoLeafHeader(12) == 64);

@@ -149,9 +149,11 @@ class WoLeafOps {
     const int cnt = lf->slot[0];
     int j = 1;
     while (j <= cnt && lf->slot[j] != h) j++;
-    uint8_t tail[256];
-    std::memcpy(tail, &lf->slot[j + 1], cnt - j);
-    if (cnt > j) pool_->Write(&lf->slot[j], tail, cnt - j);
+    if (cnt > j) {
+      uint8_t tail[256];
+      std::memcpy(tail, &lf->slot[j + 1], static_cast<size_t>(cnt - j));
+      pool_->Write(&lf->slot[j], tail, static_cast<size_t>(cnt - j));
+    }
     const uint8_t n = static_cast<uint8_t>(cnt - 1);
     pool_->Write(&lf->slot[0], &n, 1);
     PersistHeader(off, j, cnt - 1);

@@ -51,7 +51,9 @@ TEST_P(WoLongTest, FullExplorationHasNoViolationsAndCoversEverySite) {
                     (unsigned long long)r->violations, r->seconds);
         for (const auto& t : r->tickets) ADD_FAILURE() << t.ToString();
         EXPECT_EQ(r->violations, 0u);
-        if (w == crash::Workload::kSmall) EXPECT_EQ(r->sites_covered, r->sites_total);
+        if (w == crash::Workload::kSmall) {
+          EXPECT_EQ(r->sites_covered, r->sites_total);
+        }
       }
     }
   }

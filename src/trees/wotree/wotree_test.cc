@@ -209,7 +209,9 @@ TEST(WoTreeTest, RandomInsertsAndDeletesGrowThreeLevelsAndKeepEveryKey) {
       EXPECT_EQ(t.Upsert(k, i).value(), model.count(k) == 0);
       model[k] = i;
     }
-    if (i % 5000 == 0) ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+    if (i % 5000 == 0) {
+      ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+    }
   }
   ExpectModel(t, model);
   const TreeStats st = t.Stats();
@@ -345,8 +347,9 @@ TEST(WoTreeCrashTest, SmallAndRandomWorkloadsHaveNoViolationsAtFourAndSixteenLin
     PrintReport(*r);
     for (const auto& tk : r->tickets) ADD_FAILURE() << tk.ToString();
     EXPECT_EQ(r->violations, 0u);
-    if (c.size == 256 && c.workload == crash::Workload::kSmall)
+    if (c.size == 256 && c.workload == crash::Workload::kSmall) {
       EXPECT_EQ(r->sites_covered, r->sites_total) << "every reached flush/fence site covered";
+    }
   }
 }
 
