@@ -185,13 +185,21 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
 
   // ---- point operations ------------------------------------------------------------------
 
+  // A key found in its leaf is there (F3); only a miss asks whether the key
+  // moved right, which saves reading the sibling's low key on every hit.
   bool Lookup(Arg key, uint64_t* value) override {
     auto guard = pool_->epochs().Protect();
-    const uint64_t leaf = LockLeaf(key, /*exclusive=*/false);
-    const int h = leaf_.Find(leaf, key);
-    if (h >= 0) *value = Pool::Load64(leaf_.ValueWord(leaf, h));
-    llocks_.For(leaf).unlock_shared();
-    return h >= 0;
+    uint64_t leaf = DescendTo(0, key);
+    for (;;) {
+      llocks_.For(leaf).lock_shared();
+      const int h = leaf_.Find(leaf, key);
+      uint64_t nx = 0;
+      if (h >= 0) *value = Pool::Load64(leaf_.ValueWord(leaf, h));
+      const bool right = h < 0 && BelongsRight(leaf, key, &nx);
+      llocks_.For(leaf).unlock_shared();
+      if (!right) return h >= 0;
+      leaf = nx;
+    }
   }
 
   Result<bool> Insert(Arg key, uint64_t value) override { return Put(key, value, Mode::kInsert); }
@@ -298,8 +306,12 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
   // The child of inner node `off` for `key`: a binary search over the
   // records' keys (non-decreasing even during a shift), then, as the paper
   // says, a record whose pointer equals its left neighbour's is a transient
-  // duplicate and the search steps back over it.
-  uint64_t FindChild(uint64_t off, Arg key) const {
+  // duplicate and the search steps back over it.  *last: the key is at or
+  // above the last record (or the node has none), the only case in which it
+  // can belong to the right sibling -- records below the node's upper bound
+  // bound the key, and records at or above it (a split's upper half before
+  // the truncation) still route correctly (F3).
+  uint64_t FindChild(uint64_t off, Arg key, bool* last) const {
     const InnerNode* n = I(off);
     const uint64_t cnt = std::min<uint64_t>(Pool::Load64(&n->count), inner_cap_);
     uint64_t lo = 0, hi = cnt;
@@ -311,6 +323,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
         hi = mid;
       }
     }
+    *last = lo == cnt;
     int64_t i = static_cast<int64_t>(lo) - 1;
     while (i >= 0 && Pool::Load64(&n->records[i].child) == LeftChild(off, i)) i--;
     return i < 0 ? Pool::Load64(&n->leftmost) : Pool::Load64(&n->records[i].child);
@@ -329,9 +342,11 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
     while (lvl > level) {
       const VersionLock& lk = ilocks_.For(n);
       const Route r = lk.ReadStable([&] {
+        bool last;
+        const uint64_t child = FindChild(n, key, &last);
         uint64_t nx;
-        if (BelongsRight(n, key, &nx)) return Route{nx, true};
-        return Route{FindChild(n, key), false};
+        if (last && BelongsRight(n, key, &nx)) return Route{nx, true};
+        return Route{child, false};
       });
       n = r.node;
       if (!r.right) lvl--;
