@@ -14,8 +14,10 @@
 #include "trees/lbtree/lbtree.h"
 #include "trees/logtree/logtree.h"
 #include "trees/nvtree/nvtree.h"
+#include "trees/sortedtree/sortedtree.h"
 #include "trees/volatile/volatile_tree.h"
 #include "trees/wbtree/wbtree.h"
+#include "trees/wotree/wotree.h"
 
 namespace pmtree {
 namespace {
@@ -63,6 +65,22 @@ const std::vector<TreeFactory>& Table() {
        nvtree::kDefaultNodeSize,
        nvtree::kNodeSizeRule, &nvtree::CreateU64, &nvtree::RecoverU64, &nvtree::CreateBytes,
        &nvtree::RecoverBytes},
+      {"wotree",
+       "WO-tree: bitmap + slot-array leaves with unsorted appends and a leaf split log, FAST inner nodes with "
+       "delayed flush and next siblings, lock-free inner search",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder, 1024,
+       wotree::kNodeSizeRule, &wotree::Create<uint64_t>, &wotree::Recover<uint64_t>, &wotree::Create<std::string_view>,
+       &wotree::Recover<std::string_view>},
+      {"wotree-paper", "TEST ONLY: wotree splitting leaves in Algorithm 3's printed order (no log, no commit point)",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder | kCapTestOnly,
+       1024, wotree::kNodeSizeRule, &wotree::CreatePaper<uint64_t>, &wotree::Recover<uint64_t>,
+       &wotree::CreatePaper<std::string_view>, &wotree::Recover<std::string_view>},
+      {"sortedtree",
+       "native sorted B+-tree of the WO-tree paper: sorted PM nodes, each shifted record persisted, FAIR-order "
+       "splits",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder, 1024,
+       wotree::kNodeSizeRule, &sortedtree::Create<uint64_t>, &sortedtree::Recover<uint64_t>, &sortedtree::Create<std::string_view>,
+       &sortedtree::Recover<std::string_view>},
   };
   return kTrees;
 }

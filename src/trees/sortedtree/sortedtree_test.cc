@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Design tests for sortedtree, the native sorted B+-tree of the WO-tree paper
+// (docs/trees/sortedtree.md).  The conformance suite covers the interface;
+// these tests cover the baseline's cost model (a leaf insert persists every
+// record it shifts, so its flushes grow with the records above the key,
+// unlike WO-tree's), its FAIR-order splits, concurrency, and the crash
+// explorer (zero violations at 4 and 16 lines, ADR and eADR).
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crash/explorer.h"
+#include "pmtree/counters.h"
+#include "pmtree/registry.h"
+
+namespace pmtree::sortedtree {
+namespace {
+
+constexpr uint64_t kPoolSize = 256ull << 20;
+
+uint64_t Seed() {
+  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}();
+}
+
+const TreeFactory& Sorted() {
+  const TreeFactory* f = FindTree("sortedtree");
+  EXPECT_NE(f, nullptr);
+  return *f;
+}
+
+TreeOptions NodeSize(uint32_t n) {
+  TreeOptions o;
+  o.node_size = n;
+  return o;
+}
+
+template <class F>
+PersistCounters Measure(F&& op) {
+  counters::BeginOperation();
+  const PersistCounters before = counters::Snapshot();
+  op();
+  return counters::Snapshot() - before;
+}
+
+// §2.3: an insert below every key shifts all records of the leaf and persists
+// each; an insert above every key shifts nothing.
+TEST(SortedTreeTest, LeafInsertPersistsEveryShiftedRecord) {
+  PoolOptions po;
+  po.use_env = false;
+  po.counting = true;
+  auto h = CreateTree(Sorted(), "", kPoolSize, NodeSize(1024), po);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  Tree& t = *h->tree;
+  for (uint64_t k = 1; k <= 40; k++) ASSERT_TRUE(t.Insert(100 + k, k).value());
+  PersistCounters append = Measure([&] { ASSERT_TRUE(t.Insert(1000, 0).value()); });
+  EXPECT_EQ(append.fences, 2u) << "record, then count";
+  PersistCounters front = Measure([&] { ASSERT_TRUE(t.Insert(1, 0).value()); });
+  // The copy beyond the count, the count, 40 shifted records, the new record.
+  EXPECT_EQ(front.fences, 1u + 1 + 40 + 1);
+  PersistCounters del = Measure([&] { ASSERT_TRUE(t.Remove(1).value()); });
+  EXPECT_EQ(del.fences, 41u + 1) << "each shifted record, then the count";
+  EXPECT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+}
+
+TEST(SortedTreeTest, ConcurrentInsertsLookupsAndRemovesThenVerify) {
+  const uint64_t seed = Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
+  auto h = CreateTree(Sorted(), "", kPoolSize, NodeSize(256));
+  ASSERT_TRUE(h.ok());
+  Tree& t = *h->tree;
+  constexpr int kThreads = 4;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int id = 0; id < kThreads; id++) {
+    threads.emplace_back([&, id] {
+      std::mt19937_64 rng(seed + id);
+      std::map<uint64_t, uint64_t> mine;  // keys congruent to id mod kThreads
+      for (uint64_t i = 0; i < 3000; i++) {
+        const uint64_t k = (rng() % 10000) * kThreads + id;
+        if (rng() % 4 == 0) {
+          if (t.Remove(k).value() != (mine.erase(k) == 1)) bad++;
+        } else {
+          t.Upsert(k, i).value();
+          mine[k] = i;
+        }
+      }
+      for (const auto& [k, v] : mine) {
+        uint64_t got = 0;
+        if (!t.Lookup(k, &got) || got != v) bad++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+}
+
+// The default run's share: every two-operation sequence at 4 lines (ADR),
+// one-operation sequences at 16 lines (ADR and eADR), a seeded random
+// workload at 4 lines.  The full matrix (depth 3, both sizes, both modes,
+// mutation score, kill harness) is wotree_long_test (label "long").
+TEST(SortedTreeCrashTest, SmallAndRandomWorkloadsHaveNoViolationsAtFourAndSixteenLines) {
+  const uint64_t seed = Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
+  struct Case {
+    uint32_t size;
+    crash::Mode mode;
+    crash::Workload workload;
+    uint32_t depth;
+  };
+  for (Case c : {Case{256, crash::Mode::kAdr, crash::Workload::kSmall, 2},
+                 Case{1024, crash::Mode::kAdr, crash::Workload::kSmall, 1},
+                 Case{1024, crash::Mode::kEadr, crash::Workload::kSmall, 1},
+                 Case{256, crash::Mode::kAdr, crash::Workload::kRandom, 0}}) {
+    crash::ExploreOptions o;
+    o.mode = c.mode;
+    o.workload = c.workload;
+    o.depth = c.depth == 0 ? 1 : c.depth;
+    o.ops = 300;
+    o.seed = seed;
+    o.tree_options.node_size = c.size;
+    o.max_tickets = 5;
+    auto r = crash::Explore(Sorted(), o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::printf("sortedtree %u B %s %s: %llu crash points, %llu images, sites %llu/%llu, %llu violations\n", c.size,
+                std::string(crash::ModeName(c.mode)).c_str(), std::string(crash::WorkloadName(c.workload)).c_str(),
+                (unsigned long long)r->crash_points, (unsigned long long)r->images_checked,
+                (unsigned long long)r->sites_covered, (unsigned long long)r->sites_total,
+                (unsigned long long)r->violations);
+    for (const auto& tk : r->tickets) ADD_FAILURE() << tk.ToString();
+    EXPECT_EQ(r->violations, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace pmtree::sortedtree

@@ -1,0 +1,541 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// BlinkFrame's out-of-line members: the write paths (Put, separator insert,
+// FAST inner insert with the delayed flush, inner and root splits), recovery
+// (Fig. 9, rules R1-R6) and Verify/Stats.  Included by blink_frame.h only;
+// invariants F1-F8 are stated there.
+
+#ifndef PMTREE_TREES_WOTREE_BLINK_FRAME_IMPL_H_
+#define PMTREE_TREES_WOTREE_BLINK_FRAME_IMPL_H_
+
+namespace pmtree::wotree {
+
+template <class Keys, class L>
+Result<bool> BlinkFrame<Keys, L>::Put(Arg key, uint64_t value, Mode mode) {
+  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+  auto guard = pool_->epochs().Protect();
+  const uint64_t leaf = LockLeaf(key, /*exclusive=*/true);
+  SharedSpinLock& lk = llocks_.For(leaf);
+  const int h = leaf_.Find(leaf, key);
+  if (h >= 0) {
+    if (mode == Mode::kInsert) {
+      lk.unlock();
+      return false;
+    }
+    uint64_t* word = leaf_.ValueWord(leaf, h);
+    pool_->Store64(word, value);
+    // Persist the new value (one failure-atomic word) before the unlock, so
+    // no reader returns a value a crash could still lose (F8).
+    pool_->Persist(word, 8);
+    lk.unlock();
+    return mode == Mode::kUpdate;
+  }
+  if (mode == Mode::kUpdate) {
+    lk.unlock();
+    return false;
+  }
+  auto slot = keys_.MakeSlot(key);
+  if (!slot.ok()) {
+    lk.unlock();
+    return slot.status();
+  }
+  if (leaf_.Count(leaf) < leaf_.capacity()) {
+    leaf_.Insert(leaf, key, *slot, value);
+    lk.unlock();
+    return true;
+  }
+  auto nl = pool_->allocator().Allocate(node_size_);
+  uint64_t sep = 0;
+  Status st = nl.ok() ? leaf_.Split(leaf, *nl, key, *slot, value, &sep) : nl.status();
+  lk.unlock();
+  if (!st.ok()) {
+    // Split fails only before its first store to a reachable node.
+    if (nl.ok()) pool_->allocator().Free(*nl, node_size_);
+    keys_.Release(*slot);
+    return st;
+  }
+  leaf_splits_.fetch_add(1, std::memory_order_relaxed);
+  // The insert is durable; the new leaf is reachable through `next` already
+  // (B-link), so a failed separator insert (out of space) loses nothing:
+  // searches move right, and recovery R6 indexes the leaf.
+  PMTREE_RETURN_IF_ERROR(InsertSeparator(1, sep, *nl));
+  return true;
+}
+
+template <class Keys, class L>
+Status BlinkFrame<Keys, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64_t child) {
+  for (;;) {
+    const Arg k = ArgOf(sep);
+    uint64_t n = DescendTo(level, k);
+    if (n == 0) {
+      PMTREE_ASSIGN_OR_RETURN(bool grown, GrowRoot(level, sep, child));
+      if (grown) return Status::Ok();
+      continue;
+    }
+    VersionLock* lk = &ilocks_.For(n);
+    lk->lock();
+    uint64_t nx;
+    while (BelongsRight(n, k, &nx)) {
+      lk->unlock();
+      n = nx;
+      lk = &ilocks_.For(n);
+      lk->lock();
+    }
+    if (I(n)->count < inner_cap_) {
+      FastInsert(n, sep, child);
+      lk->unlock();
+      return Status::Ok();
+    }
+    uint64_t up = 0;
+    auto nn = SplitInner(n, sep, child, &up);
+    lk->unlock();
+    if (!nn.ok()) return nn.status();
+    inner_splits_.fetch_add(1, std::memory_order_relaxed);
+    level++;
+    sep = up;
+    child = *nn;
+  }
+}
+
+// A new root over the old one and `child` (a root split); false when another
+// thread grew the tree first (the caller descends again).
+template <class Keys, class L>
+Result<bool> BlinkFrame<Keys, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_t child) {
+  std::lock_guard<std::mutex> g(root_mu_);
+  const uint64_t old = Pool::Load64(&meta_->root);
+  if (Level(P(old)) >= level) return false;
+  PMTREE_ASSIGN_OR_RETURN(uint64_t nr, pool_->allocator().Allocate(node_size_));
+  struct {
+    InnerNode hdr;
+    InnerRecord more[3];
+  } img{};
+  img.hdr.prefix.level = level;
+  img.hdr.prefix.flags = kWritten;
+  img.hdr.count = 1;
+  img.hdr.leftmost = old;
+  img.hdr.records[0] = InnerRecord{sep, child};
+  pool_->Write(I(nr), &img, 128);
+  // Persist the new root before meta.root names it (F7).
+  pool_->Persist(I(nr), 128);
+  pool_->Store64(&meta_->root, nr);
+  // Persist meta.root: the commit point of the new level.  Before it the old
+  // root's sibling is reachable through `next` (recovery R6 grows the root).
+  pool_->Persist(&meta_->root, 8);
+  root_splits_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// Tracks the record line a shift is writing, for the delayed flush of
+// §4.3.1: a line is persisted when the shift moves to another line, never
+// after each record.
+class ShiftLines {
+ public:
+  explicit ShiftLines(Pool* pool) : pool_(pool) {}
+  void Enter(const void* rec) {
+    const uintptr_t line = reinterpret_cast<uintptr_t>(rec) & ~uintptr_t{63};
+    if (line == cur_) {
+      dirty_ = true;
+      return;
+    }
+    if (dirty_) {
+      pool_->Flush(reinterpret_cast<const void*>(cur_), 64);
+      // The delayed flush: persist the line the shift is leaving before it
+      // overwrites a record in the next line, whose only other copy is in
+      // the line just left.
+      pool_->Fence();
+    }
+    cur_ = line;
+    dirty_ = true;
+  }
+  // Marks the current line clean (it was persisted by the caller).
+  void Clean(const void* rec) {
+    cur_ = reinterpret_cast<uintptr_t>(rec) & ~uintptr_t{63};
+    dirty_ = false;
+  }
+  void Finish() {
+    if (!dirty_) return;
+    pool_->Flush(reinterpret_cast<const void*>(cur_), 64);
+    // Persist the last line the shift wrote before the caller unlocks (F8).
+    pool_->Fence();
+    dirty_ = false;
+  }
+
+ private:
+  Pool* pool_;
+  uintptr_t cur_ = 0;
+  bool dirty_ = false;
+};
+
+// FAST insert of (sep, child) into the locked inner node `off`, which has
+// room and no transient duplicate.  Every intermediate state holds the old
+// records plus at most one duplicate record (child equal to its left
+// neighbour's), which readers and recovery ignore.
+template <class Keys, class L>
+void BlinkFrame<Keys, L>::FastInsert(uint64_t off, uint64_t sep, uint64_t child) {
+  InnerNode* n = I(off);
+  const uint64_t cnt = n->count;
+  const Arg k = ArgOf(sep);
+  uint64_t pos = 0;
+  while (pos < cnt && keys_.Compare(n->records[pos].key, k) < 0) pos++;
+  InnerRecord* end = &n->records[cnt];
+  if (pos == cnt) {
+    pool_->Store64(&end->key, sep);
+    pool_->Store64(&end->child, child);
+    // Persist the appended record before the count makes it valid.
+    pool_->Persist(end, 16);
+    pool_->Store64(&n->count, cnt + 1);
+    // Persist the count before the unlock (F8).
+    pool_->Persist(&n->count, 8);
+    return;
+  }
+  // The last record one place right, beyond the count: a copy (child, then
+  // key) that the count then admits as a duplicate of its left neighbour.
+  pool_->Store64(&end->child, n->records[cnt - 1].child);
+  pool_->Store64(&end->key, n->records[cnt - 1].key);
+  // Persist the copy before the count admits it, so the count never covers
+  // a record that is not there.
+  pool_->Persist(end, 16);
+  pool_->Store64(&n->count, cnt + 1);
+  // Persist the count before any record inside the old count changes:
+  // otherwise a crash could keep the overwritten last record only beyond it.
+  pool_->Persist(&n->count, 8);
+  ShiftLines lines(pool_);
+  lines.Clean(end);
+  // Right to left: record j moves to j + 1, child before key, so the record
+  // being overwritten always reads as a duplicate of its left neighbour.
+  for (uint64_t j = cnt - 1; j-- > pos;) {
+    InnerRecord* r = &n->records[j + 1];
+    lines.Enter(r);
+    pool_->Store64(&r->child, n->records[j].child);
+    pool_->Store64(&r->key, n->records[j].key);
+  }
+  // The new record: first a duplicate of its left neighbour's child (the
+  // right copy of the old record at pos becomes the valid one), then the key,
+  // then the child that makes it valid.
+  InnerRecord* r = &n->records[pos];
+  lines.Enter(r);
+  pool_->Store64(&r->child, LeftChild(off, static_cast<int64_t>(pos)));
+  pool_->Store64(&r->key, sep);
+  pool_->Store64(&r->child, child);
+  lines.Finish();
+}
+
+// Removes record i of inner node `off` by a left shift, key before child, so
+// the record being overwritten stays a duplicate until its child changes.
+// Used by recovery (R3) to drop a transient duplicate.
+template <class Keys, class L>
+void BlinkFrame<Keys, L>::RemoveRecord(uint64_t off, uint64_t i) {
+  InnerNode* n = I(off);
+  const uint64_t cnt = n->count;
+  ShiftLines lines(pool_);
+  for (uint64_t j = i; j + 1 < cnt; j++) {
+    InnerRecord* r = &n->records[j];
+    lines.Enter(r);
+    pool_->Store64(&r->key, n->records[j + 1].key);
+    pool_->Store64(&r->child, n->records[j + 1].child);
+  }
+  lines.Finish();
+  pool_->Store64(&n->count, cnt - 1);
+  // Persist the shorter count; the record it drops is a duplicate of its
+  // left neighbour, so the order against the shift does not matter.
+  pool_->Persist(&n->count, 8);
+}
+
+// Algorithm 4 in FAIR order: the new right node (upper half, with the
+// separator when it belongs there) is persisted, then linked through `next`,
+// then the old node drops its upper half by one count store.  Caller holds
+// the node's lock; the node is full.
+template <class Keys, class L>
+Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uint64_t child, uint64_t* up) {
+  PMTREE_ASSIGN_OR_RETURN(uint64_t nn, pool_->allocator().Allocate(node_size_));
+  InnerNode* n = I(off);
+  const uint64_t cnt = n->count;
+  const uint64_t mid = cnt / 2;
+  *up = n->records[mid].key;
+  std::vector<InnerRecord> upper(n->records + mid + 1, n->records + cnt);
+  const bool right = keys_.CompareSlots(sep, *up) > 0;
+  if (right) {
+    auto it = upper.begin();
+    while (it != upper.end() && keys_.CompareSlots(it->key, sep) < 0) ++it;
+    upper.insert(it, InnerRecord{sep, child});
+  }
+  InnerNode hdr{};
+  hdr.prefix = NodePrefix{n->prefix.next, *up, n->prefix.level, kHasLowKey | kWritten};
+  hdr.count = upper.size();
+  hdr.leftmost = n->records[mid].child;
+  InnerNode* nw = I(nn);
+  pool_->Write(nw, &hdr, 64);
+  pool_->Write(nw->records, upper.data(), 16 * upper.size());
+  // Persist the complete new node before `next` names it (F7).
+  pool_->Persist(nw, 64 + 16 * upper.size());
+  pool_->Store64(&n->prefix.next, nn);
+  // Persist the link before the old node drops its upper half (§4.3.2): no
+  // record is ever held only by an unreachable node.  Until the truncation
+  // readers move right for keys >= the new node's low key (F3).
+  pool_->Persist(&n->prefix.next, 8);
+  pool_->Store64(&n->count, mid);
+  // Persist the truncation before the unlock (F8); recovery R3 redoes it.
+  pool_->Persist(&n->count, 8);
+  if (!right) FastInsert(off, sep, child);
+  return nn;
+}
+
+// ---- recovery (Fig. 9) ------------------------------------------------------------------------
+//
+//  R1 leaf log: each set record's split is redone by the leaf policy.
+//  R2 after a clean shutdown nothing else runs (instant restart: the pool
+//     restored the allocator, every operation had finished).
+//  R3 inner nodes, the frame "built from consistent entries": a transient
+//     duplicate (interrupted shift) is removed; records at or above the next
+//     node's low key (a split interrupted before its truncation) are cut off.
+//  R4 leaves: the policy's repair (WO-tree: slot array rebuilt from the
+//     bitmap when they disagree).
+//  R5 the allocator is rebuilt from what the levels reach.
+//  R6 nodes reachable only through `next` (a split interrupted before its
+//     parent insert, or a root split before meta.root) are inserted into the
+//     level above through the ordinary separator insert, bottom-up.
+// Every rule is idempotent or an ordinary crash-safe operation, so a crash
+// during recovery is recovered the same way.
+template <class Keys, class L>
+Status BlinkFrame<Keys, L>::RecoverImpl() {
+  report_.crashed = !pool_->clean_shutdown();
+  PMTREE_RETURN_IF_ERROR(leaf_.ReplayLogs(&report_.leaf_logs_replayed));  // R1
+  if (!report_.crashed) return Status::Ok();                                // R2
+  std::vector<std::vector<uint64_t>> levels;
+  PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
+  for (size_t l = 1; l < levels.size(); l++) {  // R3
+    for (uint64_t off : levels[l]) {
+      InnerNode* n = I(off);
+      for (uint64_t i = 0; i < n->count;) {
+        if (n->records[i].child == LeftChild(off, static_cast<int64_t>(i))) {
+          RemoveRecord(off, i);
+          report_.duplicates_removed++;
+        } else {
+          i++;
+        }
+      }
+      if (n->prefix.next == 0) continue;
+      const uint64_t high = P(n->prefix.next)->low_key;
+      uint64_t t = 0;
+      while (t < n->count && keys_.CompareSlots(n->records[t].key, high) < 0) t++;
+      if (t < n->count) {
+        pool_->Store64(&n->count, t);
+        // Persist the finished truncation before R6 inserts into the node.
+        pool_->Persist(&n->count, 8);
+        report_.truncations++;
+      }
+    }
+  }
+  for (uint64_t off : levels[0]) PMTREE_RETURN_IF_ERROR(leaf_.Repair(off, &report_.leaves_repaired));  // R4
+  PMTREE_RETURN_IF_ERROR(RebuildAllocator(levels));                                                    // R5
+  for (size_t l = 0; l < levels.size(); l++) {                                                         // R6
+    std::set<uint64_t> indexed;
+    if (l + 1 < levels.size()) {
+      for (uint64_t p : levels[l + 1]) {
+        indexed.insert(I(p)->leftmost);
+        for (uint64_t i = 0; i < I(p)->count; i++) indexed.insert(I(p)->records[i].child);
+      }
+    }
+    bool changed = false;
+    for (size_t i = 1; i < levels[l].size(); i++) {
+      if (indexed.count(levels[l][i])) continue;
+      PMTREE_RETURN_IF_ERROR(InsertSeparator(static_cast<uint32_t>(l + 1), P(levels[l][i])->low_key, levels[l][i]));
+      report_.separators_inserted++;
+      changed = true;
+    }
+    if (changed) PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
+  }
+  return Status::Ok();
+}
+
+template <class Keys, class L>
+Status BlinkFrame<Keys, L>::CheckNode(uint64_t off, uint32_t level) const {
+  if (off % 64 != 0 || !pool_->InHeap(off, node_size_)) return Corrupt("node", off, "F2", "offset outside the heap");
+  const NodePrefix* p = P(off);
+  if (p->level != level)
+    return Corrupt("node", off, "F2", "level " + std::to_string(p->level) + ", expected " + std::to_string(level));
+  if ((p->flags & ~(kHasLowKey | kWritten)) != 0) return Corrupt("node", off, "F2", "unknown flags");
+  if (!(p->flags & kWritten)) return Corrupt("node", off, "F7", "reachable node was never written");
+  if (level > 0 && I(off)->count > inner_cap_) return Corrupt("inner node", off, "F4", "count beyond capacity");
+  return Status::Ok();
+}
+
+// levels[l] = the nodes of level l, leftmost first (levels.back() holds the root).
+template <class Keys, class L>
+Status BlinkFrame<Keys, L>::CollectLevels(std::vector<std::vector<uint64_t>>* levels) const {
+  levels->clear();
+  const uint64_t root = meta_->root;
+  if (root % 64 != 0 || !pool_->InHeap(root, node_size_)) return Corrupt("meta", meta_off_, "F1", "root outside the heap");
+  const uint32_t top = P(root)->level;
+  if (top > 64) return Corrupt("meta", meta_off_, "F1", "root level " + std::to_string(top));
+  levels->resize(top + 1);
+  const uint64_t limit = pool_->size() / node_size_ + 1;
+  uint64_t head = root;
+  for (int64_t l = top; l >= 0; l--) {
+    auto& v = (*levels)[l];
+    for (uint64_t off = head; off != 0; off = P(off)->next) {
+      PMTREE_RETURN_IF_ERROR(CheckNode(off, static_cast<uint32_t>(l)));
+      if (v.size() >= limit) return Corrupt("level", off, "F2", "cycle");
+      v.push_back(off);
+    }
+    if (l > 0) head = I(head)->leftmost;
+  }
+  return Status::Ok();
+}
+
+template <class Keys, class L>
+Status BlinkFrame<Keys, L>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& levels) {
+  Allocator& a = pool_->allocator();
+  a.BeginRebuild();
+  Status st = a.MarkUsed(meta_off_, sizeof(Meta));
+  for (size_t l = 0; l < levels.size() && st.ok(); l++) {
+    for (uint64_t off : levels[l]) {
+      if (st.ok()) st = a.MarkUsed(off, node_size_);
+      if (l != 0) continue;
+      // Separator blobs belong to the leaves whose low keys they are; inner
+      // records and inner low keys share them.
+      if (st.ok() && (P(off)->flags & kHasLowKey)) st = keys_.MarkUsed(P(off)->low_key);
+      leaf_.ForEach(off, [&](uint64_t slot, uint64_t) {
+        if (st.ok()) st = keys_.MarkUsed(slot);
+      });
+      if (!st.ok()) st = st.Annotate(std::string(L::kName) + " leaf at offset " + Hex(off));
+    }
+  }
+  a.EndRebuild();
+  return st;
+}
+
+// ---- Verify / Stats -------------------------------------------------------------------------
+
+template <class Keys, class L>
+Status BlinkFrame<Keys, L>::CheckInner(uint64_t off, uint64_t* /*bytes*/) const {
+  const InnerNode* n = I(off);
+  const uint32_t level = n->prefix.level;
+  auto check_child = [&](uint64_t c, uint64_t key, bool has_low) -> Status {
+    PMTREE_RETURN_IF_ERROR(CheckNode(c, level - 1));
+    const NodePrefix* cp = P(c);
+    if (((cp->flags & kHasLowKey) != 0) != has_low || (has_low && cp->low_key != key))
+      return Corrupt("inner node", off, "F4", "child " + Hex(c) + "'s low key differs from its record's key");
+    return Status::Ok();
+  };
+  PMTREE_RETURN_IF_ERROR(check_child(n->leftmost, n->prefix.low_key, (n->prefix.flags & kHasLowKey) != 0));
+  for (uint64_t i = 0; i < n->count; i++) {
+    if (n->records[i].child == LeftChild(off, static_cast<int64_t>(i)))
+      return Corrupt("inner node", off, "F4", "transient duplicate at record " + std::to_string(i));
+    if (i > 0 && keys_.CompareSlots(n->records[i - 1].key, n->records[i].key) >= 0)
+      return Corrupt("inner node", off, "F4", "records not in ascending key order");
+    PMTREE_RETURN_IF_ERROR(check_child(n->records[i].child, n->records[i].key, true));
+  }
+  return Status::Ok();
+}
+
+template <class Keys, class L>
+Status BlinkFrame<Keys, L>::Verify() {
+  // No operation runs (Verify's precondition): blobs retired by removes can
+  // be freed now, so the allocator counts only what the tree holds.
+  pool_->epochs().DrainAll();
+  if (meta_->magic != L::kMagic || meta_->version != kFormatVersion || meta_->node_size != node_size_ ||
+      meta_->key_kind != static_cast<uint32_t>(Keys::kKind))
+    return Corrupt("meta", meta_off_, "F1", "magic, version, node size or key kind wrong");
+  for (int i = 0; i < kLeafLogs; i++)
+    if (meta_->leaf_log[i].leaf != 0 || meta_->leaf_log[i].other != 0)
+      return Corrupt("leaf log", meta_off_ + 64 + 64 * i, "F1", "log record not clear");
+  std::vector<std::vector<uint64_t>> levels;
+  PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
+  uint64_t bytes = sizeof(Meta);
+  for (size_t l = 0; l < levels.size(); l++) {
+    std::set<uint64_t> indexed;
+    if (l + 1 < levels.size()) {
+      for (uint64_t p : levels[l + 1]) {
+        indexed.insert(I(p)->leftmost);
+        for (uint64_t i = 0; i < I(p)->count; i++) indexed.insert(I(p)->records[i].child);
+      }
+    }
+    for (size_t i = 0; i < levels[l].size(); i++) {
+      const uint64_t off = levels[l][i];
+      const NodePrefix* p = P(off);
+      bytes += node_size_;
+      const bool has_low = (p->flags & kHasLowKey) != 0;
+      if (has_low != (i > 0)) return Corrupt("node", off, "F2", "low key flag wrong for the position in its level");
+      if (has_low) {
+        Status st = keys_.CheckSlot(p->low_key);
+        if (!st.ok()) return Corrupt("node", off, "F2", std::string(st.message()));
+      }
+      if (p->next != 0 && has_low && keys_.CompareSlots(p->low_key, P(p->next)->low_key) >= 0)
+        return Corrupt("node", off, "F2", "next's low key not above this node's");
+      if (i > 0 && l + 1 < levels.size() && !indexed.count(off))
+        return Corrupt("node", off, "F5", "not a child of any node of the level above");
+      auto in_range = [&](uint64_t slot) {
+        return (!has_low || keys_.CompareSlots(slot, p->low_key) >= 0) &&
+               (p->next == 0 || keys_.CompareSlots(slot, P(p->next)->low_key) < 0);
+      };
+      if (l > 0) {
+        PMTREE_RETURN_IF_ERROR(CheckInner(off, &bytes));
+        for (uint64_t r = 0; r < I(off)->count; r++)
+          if (!in_range(I(off)->records[r].key)) return Corrupt("inner node", off, "F3", "record key outside the node's range");
+        continue;
+      }
+      PMTREE_RETURN_IF_ERROR(leaf_.Check(off));
+      if (has_low) bytes += keys_.SlotBytes(p->low_key);
+      Status bad = Status::Ok();
+      leaf_.ForEach(off, [&](uint64_t slot, uint64_t) {
+        if (!bad.ok()) return;
+        Status st = keys_.CheckSlot(slot);
+        if (!st.ok()) bad = Corrupt("leaf", off, "F3", std::string(st.message()));
+        else if (!in_range(slot)) bad = Corrupt("leaf", off, "F3", "key outside the leaf's range");
+        bytes += keys_.SlotBytes(slot);
+      });
+      PMTREE_RETURN_IF_ERROR(bad);
+    }
+  }
+  if (bytes != pool_->allocator().bytes_in_use())
+    return Corrupt("pool", 0, "F6",
+                   "bytes reached " + std::to_string(bytes) + " != allocator bytes in use " +
+                       std::to_string(pool_->allocator().bytes_in_use()));
+  return Status::Ok();
+}
+
+template <class Keys, class L>
+TreeStats BlinkFrame<Keys, L>::Stats() {
+  auto guard = pool_->epochs().Protect();
+  TreeStats st;
+  std::vector<std::vector<uint64_t>> levels;
+  if (!CollectLevels(&levels).ok()) return st;
+  st.pm_bytes = sizeof(Meta);
+  for (size_t l = 0; l < levels.size(); l++) {
+    st.pm_bytes += levels[l].size() * node_size_;
+    if (l > 0) {
+      st.inner_nodes += levels[l].size();
+      continue;
+    }
+    st.leaf_nodes = levels[0].size();
+    for (uint64_t off : levels[0]) {
+      if (P(off)->flags & kHasLowKey) st.pm_bytes += keys_.SlotBytes(P(off)->low_key);
+      leaf_.ForEach(off, [&](uint64_t slot, uint64_t) {
+        st.entries++;
+        st.pm_bytes += keys_.SlotBytes(slot);
+      });
+    }
+  }
+  st.height = (st.entries == 0 && levels.size() == 1) ? 0 : static_cast<uint32_t>(levels.size());
+  st.leaf_fill = st.leaf_nodes == 0 ? 0 : static_cast<double>(st.entries) / (st.leaf_nodes * leaf_.capacity());
+  st.dram_bytes = sizeof(*this) + LeafLockTable::kStripes * 64 + 4096 * 64;
+  st.extra.emplace_back("leaf_capacity", leaf_.capacity());
+  st.extra.emplace_back("inner_capacity", inner_cap_);
+  st.extra.emplace_back("leaf_splits", static_cast<double>(leaf_splits_.load()));
+  st.extra.emplace_back("inner_splits", static_cast<double>(inner_splits_.load()));
+  st.extra.emplace_back("root_splits", static_cast<double>(root_splits_.load()));
+  // What the last recovery repaired (0 after a clean restart, which repairs nothing).
+  st.extra.emplace_back("recovered_after_crash", report_.crashed ? 1 : 0);
+  st.extra.emplace_back("leaf_logs_replayed", static_cast<double>(report_.leaf_logs_replayed));
+  st.extra.emplace_back("duplicates_removed", static_cast<double>(report_.duplicates_removed));
+  st.extra.emplace_back("truncations_finished", static_cast<double>(report_.truncations));
+  st.extra.emplace_back("leaves_repaired", static_cast<double>(report_.leaves_repaired));
+  st.extra.emplace_back("separators_inserted", static_cast<double>(report_.separators_inserted));
+  leaf_.AddStats(&st);
+  return st;
+}
+
+}  // namespace pmtree::wotree
+
+#endif  // PMTREE_TREES_WOTREE_BLINK_FRAME_IMPL_H_
