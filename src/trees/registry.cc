@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/cdds/cdds.h"
 #include "trees/fastfair/fastfair.h"
 #include "trees/fptree/fptree.h"
 #include "trees/lbtree/lbtree.h"
@@ -58,6 +59,10 @@ const std::vector<TreeFactory>& Table() {
        nvtree::kDefaultNodeSize,
        nvtree::kNodeSizeRule, &nvtree::CreateU64, &nvtree::RecoverU64, &nvtree::CreateBytes,
        &nvtree::RecoverBytes},
+      {"cdds", "CDDS B-Tree: versioned entries [start,end), copy-on-write splits, forward-GC recovery, snapshots",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder,
+       cdds::kDefaultNodeSize, "512, 1024, 2048, 4096", &CreateCddsTree, &RecoverCddsTree, &CreateCddsTreeBytes,
+       &RecoverCddsTreeBytes},
   };
   return kTrees;
 }
