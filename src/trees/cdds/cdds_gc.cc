@@ -86,12 +86,22 @@ void CddsTree<Keys>::RewriteEntries(uint64_t off, const std::vector<NodeEntry>& 
 }
 
 // Algorithm 6 on one node: drops entries created after cv (and copies in
-// progress, start = kInvalidVersion), revives entries ended after cv, and
-// drops exact duplicates left by an interrupted shift (§4.4.5).
+// progress, start = kInvalidVersion) and revives entries ended after cv.  An
+// interrupted shift or compaction (C3) leaves the node as a sorted prefix of
+// its new content followed by the rest of its old content; keeping only
+// entries strictly above the last kept (key, start) drops the duplicates and
+// the stale entries there (§4.4.5).  Such debris always shows as an exact
+// duplicate or a start > cv, so clean nodes -- including dead ones whose
+// moved entries may name freed key blobs (C6) -- are never compared by key.
 template <class Keys>
 Status CddsTree<Keys>::RecoverNode(uint64_t off, uint64_t cv) {
   const NodeEntry* es = entries(off);
   const uint32_t n = count(off);
+  bool debris = false;
+  for (uint32_t i = 0; i < n && !debris; i++) {
+    debris = es[i].start > cv;
+    for (uint32_t j = 0; j < i && !debris; j++) debris = es[j].key == es[i].key && es[j].start == es[i].start;
+  }
   std::vector<NodeEntry> keep;
   std::vector<uint32_t> from;
   bool change = false;
@@ -102,12 +112,13 @@ Status CddsTree<Keys>::RecoverNode(uint64_t off, uint64_t cv) {
       change = true;
       continue;
     }
-    bool dup = false;
-    for (const NodeEntry& k : keep) dup = dup || (k.key == e.key && k.start == e.start);
-    if (dup) {
-      counts_.recovery_duplicates_removed++;
-      change = true;
-      continue;
+    if (debris && !keep.empty()) {
+      const int c = keys_.CompareSlots(keep.back().key, e.key);
+      if (c > 0 || (c == 0 && keep.back().start >= e.start)) {
+        counts_.recovery_duplicates_removed++;
+        change = true;
+        continue;
+      }
     }
     if (e.end != 0 && EndVersion(e.end) > cv) {
       e.end = 0;
