@@ -621,7 +621,6 @@ bool CddsTree<Keys>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
   Touch(op, off);
   VersionLock& lk = locks_.For(off);
   lk.lock();
-  uint32_t lo = pos, hi = pos;  // slots written
   uint32_t target = pos;
   if (reuse < 0) {
     if (pos < n) {
@@ -636,7 +635,6 @@ bool CddsTree<Keys>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
         CopyEntry(&es[i], es[i - 1]);
       }
       if (pos + 1 < n) PersistEntryIfOtherLine(&es[pos + 1], &es[pos]);
-      hi = n;
     }
     counts_.free_slot_inserts++;
   } else {
@@ -648,7 +646,6 @@ bool CddsTree<Keys>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
         CopyEntry(&es[i], es[i - 1]);
       }
       if (pos < r) PersistEntryIfOtherLine(&es[pos + 1], &es[pos]);
-      hi = r;
     } else {
       for (uint32_t i = r; i + 1 < pos; i++) {
         if (i != r) PersistEntryIfOtherLine(&es[i - 1], &es[i]);
@@ -656,8 +653,6 @@ bool CddsTree<Keys>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
       }
       target = pos - 1;
       if (target > r) PersistEntryIfOtherLine(&es[target - 1], &es[target]);
-      lo = r;
-      hi = target;
     }
     counts_.dead_entry_reuses++;
   }
@@ -675,9 +670,10 @@ bool CddsTree<Keys>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
     // Start the write-back of num_entries; the commit fence completes it.
     pool_->Flush(&h->num_entries, sizeof(uint64_t));
   } else {
-    // Start the write-back of the shifted range and the new entry; the
-    // commit fence completes it (C1).
-    pool_->Flush(&es[lo], (hi - lo + 1) * sizeof(NodeEntry));
+    // Every line the shift crossed is already persistent; start the
+    // write-back of the last one, which holds the new entry.  The commit
+    // fence completes it (C1).
+    pool_->Flush(d, sizeof(NodeEntry));
   }
   lk.unlock();
   return true;
@@ -807,11 +803,11 @@ Status CddsTree<Keys>::ReplaceNodes(Op* op, const Path& path, size_t depth, std:
     // pointer names them.
     pool_->Fence();
     op->root_changed = true;
+    // No flush of its own: the root pointer shares the meta line with
+    // current_version, whose persist in Commit writes both back.  A crash
+    // before the commit finds the old-root entry live again and the new
+    // entries gone (Alg. 6), and recovery promotes the old root.
     pool_->Store64(&meta()->root, r);
-    // Start the write-back of the root pointer; the commit fence completes
-    // it.  A crash before the commit finds the old-root entry live again and
-    // the new entries gone (Alg. 6), and recovery promotes the old root.
-    pool_->Flush(&meta()->root, sizeof(uint64_t));
     counts_.root_splits++;
     *parent_replaced = true;
     return Status::Ok();

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "crash/explorer.h"
+#include "pmtree/counters.h"
 #include "pmtree/registry.h"
 #include "trees/cdds/cdds.h"
 #include "trees/cdds/layout.h"
@@ -383,6 +385,51 @@ TEST(CddsTreeTest, AFullPoolAbortsTheOperationAndKeepsTheTreeConsistent) {
   EXPECT_GT(Extra(t.Stats(), "aborted_operations"), 0);
   ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
   ExpectAt(t, t.current_version(), m);
+}
+
+// Exact persistence cost per operation on the counting hardware backend (no
+// GC steps): the commit is one fence before and one persist of the version.
+TEST(CddsTreeTest, FlushBudgetsPerOperation) {
+  PoolOptions po;
+  po.use_env = false;
+  po.counting = true;
+  auto p = Pool::CreateAnonymous(16ull << 20, "cdds", 0, po);
+  ASSERT_TRUE(p.ok());
+  TreeOptions o;
+  o.extra["gc_every"] = "0";
+  auto t = CddsTree<U64Keys>::Create(p->get(), o);
+  ASSERT_TRUE(t.ok());
+  auto cost = [&](auto&& op) {
+    counters::BeginOperation();
+    PersistCounters before = counters::ThisThread();
+    op();
+    return counters::ThisThread() - before;
+  };
+  for (uint64_t k = 10; k <= 100; k += 10) ASSERT_TRUE(*(*t)->Insert(k, k));
+  struct Case {
+    const char* what;
+    std::function<void()> op;
+    uint64_t flushes, fences;
+  };
+  // 10 entries in slots 0..9; entry i lives in cache line (i + 1) / 2.
+  const Case cases[] = {
+      // entry + num_entries, then the commit
+      {"append", [&] { (void)*(*t)->Insert(110, 1); }, 3, 3},
+      // 11 entries: the new last slot and num_entries persisted, one persist
+      // per line the shift crosses (5), the new entry's line, the commit
+      {"insert at slot 0", [&] { (void)*(*t)->Insert(5, 1); }, 9, 9},
+      // the end version, then the commit
+      {"remove", [&] { (void)*(*t)->Remove(50); }, 2, 2},
+      // the old entry's end, the new version appended, the commit
+      {"update", [&] { (void)*(*t)->Update(110, 2); }, 4, 3},
+      {"lookup", [&] { uint64_t v; (void)(*t)->Lookup(20, &v); }, 0, 0},
+  };
+  for (const Case& c : cases) {
+    PersistCounters pc = cost(c.op);
+    EXPECT_EQ(pc.flushes, c.flushes) << c.what;
+    EXPECT_EQ(pc.fences, c.fences) << c.what;
+  }
+  ASSERT_TRUE((*t)->Verify().ok());
 }
 
 // ---- crash explorer ------------------------------------------------------------------

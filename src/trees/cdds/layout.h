@@ -49,6 +49,8 @@ static_assert(offsetof(CddsMeta, root) == 24);
 static_assert(offsetof(CddsMeta, current_version) == 32);
 static_assert(offsetof(CddsMeta, root) % 8 == 0 && offsetof(CddsMeta, current_version) % 8 == 0,
               "root and current_version are written with one atomic 8-byte store each");
+static_assert(offsetof(CddsMeta, root) / 64 == offsetof(CddsMeta, current_version) / 64,
+              "a root split's pointer store is written back by the commit's persist of the same line");
 
 inline constexpr uint64_t kMetaMagic = 0x3145525453444443ull;  // "CDDSTRE1" little-endian
 inline constexpr uint32_t kLayoutVersion = 1;
