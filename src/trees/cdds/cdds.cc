@@ -57,6 +57,9 @@ using cdds::VisibleAt;
 
 namespace {
 
+// A reader slot being claimed, before its version is announced.
+constexpr uint64_t kClaiming = ~0ull;
+
 bool ValidNodeSize(uint32_t n) { return n == 512 || n == 1024 || n == 2048 || n == 4096; }
 
 Status ParseOptions(const TreeOptions& o, uint32_t* gc_every) {
@@ -205,7 +208,7 @@ class CddsTree<Keys>::ReaderPin {
       for (int i = 0; i < kReaderSlots; i++) {
         auto& s = t_->readers_[(hint + i) % kReaderSlots].version;
         uint64_t idle = 0;
-        if (s.load(std::memory_order_relaxed) == 0 && s.compare_exchange_strong(idle, 1)) {
+        if (s.load(std::memory_order_relaxed) == 0 && s.compare_exchange_strong(idle, kClaiming)) {
           slot_ = &s;
           hint = (hint + i) % kReaderSlots;
           break;
@@ -279,9 +282,9 @@ uint64_t CddsTree<Keys>::oldest_retained_version() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int i = 0; i < kReaderSlots; i++) {
     uint64_t v = readers_[i].version.load(std::memory_order_seq_cst);
-    if (v > 1) oldest = std::min(oldest, v);
-    // v == 1: a reader is claiming the slot and announces a version that is
-    // current at or after this point; the recheck in ReaderPin covers it.
+    // kClaiming: the reader will announce a version that is current at or
+    // after this point; the recheck in ReaderPin covers it.
+    if (v != 0 && v != kClaiming) oldest = std::min(oldest, v);
   }
   return oldest;
 }

@@ -434,18 +434,84 @@ TEST(CddsTreeTest, FlushBudgetsPerOperation) {
 
 // ---- crash explorer ------------------------------------------------------------------
 
-crash::ExploreReport Explore(crash::Workload w, crash::Mode mode, uint32_t depth, uint64_t ops = 300) {
+// The explorer drives u64 trees; this adapter runs CddsTree<BytesKeys>
+// under it, each key an 8-byte big-endian string (order-preserving), so the
+// key-blob ownership rules (C6) -- shared blobs, frees on reclamation -- are
+// crash-tested too.
+class BytesAsU64 final : public Tree {
+ public:
+  explicit BytesAsU64(std::unique_ptr<CddsTree<BytesKeys>> t) : t_(std::move(t)) {}
+  static std::string Enc(uint64_t k) {
+    std::string s(8, '\0');
+    for (int i = 0; i < 8; i++) s[i] = static_cast<char>(k >> (56 - 8 * i));
+    return s;
+  }
+  static uint64_t Dec(const std::string& s) {
+    uint64_t k = 0;
+    for (char c : s) k = k << 8 | static_cast<unsigned char>(c);
+    return k;
+  }
+  std::string_view name() const override { return "cdds"; }
+  uint32_t capabilities() const override { return t_->capabilities(); }
+  bool Lookup(uint64_t k, uint64_t* v) override { return t_->Lookup(Enc(k), v); }
+  Result<bool> Insert(uint64_t k, uint64_t v) override { return t_->Insert(Enc(k), v); }
+  Result<bool> Update(uint64_t k, uint64_t v) override { return t_->Update(Enc(k), v); }
+  Result<bool> Upsert(uint64_t k, uint64_t v) override { return t_->Upsert(Enc(k), v); }
+  Result<bool> Remove(uint64_t k) override { return t_->Remove(Enc(k)); }
+  size_t Scan(uint64_t start, const uint64_t* end, std::span<Entry> out) override {
+    std::vector<BytesTree::Entry> tmp(out.size());
+    std::string s = Enc(start), e = end ? Enc(*end) : std::string();
+    std::string_view ev = e;
+    size_t n = t_->Scan(s, end ? &ev : nullptr, std::span(tmp));
+    for (size_t i = 0; i < n; i++) out[i] = Entry(Dec(tmp[i].first), tmp[i].second);
+    return n;
+  }
+  Status Verify() override { return t_->Verify(); }
+  TreeStats Stats() override { return t_->Stats(); }
+  Status Close() override { return t_->Close(); }
+
+  static Result<std::unique_ptr<Tree>> Create(Pool* pool, const TreeOptions& o) {
+    PMTREE_ASSIGN_OR_RETURN(auto t, CddsTree<BytesKeys>::Create(pool, o));
+    return std::unique_ptr<Tree>(new BytesAsU64(std::move(t)));
+  }
+  static Result<std::unique_ptr<Tree>> Recover(Pool* pool, const TreeOptions& o) {
+    PMTREE_ASSIGN_OR_RETURN(auto t, CddsTree<BytesKeys>::Recover(pool, o));
+    return std::unique_ptr<Tree>(new BytesAsU64(std::move(t)));
+  }
+
+ private:
+  std::unique_ptr<CddsTree<BytesKeys>> t_;
+};
+
+const TreeFactory& BytesFactory() {
+  static const TreeFactory f = [] {
+    TreeFactory x = *FindTree("cdds");
+    x.create = &BytesAsU64::Create;
+    x.recover = &BytesAsU64::Recover;
+    x.create_bytes = nullptr;
+    x.recover_bytes = nullptr;
+    return x;
+  }();
+  return f;
+}
+
+crash::ExploreReport Explore(const TreeFactory& f, crash::Workload w, crash::Mode mode, uint32_t depth,
+                             uint64_t ops = 300) {
   crash::ExploreOptions o;
   o.workload = w;
   o.mode = mode;
   o.depth = depth;
   o.ops = ops;
   o.seed = 1;
-  auto r = crash::Explore(*FindTree("cdds"), o);
+  auto r = crash::Explore(f, o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return {};
   for (const auto& tk : r->tickets) ADD_FAILURE() << tk.ToString();
   return *r;
+}
+
+crash::ExploreReport Explore(crash::Workload w, crash::Mode mode, uint32_t depth, uint64_t ops = 300) {
+  return Explore(*FindTree("cdds"), w, mode, depth, ops);
 }
 
 #if !defined(PMTREE_CDDS_LONG_TESTS)
@@ -475,6 +541,13 @@ TEST(CddsCrashTest, SmallWorkloadHasNoViolationsAndCoversEverySite) {
   }
 }
 
+TEST(CddsCrashTest, ByteStringKeysHaveNoViolations) {
+  crash::ExploreReport r = Explore(BytesFactory(), crash::Workload::kSmall, crash::Mode::kAdr, 1);
+  EXPECT_EQ(r.violations, 0u);
+  crash::ExploreReport q = Explore(BytesFactory(), crash::Workload::kRandom, crash::Mode::kAdr, 3, 120);
+  EXPECT_EQ(q.violations, 0u);
+}
+
 TEST(CddsCrashTest, RandomWorkloadHasNoViolations) {
   crash::ExploreReport r = Explore(crash::Workload::kRandom, crash::Mode::kAdr, 3, 120);
   EXPECT_EQ(r.violations, 0u);
@@ -488,6 +561,39 @@ TEST(CddsCrashLongTest, SmallWorkloadsOfThreeOperationsHaveNoViolations) {
     EXPECT_EQ(r.violations, 0u);
     EXPECT_EQ(r.sites_covered, r.sites_total);
   }
+}
+
+TEST(CddsCrashLongTest, ByteStringKeysOfThreeOperationsHaveNoViolations) {
+  crash::ExploreReport r = Explore(BytesFactory(), crash::Workload::kSmall, crash::Mode::kAdr, 3);
+  EXPECT_EQ(r.violations, 0u);
+  crash::ExploreReport q = Explore(BytesFactory(), crash::Workload::kRandom, crash::Mode::kAdr, 3, 1000);
+  EXPECT_EQ(q.violations, 0u);
+}
+
+// Every flush/fence site dropped in turn, with u64 and with byte-string keys
+// (some sites guard only key blobs): each mutant must be caught by one of
+// the two, or be redundant in both.
+TEST(CddsCrashLongTest, MutantsAreCaughtWithU64OrByteStringKeys) {
+  crash::ExploreOptions o;
+  o.depth = 2;
+  auto u = crash::Mutate(*FindTree("cdds"), o);
+  auto b = crash::Mutate(BytesFactory(), o);
+  ASSERT_TRUE(u.ok() && b.ok());
+  std::map<std::string, std::string> outcome;  // site@kind -> best outcome
+  auto rank = [](const std::string& s) { return s == "caught" ? 2 : s == "redundant" ? 1 : 0; };
+  for (const auto* rep : {&*u, &*b}) {
+    for (const auto& m : rep->list) {
+      std::string key = m.site + "@" + m.kind;
+      if (!outcome.count(key) || rank(m.outcome) > rank(outcome[key])) outcome[key] = m.outcome;
+    }
+  }
+  int caught = 0, survived = 0;
+  for (const auto& [site, out] : outcome) {
+    caught += out == "caught";
+    survived += out == "survived";
+    if (out == "survived") ADD_FAILURE() << "mutant survived both key kinds: " << site;
+  }
+  EXPECT_GE(caught, 0.95 * (caught + survived));
 }
 
 TEST(CddsCrashLongTest, RandomWorkloadsHaveNoViolations) {
