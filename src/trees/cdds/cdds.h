@@ -214,7 +214,6 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   Status Rebalance(Op* op, const Path& path, size_t depth);
   uint32_t LiveCount(uint64_t off) const;
   std::vector<cdds::NodeEntry> LiveEntries(uint64_t off, int skip = -1) const;
-  int KeyCompareSlots(uint64_t a, uint64_t b) const { return keys_.CompareSlots(a, b); }
 
   // GC (§4.4.4) and recovery (§4.4.5).
   using Released = std::vector<std::pair<cdds::NodeEntry, uint32_t>>;  // owner entries and their level
