@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "trees/cdds/cdds.h"
 #include "trees/circtree/circtree.h"
 #include "trees/fastfair/fastfair.h"
 #include "trees/fptree/fptree.h"
@@ -81,6 +82,10 @@ const std::vector<TreeFactory>& Table() {
        kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder, 1024,
        wotree::kNodeSizeRule, &sortedtree::Create<uint64_t>, &sortedtree::Recover<uint64_t>, &sortedtree::Create<std::string_view>,
        &sortedtree::Recover<std::string_view>},
+      {"cdds", "CDDS B-Tree: versioned entries [start,end), copy-on-write splits, forward-GC recovery, snapshots",
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder,
+       cdds::kDefaultNodeSize, "512, 1024, 2048, 4096", &CreateCddsTree, &RecoverCddsTree, &CreateCddsTreeBytes,
+       &RecoverCddsTreeBytes},
   };
   return kTrees;
 }
