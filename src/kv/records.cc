@@ -136,7 +136,7 @@ void Store::Impl::SealVersion(uint64_t off, VersionKind kind, uint64_t length, u
   if (fence) pool().Fence();
 }
 
-void Store::Impl::DropVersion(uint64_t off, const std::unordered_set<uint64_t>& keep, bool retire) {
+void Store::Impl::DropVersion(uint64_t off, std::unordered_set<uint64_t>* done, bool retire) {
   auto v = ReadVersion(off);
   if (!v.ok()) return;  // Verify reports it; never free what we cannot read
   auto release = [&](uint64_t o, uint64_t n) {
@@ -146,7 +146,7 @@ void Store::Impl::DropVersion(uint64_t off, const std::unordered_set<uint64_t>& 
       alloc().Free(o, n, BlockOwner::kStore);
   };
   for (uint64_t b : FieldBlocksOf(*v))
-    if (!keep.count(b)) release(b, FieldBlockBytes(b));
+    if (done->insert(b).second) release(b, FieldBlockBytes(b));
   release(off, v->bytes);
 }
 

@@ -183,10 +183,10 @@ static Status Recover(Store::Impl& s) {
     }
     std::unordered_set<uint64_t> keep;
     for (uint64_t b : s.FieldBlocksOf(hv)) keep.insert(b);
-    if (old_head != 0) s.DropVersion(old_head, keep, false);
+    if (old_head != 0) s.DropVersion(old_head, &keep, false);
     if (hv.kind == VersionKind::kTombstone) {
       PMTREE_RETURN_IF_ERROR(s.tree().Remove(key).status().Annotate("kv recovery: tombstone"));
-      s.DropVersion(head, {}, false);
+      s.DropVersion(head, &keep, false);
     }
   }
   return Status::Ok();

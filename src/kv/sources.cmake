@@ -11,7 +11,8 @@ target_include_directories(pmtree_kv PUBLIC include PRIVATE src)
 target_link_libraries(pmtree_kv PUBLIC pmtree_trees)
 
 pmtree_test(kv_test
-  src/kv/kv_test.cc)
+  src/kv/kv_test.cc
+  src/kv/kv_conformance_test.cc)
 if(BUILD_TESTING)
   target_link_libraries(kv_test PRIVATE pmtree_kv)
 endif()

@@ -190,7 +190,7 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
       auto blocks = FieldBlocksOf(*hv);
       keep.insert(blocks.begin(), blocks.end());
     }
-    DropVersion(*off, keep, false);
+    DropVersion(*off, &keep, false);
     Publish(ts);
     return r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
   }
@@ -221,7 +221,8 @@ Status Store::Impl::CollectKey(std::string_view key, uint64_t horizon) {
     // durable when it returns; only then are the versions retired (K4).
     PMTREE_ASSIGN_OR_RETURN(bool removed, tree().Remove(key));
     if (!removed) return Status::Internal("kv: a locked key vanished from the tree");
-    for (const VersionView& v : chain) DropVersion(v.off, {}, true);
+    std::unordered_set<uint64_t> done;
+    for (const VersionView& v : chain) DropVersion(v.off, &done, true);
   } else if (keep_to < chain.size() && keep_to + 1 < chain.size()) {
     VersionView& v = chain[keep_to];
     auto* h = pool().At<VersionHeader>(v.off);
@@ -232,7 +233,7 @@ Status Store::Impl::CollectKey(std::string_view key, uint64_t horizon) {
     std::unordered_set<uint64_t> keep;
     for (size_t i = 0; i <= keep_to; i++)
       for (uint64_t b : FieldBlocksOf(chain[i])) keep.insert(b);
-    for (size_t i = keep_to + 1; i < chain.size(); i++) DropVersion(chain[i].off, keep, true);
+    for (size_t i = keep_to + 1; i < chain.size(); i++) DropVersion(chain[i].off, &keep, true);
     pending = keep_to > 0;
   } else {
     pending = chain.size() > 1;

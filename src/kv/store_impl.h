@@ -91,8 +91,10 @@ class Store::Impl {
   // persists the version (K1, K2).
   // With fence = false the caller's next fence completes the persist.
   void SealVersion(uint64_t off, VersionKind kind, uint64_t length, uint64_t ts, uint64_t prev, bool fence = true);
-  // Frees (or retires) a version and the field blocks not in `keep` (K8).
-  void DropVersion(uint64_t off, const std::unordered_set<uint64_t>& keep, bool retire);
+  // Frees (or retires) a version and its field blocks not in *done, adding
+  // those to *done: dropping several versions of one key that share blocks
+  // releases each block once (K8).
+  void DropVersion(uint64_t off, std::unordered_set<uint64_t>* done, bool retire);
   std::vector<uint64_t> FieldBlocksOf(const VersionView& v) const;
   uint64_t FieldBlockBytes(uint64_t block) const;
   Status ReadValue(const VersionView& v, std::string* out) const;

@@ -76,7 +76,8 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
 
   std::vector<PendingWrite> pw;
   auto undo = [&] {
-    for (const PendingWrite& w : pw) DropVersion(w.version, {}, false);  // plain values share no blocks
+    std::unordered_set<uint64_t> none;  // plain values and tombstones have no field blocks
+    for (const PendingWrite& w : pw) DropVersion(w.version, &none, false);
   };
   uint64_t log_bytes = sizeof(CommitLogHeader);
   for (const auto& [key, value] : writes) {
