@@ -189,6 +189,8 @@ struct StoreStats {
   uint64_t commit_timestamp = 0;  // newest commit timestamp
   uint64_t commits = 0;           // transactions and batches committed since open
   uint64_t conflicts = 0;         // commits refused by first-committer-wins
+  uint64_t redone_commits = 0;    // committed logs the last open redid (a crash hit their apply)
+  bool recovered = false;         // the last open walked the records (the pool was not closed cleanly)
 };
 
 class Store {

@@ -153,6 +153,8 @@ static Status Recover(Store::Impl& s) {
     }
   }
   PMTREE_RETURN_IF_ERROR(st.Annotate("kv recovery"));
+  s.recovered_ = walk;
+  s.redone_commits_ = logs.size();
   for (const LogInfo& li : logs) max_ts = std::max(max_ts, li.ts);
   s.next_ts_.store(max_ts);
   s.visible_ts_.store(max_ts);
@@ -333,6 +335,8 @@ StoreStats Store::Impl::Stats() {
   st.commit_timestamp = visible_ts_.load();
   st.commits = commits_.load();
   st.conflicts = conflicts_.load();
+  st.redone_commits = redone_commits_;
+  st.recovered = recovered_;
   return st;
 }
 

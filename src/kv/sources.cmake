@@ -12,7 +12,11 @@ target_link_libraries(pmtree_kv PUBLIC pmtree_trees)
 
 pmtree_test(kv_test
   src/kv/kv_test.cc
-  src/kv/kv_conformance_test.cc)
+  src/kv/kv_conformance_test.cc
+  src/kv/kv_crash_test.cc)
 if(BUILD_TESTING)
   target_link_libraries(kv_test PRIVATE pmtree_kv)
+  # 200 kills per engine (the default run does 20).
+  add_test(NAME kv_crash_long COMMAND kv_test --gtest_filter=AllEngines/KvCrashTest.*)
+  set_tests_properties(kv_crash_long PROPERTIES ENVIRONMENT PMTREE_KV_KILLS=200 LABELS long TIMEOUT 1800)
 endif()

@@ -159,6 +159,8 @@ class Store::Impl {
   std::atomic<uint64_t> commits_{0};
   std::atomic<uint64_t> conflicts_{0};
   bool closed_ = false;
+  uint64_t redone_commits_ = 0;
+  bool recovered_ = false;
 
   Status Failed();
   void SetFailed(Status s);
