@@ -15,7 +15,7 @@ case "${1:-}" in
     # Only the test binaries that hold concurrent tests are built: a full
     # TSan build would double CI time for nothing it checks.
     export PMTREE_SANITIZE=thread PMTREE_BUILD_DIR=${PMTREE_TSAN_BUILD_DIR:-build-tsan}
-    targets="conformance_test pm_test bench_test"
+    targets="conformance_test pm_test bench_test kv_test"
     for d in src/trees/*/; do
       t=$(basename "$d")_test
       grep -qs "pmtree_test($t " "$d/sources.cmake" && targets+=" $t"

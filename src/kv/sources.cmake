@@ -13,7 +13,8 @@ target_link_libraries(pmtree_kv PUBLIC pmtree_trees)
 pmtree_test(kv_test
   src/kv/kv_test.cc
   src/kv/kv_conformance_test.cc
-  src/kv/kv_crash_test.cc)
+  src/kv/kv_crash_test.cc
+  src/kv/kv_concurrent_test.cc)
 if(BUILD_TESTING)
   target_link_libraries(kv_test PRIVATE pmtree_kv)
   # 200 kills per engine (the default run does 20).

@@ -74,25 +74,16 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
   stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
   StripeLocks locks(*this, stripes);
 
+  // Heads and conflicts first, so a refused commit allocates nothing.
   std::vector<PendingWrite> pw;
-  auto undo = [&] {
-    std::unordered_set<uint64_t> none;  // plain values and tombstones have no field blocks
-    for (const PendingWrite& w : pw) DropVersion(w.version, &none, false);
-  };
   uint64_t log_bytes = sizeof(CommitLogHeader);
   for (const auto& [key, value] : writes) {
     uint64_t head = 0;
     std::optional<VersionView> hv;
     if (tree().Lookup(key, &head)) {
-      auto r = ReadVersion(head);
-      if (!r.ok()) {
-        undo();
-        return r.status();
-      }
-      hv = *r;
+      PMTREE_ASSIGN_OR_RETURN(hv, ReadVersion(head));
     }
     if (snap != nullptr && hv && hv->ts > snap->timestamp()) {
-      undo();
       conflicts_.fetch_add(1);
       return Status::Busy("kv: write-write conflict on key '" + std::string(key) + "': committed at ts " +
                           std::to_string(hv->ts) + ", after this transaction's snapshot at ts " +
@@ -105,16 +96,24 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
     w.old_head = hv ? head : 0;
     w.kind = value->has_value() ? VersionKind::kValue : VersionKind::kTombstone;
     w.length = value->has_value() ? (*value)->size() : 0;
-    auto off = value->has_value() ? NewValueVersion(**value) : NewTombstone();
+    pw.push_back(std::move(w));
+    log_bytes += sizeof(CommitEntry) + Pad8(key.size());
+  }
+  if (pw.empty()) return Status::Ok();
+  // Versions not yet sealed have no header to read: free them by size.
+  auto undo = [&] {
+    for (const PendingWrite& w : pw)
+      if (w.version != 0) alloc().Free(w.version, sizeof(VersionHeader) + w.length, BlockOwner::kStore);
+  };
+  for (PendingWrite& w : pw) {
+    auto off = w.kind == VersionKind::kValue ? NewValueVersion(**writes.find(w.key)->second)
+                                             : NewTombstone();
     if (!off.ok()) {
       undo();
       return off.status();
     }
     w.version = *off;
-    pw.push_back(std::move(w));
-    log_bytes += sizeof(CommitEntry) + Pad8(key.size());
   }
-  if (pw.empty()) return Status::Ok();
   auto log = alloc().Allocate(log_bytes, kAllocGranule, BlockOwner::kStore);
   if (!log.ok()) {
     undo();
