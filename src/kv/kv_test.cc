@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 
 #include "kv/kv_test_util.h"
@@ -158,6 +159,50 @@ TEST(KvStoreTest, PutCostsTheRecordLinesPlusTheTreeUpdate) {
   EXPECT_GE(cost.lines, 17u) << cost.ToString();
   EXPECT_LE(cost.lines, 20u) << cost.ToString();
   EXPECT_LE(cost.fences, 4u) << cost.ToString();
+}
+
+// Per-operation costs on every engine, from the pool's counters (printed
+// for docs/kv.md).  Deterministic, so the bounds are exact properties: a
+// value record costs its own lines; a field update costs about one field.
+TEST(KvCostTest, PerOperationFlushesAndLinesFollowTheRecordSize) {
+  std::printf("%-9s %-26s %8s %8s %8s %8s\n", "engine", "operation", "flushes", "fences", "lines", "bytes");
+  for (const TreeFactory& f : Registry()) {
+    if (!f.persistent() || f.test_only() || f.create_bytes == nullptr) continue;
+    auto s = OpenAnonymous(std::string(f.name));
+    ASSERT_NE(s, nullptr);
+    FieldMap rec;
+    for (int i = 0; i < 10; i++) rec["field" + std::to_string(i)] = Bytes(100, i);
+    for (int i = 0; i < 200; i++) {
+      ASSERT_TRUE(s->Put(Key(i), Bytes(1000, i)).ok());
+      ASSERT_TRUE(s->PutFields("user" + std::to_string(i), rec).ok());
+    }
+    auto measure = [&](const char* what, auto&& op) {
+      counters::BeginOperation();
+      PersistCounters before = counters::ThisThread();
+      op();
+      PersistCounters c = counters::ThisThread() - before;
+      std::printf("%-9s %-26s %8llu %8llu %8llu %8llu\n", std::string(f.name).c_str(), what,
+                  static_cast<unsigned long long>(c.flushes), static_cast<unsigned long long>(c.fences),
+                  static_cast<unsigned long long>(c.lines), static_cast<unsigned long long>(c.bytes));
+      return c;
+    };
+    PersistCounters small = measure("put 100 B (replace)", [&] { ASSERT_TRUE(s->Put(Key(7), Bytes(100, 1)).ok()); });
+    PersistCounters kb = measure("put 1 KB (replace)", [&] { ASSERT_TRUE(s->Put(Key(8), Bytes(1000, 2)).ok()); });
+    PersistCounters fresh = measure("put 1 KB (new key)", [&] { ASSERT_TRUE(s->Put("new", Bytes(1000, 3)).ok()); });
+    PersistCounters whole = measure("put fields 10x100 B", [&] { ASSERT_TRUE(s->PutFields("user9", rec).ok()); });
+    PersistCounters field =
+        measure("update 1 field of 100 B", [&] { ASSERT_TRUE(*s->UpdateFields("user5", {{"field3", Bytes(100, 9)}})); });
+    measure("delete", [&] { ASSERT_TRUE(*s->Delete(Key(9))); });
+    WriteBatch b;
+    for (int i = 20; i < 24; i++) b.Put(Key(i), Bytes(100, i));
+    measure("batch of 4 x 100 B", [&] { ASSERT_TRUE(s->Write(b).ok()); });
+    // The record's own lines are a floor; the field update stays near one field.
+    EXPECT_GE(kb.lines, 17u);
+    EXPECT_GE(fresh.lines, 17u);
+    EXPECT_LT(small.lines, kb.lines);
+    EXPECT_LT(field.lines + 8, whole.lines) << f.name;
+    ASSERT_TRUE(s->Verify().ok()) << f.name;
+  }
 }
 
 TEST(KvStoreTest, SnapshotSeesItsPastWhileWritersGoOn) {
