@@ -14,9 +14,13 @@ pmtree_test(kv_test
   src/kv/kv_test.cc
   src/kv/kv_conformance_test.cc
   src/kv/kv_crash_test.cc
-  src/kv/kv_concurrent_test.cc)
+  src/kv/kv_concurrent_test.cc
+  src/kv/kv_example_test.cc)
 if(BUILD_TESTING)
   target_link_libraries(kv_test PRIVATE pmtree_kv)
+  target_compile_definitions(kv_test PRIVATE
+    PMTREE_KV_EXAMPLE_SOURCE="${CMAKE_SOURCE_DIR}/src/kv/kv_example_test.cc"
+    PMTREE_KV_DOC="${CMAKE_SOURCE_DIR}/docs/kv.md")
   # 200 kills per engine (the default run does 20).
   add_test(NAME kv_crash_long COMMAND kv_test --gtest_filter=AllEngines/KvCrashTest.*)
   set_tests_properties(kv_crash_long PROPERTIES ENVIRONMENT PMTREE_KV_KILLS=200 LABELS long TIMEOUT 1800)
