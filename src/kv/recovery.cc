@@ -90,77 +90,60 @@ static Status MarkVersion(Store::Impl& s, uint64_t off, std::unordered_set<uint6
   return Status::Ok();
 }
 
-static Status Recover(Store::Impl& s) {
-  Allocator& al = s.alloc();
-  const bool walk = al.rebuild_end_pending();
-  if (al.rebuilding() && !walk) {
-    al.ReleaseRebuild();
-    return Status::Internal("kv: the tree's recovery left the allocator rebuild unfinished");
-  }
-  std::vector<LogInfo> logs;
-  std::map<std::string, uint64_t, std::less<>> log_version;
+// What recovery found and will do.
+struct RecoveryPlan {
+  std::vector<LogInfo> logs;                                    // live commit logs
+  std::map<std::string, uint64_t, std::less<>> log_version;     // key -> version a log installs
+  // Keys to normalise -> the old head a redo replaces (0 = none to free).
+  std::map<std::string, uint64_t, std::less<>> fix;
+  uint64_t max_ts = 0;
+};
+
+static Status ReadLogs(Store::Impl& s, RecoveryPlan* plan) {
   for (int i = 0; i < kLogSlots; i++) {
     if (s.meta_->log_slot[i] == 0) continue;
-    auto li = ReadLog(s.pool(), i, s.meta_->log_slot[i]);
-    if (!li.ok()) {
-      al.ReleaseRebuild();
-      return li.status();
-    }
-    for (auto& [k, v] : li->entries) log_version[k] = v;
-    logs.push_back(std::move(li).value());
+    PMTREE_ASSIGN_OR_RETURN(LogInfo li, ReadLog(s.pool(), i, s.meta_->log_slot[i]));
+    for (auto& [k, v] : li.entries) plan->log_version[k] = v;
+    plan->max_ts = std::max(plan->max_ts, li.ts);
+    plan->logs.push_back(std::move(li));
   }
-  uint64_t max_ts = s.pool().clean_shutdown() ? s.meta_->clock : 0;
-  // Keys with a tombstone head or a prev pointer, and keys of live logs:
-  // key -> the old head that redo replaces (0 = none marked).
-  std::map<std::string, uint64_t, std::less<>> fix;
-  Status st;
-  if (walk) {
-    st = al.MarkUsed(s.pool().OffsetOf(s.meta_), sizeof(KvMeta), BlockOwner::kStore);
-    for (const LogInfo& li : logs)
-      if (st.ok()) st = al.MarkUsed(li.off, li.bytes, BlockOwner::kStore);
-    if (st.ok())
-      st = ForEachEntry(s.tree(), [&](const std::string& key, uint64_t head) -> Status {
-        std::unordered_set<uint64_t> marked;
-        PMTREE_RETURN_IF_ERROR(MarkVersion(s, head, &marked, &max_ts));
-        PMTREE_ASSIGN_OR_RETURN(VersionView hv, s.ReadVersion(head));
-        auto lv = log_version.find(key);
-        if (lv != log_version.end()) {
-          if (lv->second != head) {
-            PMTREE_RETURN_IF_ERROR(MarkVersion(s, lv->second, &marked, &max_ts));
-            fix[key] = head;
-          } else {
-            fix[key] = 0;
-          }
-          log_version.erase(lv);
-        } else if (hv.kind == VersionKind::kTombstone || hv.prev != 0) {
-          fix[key] = 0;
-        }
-        return Status::Ok();
-      });
-    // Keys a live log creates: not in the tree yet.
-    for (auto& [key, v] : log_version) {
-      std::unordered_set<uint64_t> marked;
-      if (st.ok()) st = MarkVersion(s, v, &marked, &max_ts);
-      fix[key] = 0;
-    }
-    al.ReleaseRebuild();
-  } else {
-    al.ReleaseRebuild();
-    st = al.SetStoreBytes(s.meta_->store_bytes);
-    for (auto& [key, v] : log_version) {
-      uint64_t head = 0;
-      fix[key] = s.tree().Lookup(key, &head) && head != v ? head : 0;
-    }
-  }
-  PMTREE_RETURN_IF_ERROR(st.Annotate("kv recovery"));
-  s.recovered_ = walk;
-  s.redone_commits_ = logs.size();
-  for (const LogInfo& li : logs) max_ts = std::max(max_ts, li.ts);
-  s.next_ts_.store(max_ts);
-  s.visible_ts_.store(max_ts);
+  return Status::Ok();
+}
 
-  // Redo committed logs (K3): idempotent upserts of the versions they name.
-  for (const LogInfo& li : logs) {
+// The store's half of the rebuild (allocator.h, "Owners"): reports every
+// block the store reaches (K7) and plans the fixes.
+static Status MarkReachable(Store::Impl& s, RecoveryPlan* plan) {
+  Allocator& al = s.alloc();
+  PMTREE_RETURN_IF_ERROR(al.MarkUsed(s.pool().OffsetOf(s.meta_), sizeof(KvMeta), BlockOwner::kStore));
+  for (const LogInfo& li : plan->logs) PMTREE_RETURN_IF_ERROR(al.MarkUsed(li.off, li.bytes, BlockOwner::kStore));
+  auto pending = plan->log_version;  // log keys not met in the tree yet
+  PMTREE_RETURN_IF_ERROR(ForEachEntry(s.tree(), [&](const std::string& key, uint64_t head) -> Status {
+    std::unordered_set<uint64_t> marked;
+    PMTREE_RETURN_IF_ERROR(MarkVersion(s, head, &marked, &plan->max_ts));
+    PMTREE_ASSIGN_OR_RETURN(VersionView hv, s.ReadVersion(head));
+    auto lv = pending.find(key);
+    if (lv != pending.end()) {
+      // A committed batch not yet applied to this key: its version (whose
+      // prev is this head) is reached through the log.
+      if (lv->second != head) PMTREE_RETURN_IF_ERROR(MarkVersion(s, lv->second, &marked, &plan->max_ts));
+      plan->fix[key] = lv->second != head ? head : 0;
+      pending.erase(lv);
+    } else if (hv.kind == VersionKind::kTombstone || hv.prev != 0) {
+      plan->fix[key] = 0;
+    }
+    return Status::Ok();
+  }));
+  for (auto& [key, v] : pending) {  // keys a live log creates
+    std::unordered_set<uint64_t> marked;
+    PMTREE_RETURN_IF_ERROR(MarkVersion(s, v, &marked, &plan->max_ts));
+    plan->fix[key] = 0;
+  }
+  return Status::Ok();
+}
+
+// Redo of committed logs (K3): idempotent upserts of the versions they name.
+static Status RedoLogs(Store::Impl& s, const RecoveryPlan& plan) {
+  for (const LogInfo& li : plan.logs) {
     for (const auto& [key, v] : li.entries) {
       uint64_t head = 0;
       if (s.tree().Lookup(key, &head) && head == v) continue;
@@ -172,8 +155,12 @@ static Status Recover(Store::Impl& s) {
     s.pool().Persist(&s.meta_->log_slot[li.slot], 8);
     s.alloc().Free(li.off, li.bytes, BlockOwner::kStore);
   }
-  // Normalise (K7): no snapshot exists, so each head is all a key needs.
-  for (const auto& [key, old_head] : fix) {
+  return Status::Ok();
+}
+
+// Normalise (K7): no snapshot exists, so each head is all a key needs.
+static Status Normalize(Store::Impl& s, const RecoveryPlan& plan) {
+  for (const auto& [key, old_head] : plan.fix) {
     uint64_t head = 0;
     if (!s.tree().Lookup(key, &head)) continue;
     PMTREE_ASSIGN_OR_RETURN(VersionView hv, s.ReadVersion(head));
@@ -192,6 +179,32 @@ static Status Recover(Store::Impl& s) {
     }
   }
   return Status::Ok();
+}
+
+static Status Recover(Store::Impl& s) {
+  Allocator& al = s.alloc();
+  const bool walk = al.rebuild_end_pending();  // the tree rebuilt the allocator: report ours too
+  RecoveryPlan plan;
+  Status st = al.rebuilding() && !walk ? Status::Internal("kv: the tree's recovery left the allocator rebuild unfinished")
+                                       : ReadLogs(s, &plan);
+  if (st.ok() && walk) st = MarkReachable(s, &plan);
+  al.ReleaseRebuild();
+  PMTREE_RETURN_IF_ERROR(st.Annotate("kv recovery"));
+  if (!walk) {
+    // Restored allocator state: declare the store's bytes; plan the logs.
+    PMTREE_RETURN_IF_ERROR(al.SetStoreBytes(s.meta_->store_bytes).Annotate("kv recovery"));
+    for (auto& [key, v] : plan.log_version) {
+      uint64_t head = 0;
+      plan.fix[key] = s.tree().Lookup(key, &head) && head != v ? head : 0;
+    }
+  }
+  if (s.pool().clean_shutdown()) plan.max_ts = std::max(plan.max_ts, s.meta_->clock);
+  s.recovered_ = walk;
+  s.redone_commits_ = plan.logs.size();
+  s.next_ts_.store(plan.max_ts);
+  s.visible_ts_.store(plan.max_ts);
+  PMTREE_RETURN_IF_ERROR(RedoLogs(s, plan));
+  return Normalize(s, plan);
 }
 
 Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string& path, const Options& o,

@@ -33,6 +33,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
+#include <optional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -117,6 +119,11 @@ class Store::Impl {
 
   // ---- commit (txn.cc) ----
   Status CommitBatch(const WriteBatch& batch, const Snapshot* conflict_snapshot);
+  using BatchWrites = std::map<std::string_view, const std::optional<std::string>*>;
+  // Reads the heads (keys locked) and checks first-committer-wins.
+  Result<std::vector<PendingWrite>> PlanBatch(const BatchWrites& writes, const Snapshot* snap, uint64_t* log_bytes);
+  // Steps 4-7 of the commit protocol (txn.cc) for versions whose bodies are written.
+  Status InstallBatch(const std::vector<PendingWrite>& pw, uint64_t log, uint64_t log_bytes);
 
   // ---- snapshots ----
   uint64_t AcquireSnapshotTs();

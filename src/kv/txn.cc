@@ -60,7 +60,7 @@ void Store::Impl::ReleaseSlot(int slot) {
 
 Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
   PMTREE_RETURN_IF_ERROR(Failed());
-  std::map<std::string_view, const std::optional<std::string>*> writes;  // last write of a key wins
+  BatchWrites writes;  // last write of a key wins
   for (const WriteBatch::Op& op : batch.ops()) {
     PMTREE_RETURN_IF_ERROR(CheckKey(op.key));
     if (op.value && op.value->size() > kMaxValueBytes)
@@ -74,9 +74,34 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
   stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
   StripeLocks locks(*this, stripes);
 
+  uint64_t log_bytes = sizeof(CommitLogHeader);
+  PMTREE_ASSIGN_OR_RETURN(std::vector<PendingWrite> pw, PlanBatch(writes, snap, &log_bytes));
+  if (pw.empty()) return Status::Ok();
+  // Versions not yet sealed have no header to read: free them by size.
+  auto undo = [&] {
+    for (const PendingWrite& w : pw)
+      if (w.version != 0) alloc().Free(w.version, sizeof(VersionHeader) + w.length, BlockOwner::kStore);
+  };
+  for (PendingWrite& w : pw) {
+    auto off = w.kind == VersionKind::kValue ? NewValueVersion(**writes.find(w.key)->second) : NewTombstone();
+    if (!off.ok()) {
+      undo();
+      return off.status();
+    }
+    w.version = *off;
+  }
+  auto log = alloc().Allocate(log_bytes, kAllocGranule, BlockOwner::kStore);
+  if (!log.ok()) {
+    undo();
+    return log.status().Annotate("kv: commit log");
+  }
+  return InstallBatch(pw, *log, log_bytes);
+}
+
+Result<std::vector<PendingWrite>> Store::Impl::PlanBatch(const BatchWrites& writes, const Snapshot* snap,
+                                                         uint64_t* log_bytes) {
   // Heads and conflicts first, so a refused commit allocates nothing.
   std::vector<PendingWrite> pw;
-  uint64_t log_bytes = sizeof(CommitLogHeader);
   for (const auto& [key, value] : writes) {
     uint64_t head = 0;
     std::optional<VersionView> hv;
@@ -97,32 +122,15 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
     w.kind = value->has_value() ? VersionKind::kValue : VersionKind::kTombstone;
     w.length = value->has_value() ? (*value)->size() : 0;
     pw.push_back(std::move(w));
-    log_bytes += sizeof(CommitEntry) + Pad8(key.size());
+    *log_bytes += sizeof(CommitEntry) + Pad8(key.size());
   }
-  if (pw.empty()) return Status::Ok();
-  // Versions not yet sealed have no header to read: free them by size.
-  auto undo = [&] {
-    for (const PendingWrite& w : pw)
-      if (w.version != 0) alloc().Free(w.version, sizeof(VersionHeader) + w.length, BlockOwner::kStore);
-  };
-  for (PendingWrite& w : pw) {
-    auto off = w.kind == VersionKind::kValue ? NewValueVersion(**writes.find(w.key)->second)
-                                             : NewTombstone();
-    if (!off.ok()) {
-      undo();
-      return off.status();
-    }
-    w.version = *off;
-  }
-  auto log = alloc().Allocate(log_bytes, kAllocGranule, BlockOwner::kStore);
-  if (!log.ok()) {
-    undo();
-    return log.status().Annotate("kv: commit log");
-  }
+  return pw;
+}
 
+Status Store::Impl::InstallBatch(const std::vector<PendingWrite>& pw, uint64_t log, uint64_t log_bytes) {
   const int slot = AcquireSlot();
   const uint64_t ts = NextTs();
-  char* lp = pool().base() + *log;
+  char* lp = pool().base() + log;
   const CommitLogHeader lh{kCommitMagic, static_cast<uint32_t>(pw.size()), ts, log_bytes, 0};
   pool().Write(lp, &lh, sizeof(lh));
   uint64_t pos = sizeof(lh);
@@ -136,7 +144,7 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
   // One fence for the versions and the log: all durable before the slot
   // names the log (K1, K3).
   pool().Persist(lp, log_bytes);
-  pool().Store64(&meta_->log_slot[slot], *log);
+  pool().Store64(&meta_->log_slot[slot], log);
   // The commit point: once durable, recovery redoes the batch.
   pool().Persist(&meta_->log_slot[slot], 8);
 
@@ -149,10 +157,10 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
     }
   }
   if (!applied.ok()) {
-    // Committed but not installed: the log stays for recovery to finish.
+    // Committed but not installed: the log stays for recovery to finish,
+    // and its slot stays taken so no later commit overwrites it.
     SetFailed(applied);
     Publish(ts);
-    ReleaseSlot(slot);
     return Failed();
   }
   pool().Store64(&meta_->log_slot[slot], 0);
@@ -165,7 +173,7 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
     Status s = CollectKey(w.key, horizon);
     if (gc.ok()) gc = s;
   }
-  alloc().Free(*log, log_bytes, BlockOwner::kStore);
+  alloc().Free(log, log_bytes, BlockOwner::kStore);
   ReleaseSlot(slot);
   commits_.fetch_add(1);
   return gc;
