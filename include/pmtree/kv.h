@@ -85,6 +85,9 @@ struct Options {
   bool error_if_exists = false;
   TreeOptions tree_options;  // node size, design extras (key_kind is set by the store)
   PoolOptions pool_options;  // backend, counting, latency emulation
+  // TEST ONLY: recovery skips the redo of committed batches, the deliberate
+  // flaw the crash tests' negative control must catch.  Never set it.
+  bool testing_skip_redo = false;
 };
 
 // A consistent read view (a commit timestamp).  Obtained from and released to

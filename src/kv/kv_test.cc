@@ -104,6 +104,51 @@ TEST(KvStoreTest, ValuesFromEmptyTo64MiBRoundTripAndLargerIsInvalid) {
   ASSERT_TRUE((*s)->Close().ok());
 }
 
+TEST(KvStoreTest, ACrashFreesAnUnlinkedRecordAndKeepsEveryLinkedOne) {
+  TempPaths paths;
+  const std::string path = paths.Make("orphan");
+  uint64_t linked;
+  {
+    auto s = Store::Open(path, SmallOptions("lbtree"));
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 20; i++) ASSERT_TRUE((*s)->Put(Key(i), Bytes(300 * i, i)).ok());
+    ASSERT_TRUE((*s)->Verify().ok());
+    linked = (*s)->Stats().record_bytes;
+    // A record written but never linked: the window between a version's
+    // allocation and its tree update.
+    ASSERT_TRUE((*s)->pool().allocator().Allocate(4096, kAllocGranule, BlockOwner::kStore).ok());
+    EXPECT_EQ((*s)->Stats().record_bytes, linked + 4096);
+  }  // destroyed without Close: a crash
+  auto s = Store::Open(path, SmallOptions("lbtree"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE((*s)->Stats().recovered);
+  EXPECT_EQ((*s)->Stats().record_bytes, linked);
+  ASSERT_TRUE((*s)->Verify().ok()) << (*s)->Verify().ToString();
+  for (int i = 0; i < 20; i++) {
+    std::string v;
+    ASSERT_TRUE(*(*s)->Get(Key(i), &v));
+    EXPECT_EQ(v, Bytes(300 * i, i));
+  }
+  ASSERT_TRUE((*s)->Close().ok());
+}
+
+TEST(KvStoreTest, NegativeControlTheTreesRecoveryAloneWouldFreeTheRecords) {
+  // Why the store holds the rebuild: recovered as a plain tree, the same
+  // crashed pool frees every record (the tree cannot know them).
+  TempPaths paths;
+  const std::string path = paths.Make("plain-recovery");
+  {
+    auto s = Store::Open(path, SmallOptions("lbtree"));
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 20; i++) ASSERT_TRUE((*s)->Put(Key(i), Bytes(1000, i)).ok());
+  }  // crash
+  auto h = OpenBytesTree(path, FindTree("lbtree"), {});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  Allocator& al = h->pool->allocator();
+  EXPECT_EQ(al.bytes_in_use(BlockOwner::kStore), 0u);
+  EXPECT_EQ(al.bytes_free() + al.bytes_in_use(), al.heap_bytes());  // the records' space is free
+}
+
 TEST(KvStoreTest, ReplaceAndDeleteFreeOldRecordsWithoutSnapshots) {
   auto s = OpenAnonymous("lbtree");
   for (int i = 0; i < 50; i++) ASSERT_TRUE(s->Put("key", Bytes(1000, i)).ok());

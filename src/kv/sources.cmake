@@ -15,7 +15,8 @@ pmtree_test(kv_test
   src/kv/kv_conformance_test.cc
   src/kv/kv_crash_test.cc
   src/kv/kv_concurrent_test.cc
-  src/kv/kv_example_test.cc)
+  src/kv/kv_example_test.cc
+  src/kv/kv_fence_crash_test.cc)
 if(BUILD_TESTING)
   target_link_libraries(kv_test PRIVATE pmtree_kv)
   target_compile_definitions(kv_test PRIVATE

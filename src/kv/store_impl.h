@@ -75,6 +75,7 @@ class Store::Impl {
   ~Impl();
 
   // ---- open / close (recovery.cc) ----
+  bool skip_redo_ = false;  // Options::testing_skip_redo
   static Result<std::unique_ptr<Impl>> OpenExisting(const std::string& path, const Options& o,
                                                     const TreeFactory* f);
   static Result<std::unique_ptr<Impl>> CreateNew(const std::string& path, const Options& o, const TreeFactory* f);
