@@ -276,6 +276,36 @@ TEST_P(KvConformanceTest, RandomOperationsMatchTheModelThroughReopenAndCrash) {
   ASSERT_TRUE(s->Close().ok());
 }
 
+TEST_P(KvConformanceTest, AFullPoolIsOutOfSpaceAndTheStoreStaysUsable) {
+  auto s = OpenAnonymous(GetParam(), 2ull << 20);
+  ASSERT_NE(s, nullptr);
+  Model m;
+  Status last;
+  int i = 0;
+  for (; i < 10000; i++) {
+    std::string v = Bytes(4000, i);
+    last = i % 3 ? s->Put(Key(i), v) : s->PutFields(Key(i), {{"a", v}});
+    if (!last.ok()) break;
+    m[Key(i)] = i % 3 ? ModelValue{false, v, {}} : ModelValue{true, {}, {{"a", v}}};
+  }
+  ASSERT_EQ(last.code(), Status::Code::kOutOfSpace) << last.ToString();
+  WriteBatch b;
+  b.Put("batch-1", Bytes(100000, 1));
+  b.Put("batch-2", Bytes(100000, 2));
+  EXPECT_EQ(s->Write(b).code(), Status::Code::kOutOfSpace);  // nothing of it applied
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+  ExpectRange(*s, m, nullptr, "", std::nullopt);
+  for (int j = 0; j < i; j += 2) {
+    ASSERT_TRUE(*s->Delete(Key(j)));
+    m.erase(Key(j));
+  }
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();  // also frees what was retired
+  ASSERT_TRUE(s->Put("again", Bytes(4000, 1)).ok());
+  m["again"] = ModelValue{false, Bytes(4000, 1), {}};
+  ExpectRange(*s, m, nullptr, "", std::nullopt);
+  ASSERT_TRUE(s->Verify().ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(AllEngines, KvConformanceTest, ::testing::ValuesIn(PersistentEngines()),
                          [](const auto& info) { return info.param; });
 

@@ -174,6 +174,13 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
   if ((update_only || kind == VersionKind::kTombstone) && !live) return Status::Ok();
   if (update_only && kind == VersionKind::kFields && hv->kind != VersionKind::kFields)
     return Status::InvalidArgument("kv: UpdateFields on a key that holds a plain value");
+  if (kind == VersionKind::kTombstone) {
+    std::unique_lock<std::mutex> snaps(snap_mu_);
+    // No snapshot can need the old value, and none can start meanwhile: the
+    // key leaves the tree at once, without a tombstone (nothing to allocate,
+    // so a delete works in a full pool).
+    if (snapshots_.empty()) return RemoveKey(key, head);
+  }
 
   uint64_t length = kind == VersionKind::kValue ? value.size() : 0;
   Result<uint64_t> off = kind == VersionKind::kValue    ? NewValueVersion(value)
@@ -198,6 +205,24 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
   return CollectKey(key, Horizon());
 }
 
+Status Store::Impl::RemoveKey(std::string_view key, uint64_t head) {
+  std::vector<uint64_t> chain;
+  for (uint64_t off = head; off != 0;) {
+    PMTREE_ASSIGN_OR_RETURN(VersionView v, ReadVersion(off));
+    chain.push_back(off);
+    off = v.prev;
+  }
+  PMTREE_ASSIGN_OR_RETURN(bool removed, tree().Remove(key));
+  if (!removed) return Status::Internal("kv: a locked key vanished from the tree");
+  // The remove is durable when it returns; only then are the versions
+  // retired (K4), through the epochs because readers may hold them.
+  std::unordered_set<uint64_t> done;
+  for (uint64_t off : chain) DropVersion(off, &done, true);
+  std::lock_guard<std::mutex> g(gc_mu_);
+  if (auto it = gc_pending_.find(key); it != gc_pending_.end()) gc_pending_.erase(it);
+  return Status::Ok();
+}
+
 Status Store::Impl::CollectKey(std::string_view key, uint64_t horizon) {
   uint64_t head = 0;
   std::vector<VersionView> chain;
@@ -217,12 +242,7 @@ Status Store::Impl::CollectKey(std::string_view key, uint64_t horizon) {
     }
   bool pending = false;
   if (keep_to < chain.size() && keep_to == 0 && chain[0].kind == VersionKind::kTombstone) {
-    // Deleted before every snapshot: the key leaves the tree.  The remove is
-    // durable when it returns; only then are the versions retired (K4).
-    PMTREE_ASSIGN_OR_RETURN(bool removed, tree().Remove(key));
-    if (!removed) return Status::Internal("kv: a locked key vanished from the tree");
-    std::unordered_set<uint64_t> done;
-    for (const VersionView& v : chain) DropVersion(v.off, &done, true);
+    return RemoveKey(key, head);  // deleted before every snapshot
   } else if (keep_to < chain.size() && keep_to + 1 < chain.size()) {
     VersionView& v = chain[keep_to];
     auto* h = pool().At<VersionHeader>(v.off);

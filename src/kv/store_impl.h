@@ -112,6 +112,8 @@ class Store::Impl {
   Result<std::optional<VersionView>> Visible(std::string_view key, const ReadOptions& ro);
   Status WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
                   bool update_only, bool* found);
+  // Removes key from the tree and retires its whole chain.  Key lock held.
+  Status RemoveKey(std::string_view key, uint64_t head);
   // Trims key's chain to what the GC horizon needs; removes a collectable
   // tombstone.  Key lock held.
   Status CollectKey(std::string_view key, uint64_t horizon);
