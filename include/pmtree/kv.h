@@ -66,6 +66,9 @@
 
 namespace pmtree::kv {
 
+// The pool root slot that names the store's meta block (trees use slot 0).
+inline constexpr int kStoreRootSlot = 7;
+
 // Largest value (and largest single field value); larger is InvalidArgument.
 inline constexpr uint64_t kMaxValueBytes = 64ull << 20;
 // Field records: at most this many fields, names of 1..kMaxFieldNameBytes.
@@ -187,7 +190,7 @@ struct StoreStats {
   uint64_t keys = 0;              // tree entries (live keys and not yet collected tombstones)
   uint64_t record_bytes = 0;      // pool bytes of records, field blocks and commit logs
   uint64_t tree_bytes = 0;        // pool bytes the tree uses
-  uint64_t versions_kept = 0;     // old versions reachable for snapshots
+  uint64_t versions_kept = 0;     // keys whose chains still hold old versions for snapshots
   uint64_t active_snapshots = 0;
   uint64_t commit_timestamp = 0;  // newest commit timestamp
   uint64_t commits = 0;           // transactions and batches committed since open

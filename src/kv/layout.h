@@ -19,9 +19,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "pmtree/kv.h"
+
 namespace pmtree::kv {
 
-inline constexpr int kKvRootSlot = 7;
+inline constexpr int kKvRootSlot = kStoreRootSlot;
 inline constexpr int kLogSlots = 16;
 
 // KvMeta (256 B), named by root slot 7.

@@ -9,6 +9,7 @@ add_library(pmtree_kv
   src/kv/iterator.cc)
 target_include_directories(pmtree_kv PUBLIC include PRIVATE src)
 target_link_libraries(pmtree_kv PUBLIC pmtree_trees)
+list(APPEND PMTREE_TOOL_LIBS pmtree_kv)  # the CLI's inspect opens stores
 
 pmtree_test(kv_test
   src/kv/kv_test.cc
@@ -18,7 +19,6 @@ pmtree_test(kv_test
   src/kv/kv_example_test.cc
   src/kv/kv_fence_crash_test.cc)
 if(BUILD_TESTING)
-  target_link_libraries(kv_test PRIVATE pmtree_kv)
   target_compile_definitions(kv_test PRIVATE
     PMTREE_KV_EXAMPLE_SOURCE="${CMAKE_SOURCE_DIR}/src/kv/kv_example_test.cc"
     PMTREE_KV_DOC="${CMAKE_SOURCE_DIR}/docs/kv.md")
