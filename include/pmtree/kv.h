@@ -40,7 +40,8 @@
 // change.)
 //
 // THREAD SAFETY.  Every member of Store may be called from any number of
-// threads at once, except Open/Close/Verify.  A Transaction or Iterator
+// threads at once, except Open/Close/Verify/Stats (quiescent only, as the
+// tree's own Verify and Stats are).  A Transaction or Iterator
 // object is used by one thread at a time.  Snapshots, iterators and
 // transactions must be released/destroyed before Close().
 //
@@ -245,6 +246,7 @@ class Store {
   // Tree Verify() plus every record reachable and well formed, and the
   // store's bytes in use == the bytes its records reach.  Quiescent only.
   Status Verify();
+  // Quiescent only (it asks the tree for its entry count).
   StoreStats Stats();
   std::string_view engine() const;
   Pool& pool();
