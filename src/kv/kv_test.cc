@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "kv/kv_test_util.h"
@@ -16,6 +18,11 @@
 
 namespace pmtree::kv {
 namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
 
 TEST(KvStoreTest, OpenRejectsUnknownVolatileAndMissing) {
   TempPaths paths;
@@ -40,7 +47,9 @@ TEST(KvStoreTest, OpenWithTheWrongEngineOrAForeignFileFailsClearly) {
     ASSERT_TRUE((*s)->Put("k", "v").ok());
     ASSERT_TRUE((*s)->Close().ok());
   }
+  const std::string store_bytes = Slurp(path);
   auto wrong = Store::Open(path, SmallOptions("fastfair"));
+  EXPECT_EQ(Slurp(path), store_bytes);
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().code(), Status::Code::kIncompatible);
   EXPECT_NE(wrong.status().message().find("lbtree"), std::string_view::npos) << wrong.status().ToString();
@@ -63,7 +72,9 @@ TEST(KvStoreTest, OpenWithTheWrongEngineOrAForeignFileFailsClearly) {
     ASSERT_TRUE(h.ok());
     ASSERT_TRUE(h->tree->Close().ok());
   }
+  const std::string plain_bytes = Slurp(plain);
   auto nostore = Store::Open(plain, SmallOptions("lbtree"));
+  EXPECT_EQ(Slurp(plain), plain_bytes);  // a refused open changes no byte
   ASSERT_FALSE(nostore.ok());
   EXPECT_EQ(nostore.status().code(), Status::Code::kIncompatible);
   EXPECT_NE(nostore.status().message().find("no key-value store"), std::string_view::npos);

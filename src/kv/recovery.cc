@@ -208,23 +208,39 @@ static Status Recover(Store::Impl& s) {
   return Normalize(s, plan);
 }
 
-Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string& path, const Options& o,
-                                                               const TreeFactory* f) {
-  PMTREE_ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Open(path, f->name, o.pool_options));
-  if (static_cast<KeyKind>(pool->layout_flags()) != KeyKind::kBytes)
+// The pool holds a store of this build's format (read-only checks).
+static Result<KvMeta*> CheckStorePool(const Pool& pool, const std::string& path, const TreeFactory* f) {
+  if (static_cast<KeyKind>(pool.layout_flags()) != KeyKind::kBytes)
     return Status::Incompatible(path + " holds a " + std::string(f->name) +
                                 " tree with 64-bit integer keys, not a key-value store");
-  const uint64_t meta_off = pool->root(kKvRootSlot);
+  const uint64_t meta_off = pool.root(kKvRootSlot);
   if (meta_off == 0)
     return Status::Incompatible(path + " holds a " + std::string(f->name) +
                                 " tree but no key-value store (root slot 7 is empty)");
-  if (!pool->InHeap(meta_off, sizeof(KvMeta)))
+  if (!pool.InHeap(meta_off, sizeof(KvMeta)))
     return Status::Corruption(path + ": kv meta offset " + std::to_string(meta_off) + " outside the heap");
-  auto* meta = pool->At<KvMeta>(meta_off);
+  auto* meta = pool.At<KvMeta>(meta_off);
   if (meta->magic != kKvMagic) return Status::Corruption(path + ": kv meta has a bad magic");
   if (meta->format != kKvFormat || meta->log_slots != kLogSlots)
     return Status::Incompatible(path + ": kv format " + std::to_string(meta->format) + ", this build reads " +
                                 std::to_string(kKvFormat));
+  return meta;
+}
+
+Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string& path, const Options& o,
+                                                               const TreeFactory* f) {
+  {
+    // Look first through a private (copy-on-write) mapping: opening for
+    // real marks the pool dirty, and a refused open must change no byte.
+    PoolOptions peek;
+    peek.private_mapping = true;
+    peek.use_env = false;
+    peek.counting = false;
+    PMTREE_ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Open(path, f->name, peek));
+    PMTREE_RETURN_IF_ERROR(CheckStorePool(*pool, path, f).status());
+  }
+  PMTREE_ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Open(path, f->name, o.pool_options));
+  PMTREE_ASSIGN_OR_RETURN(KvMeta * meta, CheckStorePool(*pool, path, f));
   // Keep the store's blocks out of the tree's rebuild until we report them.
   pool->allocator().HoldRebuild();
   TreeOptions to = o.tree_options;
