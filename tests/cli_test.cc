@@ -13,6 +13,7 @@
 #include <iterator>
 #include <string>
 
+#include "pmtree/kv.h"
 #include "pmtree/registry.h"
 
 namespace pmtree {
@@ -206,6 +207,32 @@ TEST_F(CliTest, EveryOutOfRangeOptionIsAOneLineUsageError) {
     EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
     EXPECT_EQ(Lines(r.out), 1) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(option), std::string::npos) << args << "\n" << r.out;
+    }
+  }
+}
+
+TEST_F(CliTest, InspectReportsAKeyValueStoreWithoutChangingIt) {
+  kv::Options o;
+  o.engine = "lbtree";
+  o.pool_size = 64 << 20;
+  {
+    auto s = kv::Store::Open(path_, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    for (int k = 0; k < 100; k++) ASSERT_TRUE((*s)->Put("key" + std::to_string(k), std::string(500, 'v')).ok());
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  for (bool crashed : {false, true}) {
+    if (crashed) {
+      auto s = kv::Store::Open(path_, o);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE((*s)->Put("one-more", "x").ok());
+    }  // no Close: inspect must recover in a private copy
+    std::string before = Slurp(path_);
+    CliRun r = Cli("inspect --json " + path_);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(crashed ? "\"keys\":101" : "\"keys\":100"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"ok\":true"), std::string::npos) << r.out;
+    EXPECT_EQ(Slurp(path_), before);
   }
 }
 

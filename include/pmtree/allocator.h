@@ -22,6 +22,18 @@
 //     with.  MarkUsed() of overlapping blocks fails with Corruption (double
 //     use); Verify() compares the bytes it reaches with bytes_in_use().
 //
+// Owners.  A pool's heap may also hold blocks of the layer above the tree
+// (the key-value store's records, src/kv): those are allocated with
+// BlockOwner::kStore.  bytes_in_use() counts the tree's blocks only, so a
+// tree's Verify() (bytes it reaches == bytes in use) holds with a store
+// above it; bytes_in_use(kStore) counts the store's.  A tree's recovery does
+// not know the store's blocks, so the store brackets it with HoldRebuild()
+// / ReleaseRebuild(): while held, the tree's EndRebuild() only records that
+// the tree is done, the store then reports its own reachable blocks with
+// MarkUsed(..., kStore), and ReleaseRebuild() makes the complement free.
+// A rebuild therefore frees exactly what neither the tree nor the store
+// reaches (rule 4 for both layers).
+//
 // Sizes are rounded up to 64 B (one cache line); alignment is a power of two
 // of at least 64.  Allocation is thread-safe (one mutex: trees allocate on
 // splits and per variable-length key, not per lookup).
@@ -43,6 +55,9 @@
 namespace pmtree {
 
 inline constexpr uint64_t kAllocGranule = 64;
+
+// Who a block belongs to (see "Owners" above).
+enum class BlockOwner : uint8_t { kTree = 0, kStore = 1 };
 
 // Epoch-based reclamation for memory that lock-free readers may still hold.
 // An operation that may read retired memory runs inside an EpochGuard; a
@@ -103,24 +118,39 @@ class Allocator {
 
   // Returns the offset of at least `size` bytes aligned to `align`.
   // Contents are unspecified.  OutOfSpace when no free extent fits.
-  Result<uint64_t> Allocate(uint64_t size, uint64_t align = kAllocGranule);
+  Result<uint64_t> Allocate(uint64_t size, uint64_t align = kAllocGranule, BlockOwner owner = BlockOwner::kTree);
   // Returns the block to the free space at once (rule 3).
-  void Free(uint64_t offset, uint64_t size);
+  void Free(uint64_t offset, uint64_t size, BlockOwner owner = BlockOwner::kTree);
   // Frees the block once no operation that might read it is still running.
-  void Retire(uint64_t offset, uint64_t size);
+  void Retire(uint64_t offset, uint64_t size, BlockOwner owner = BlockOwner::kTree);
 
   // Recovery (rule 4).  BeginRebuild forgets all state; MarkUsed records one
   // reachable block; EndRebuild makes the complement free.
   void BeginRebuild();
-  Status MarkUsed(uint64_t offset, uint64_t size);
+  Status MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner = BlockOwner::kTree);
   void EndRebuild();
   bool rebuilding() const { return rebuilding_; }
+
+  // The store's bracket around a tree's recovery (see "Owners").  While held,
+  // EndRebuild() defers making the complement free; rebuild_end_pending()
+  // then says the tree has reported everything it reaches.  ReleaseRebuild()
+  // finishes a deferred EndRebuild (or does nothing when none is pending).
+  void HoldRebuild();
+  bool rebuild_end_pending() const;
+  void ReleaseRebuild();
+  // After a restore from saved extents (clean shutdown) the allocator cannot
+  // tell owners apart: the store declares how many of the bytes in use are
+  // its own (it saved that figure at its clean close).
+  Status SetStoreBytes(uint64_t bytes);
 
   // Serialised free list for a clean shutdown (see Pool::Close).
   std::vector<std::pair<uint64_t, uint64_t>> FreeExtents() const;
   Status LoadFreeExtents(const std::vector<std::pair<uint64_t, uint64_t>>& extents);
 
-  uint64_t bytes_in_use() const;
+  // Bytes in use by the tree (BlockOwner::kTree); bytes_in_use(kStore) gives
+  // the store's.
+  uint64_t bytes_in_use() const { return bytes_in_use(BlockOwner::kTree); }
+  uint64_t bytes_in_use(BlockOwner owner) const;
   uint64_t bytes_free() const;
   uint64_t heap_bytes() const { return heap_end_ - heap_begin_; }
   uint64_t heap_begin() const { return heap_begin_; }
@@ -134,6 +164,7 @@ class Allocator {
 
  private:
   void InsertFreeLocked(uint64_t offset, uint64_t size);  // coalescing
+  void FinishRebuildLocked();
   void RemoveFreeLocked(std::map<uint64_t, uint64_t>::iterator it);
 
   const uint64_t heap_begin_;
@@ -143,6 +174,9 @@ class Allocator {
   std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset), best fit
   uint64_t free_bytes_ = 0;
   bool rebuilding_ = false;
+  bool rebuild_held_ = false;         // HoldRebuild() is in force
+  bool rebuild_end_pending_ = false;  // EndRebuild() came while held
+  uint64_t store_bytes_ = 0;          // bytes in use by BlockOwner::kStore
   uint64_t generation_ = 0;                   // bumped by rebuild/load: stale retires are dropped
   std::map<uint64_t, uint64_t> used_;         // during rebuild: offset -> size
   EpochManager epochs_;

@@ -185,7 +185,7 @@ void Allocator::RemoveFreeLocked(std::map<uint64_t, uint64_t>::iterator it) {
   by_offset_.erase(it);
 }
 
-Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align) {
+Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align, BlockOwner owner) {
   size = RoundUp(size == 0 ? 1 : size);
   if (align < kAllocGranule) align = kAllocGranule;
   if ((align & (align - 1)) != 0) return Status::InvalidArgument("allocation alignment must be a power of two");
@@ -198,6 +198,7 @@ Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align) {
     RemoveFreeLocked(by_offset_.find(ext_off));
     if (start > ext_off) InsertFreeLocked(ext_off, start - ext_off);
     if (start + size < ext_off + ext_size) InsertFreeLocked(start + size, ext_off + ext_size - (start + size));
+    if (owner == BlockOwner::kStore) store_bytes_ += size;
     counters::RecordAllocation();
     return start;
   }
@@ -207,27 +208,31 @@ Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align) {
                             " extents, largest " + std::to_string(largest));
 }
 
-void Allocator::Free(uint64_t offset, uint64_t size) {
+void Allocator::Free(uint64_t offset, uint64_t size, BlockOwner owner) {
   size = RoundUp(size == 0 ? 1 : size);
   std::lock_guard<std::mutex> g(mu_);
   assert(offset >= heap_begin_ && offset + size <= heap_end_);
   if (rebuilding_) return;  // the rebuild decides what is free
   InsertFreeLocked(offset, size);
+  if (owner == BlockOwner::kStore) {
+    assert(store_bytes_ >= size);
+    store_bytes_ -= size;
+  }
 }
 
-void Allocator::Retire(uint64_t offset, uint64_t size) {
+void Allocator::Retire(uint64_t offset, uint64_t size, BlockOwner owner) {
   uint64_t generation;
   {
     std::lock_guard<std::mutex> g(mu_);
     generation = generation_;
   }
-  epochs_.Retire([this, offset, size, generation] {
+  epochs_.Retire([this, offset, size, generation, owner] {
     {
       std::lock_guard<std::mutex> g(mu_);
       // A rebuild since Retire() already decided this block's fate.
       if (generation != generation_) return;
     }
-    Free(offset, size);
+    Free(offset, size, owner);
   });
 }
 
@@ -238,10 +243,12 @@ void Allocator::BeginRebuild() {
   by_offset_.clear();
   by_size_.clear();
   free_bytes_ = 0;
+  store_bytes_ = 0;
+  rebuild_end_pending_ = false;
   used_.clear();
 }
 
-Status Allocator::MarkUsed(uint64_t offset, uint64_t size) {
+Status Allocator::MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner) {
   size = RoundUp(size == 0 ? 1 : size);
   std::lock_guard<std::mutex> g(mu_);
   if (!rebuilding_) return Status::Internal("allocator: MarkUsed outside a rebuild");
@@ -259,11 +266,49 @@ Status Allocator::MarkUsed(uint64_t offset, uint64_t size) {
                                 std::to_string(prev->first) + " (double use)");
   }
   used_.emplace(offset, size);
+  if (owner == BlockOwner::kStore) store_bytes_ += size;
   return Status::Ok();
 }
 
 void Allocator::EndRebuild() {
   std::lock_guard<std::mutex> g(mu_);
+  if (!rebuilding_) return;
+  // The store above still has to report its blocks (HoldRebuild).
+  if (rebuild_held_) {
+    rebuild_end_pending_ = true;
+    return;
+  }
+  FinishRebuildLocked();
+}
+
+void Allocator::HoldRebuild() {
+  std::lock_guard<std::mutex> g(mu_);
+  rebuild_held_ = true;
+}
+
+bool Allocator::rebuild_end_pending() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return rebuild_end_pending_;
+}
+
+void Allocator::ReleaseRebuild() {
+  std::lock_guard<std::mutex> g(mu_);
+  rebuild_held_ = false;
+  if (rebuild_end_pending_) FinishRebuildLocked();
+}
+
+Status Allocator::SetStoreBytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (rebuilding_) return Status::Internal("allocator: SetStoreBytes during a rebuild");
+  if (bytes % kAllocGranule != 0 || bytes > (heap_end_ - heap_begin_) - free_bytes_)
+    return Status::Corruption("allocator: the store claims " + std::to_string(bytes) + " bytes but only " +
+                              std::to_string((heap_end_ - heap_begin_) - free_bytes_) + " are in use");
+  store_bytes_ = bytes;
+  return Status::Ok();
+}
+
+void Allocator::FinishRebuildLocked() {
+  rebuild_end_pending_ = false;
   uint64_t cursor = heap_begin_;
   for (const auto& [off, size] : used_) {
     if (off > cursor) InsertFreeLocked(cursor, off - cursor);
@@ -285,6 +330,7 @@ Status Allocator::LoadFreeExtents(const std::vector<std::pair<uint64_t, uint64_t
   by_offset_.clear();
   by_size_.clear();
   free_bytes_ = 0;
+  store_bytes_ = 0;  // the store declares its share with SetStoreBytes
   uint64_t prev_end = 0;
   for (const auto& [off, size] : extents) {
     if (off % kAllocGranule || size % kAllocGranule || size == 0 || off < heap_begin_ || off < prev_end ||
@@ -296,9 +342,10 @@ Status Allocator::LoadFreeExtents(const std::vector<std::pair<uint64_t, uint64_t
   return Status::Ok();
 }
 
-uint64_t Allocator::bytes_in_use() const {
+uint64_t Allocator::bytes_in_use(BlockOwner owner) const {
   std::lock_guard<std::mutex> g(mu_);
-  return (heap_end_ - heap_begin_) - free_bytes_;
+  if (owner == BlockOwner::kStore) return store_bytes_;
+  return (heap_end_ - heap_begin_) - free_bytes_ - store_bytes_;
 }
 
 uint64_t Allocator::bytes_free() const {

@@ -102,6 +102,56 @@ TEST(AllocatorTest, MarkUsedRejectsOverlapAsDoubleUse) {
   a.EndRebuild();
 }
 
+TEST(AllocatorTest, StoreBlocksAreCountedApartFromTheTrees) {
+  Allocator a(4096, 1 << 20);
+  uint64_t node = *a.Allocate(256);
+  uint64_t rec = *a.Allocate(1000, kAllocGranule, BlockOwner::kStore);
+  EXPECT_EQ(a.bytes_in_use(), 256u);
+  EXPECT_EQ(a.bytes_in_use(BlockOwner::kStore), 1024u);
+  a.Free(rec, 1000, BlockOwner::kStore);
+  EXPECT_EQ(a.bytes_in_use(BlockOwner::kStore), 0u);
+  a.Free(node, 256);
+  EXPECT_EQ(a.bytes_in_use(), 0u);
+}
+
+TEST(AllocatorTest, HeldRebuildKeepsWhatTheStoreReportsAfterTheTreeEnds) {
+  Allocator a(4096, 1 << 20);
+  uint64_t node = *a.Allocate(256);
+  uint64_t rec = *a.Allocate(512, kAllocGranule, BlockOwner::kStore);
+  uint64_t orphan = *a.Allocate(512, kAllocGranule, BlockOwner::kStore);
+  (void)orphan;
+  a.HoldRebuild();
+  a.BeginRebuild();
+  ASSERT_TRUE(a.MarkUsed(node, 256).ok());
+  a.EndRebuild();  // the tree is done, the store has not reported yet
+  EXPECT_TRUE(a.rebuilding());
+  EXPECT_TRUE(a.rebuild_end_pending());
+  ASSERT_TRUE(a.MarkUsed(rec, 512, BlockOwner::kStore).ok());
+  EXPECT_EQ(a.MarkUsed(node, 64, BlockOwner::kStore).code(), Status::Code::kCorruption);
+  a.ReleaseRebuild();
+  EXPECT_FALSE(a.rebuilding());
+  EXPECT_EQ(a.bytes_in_use(), 256u);
+  EXPECT_EQ(a.bytes_in_use(BlockOwner::kStore), 512u);
+  EXPECT_TRUE(a.CheckConsistency().ok());
+  // Without a pending end, release changes nothing.
+  a.HoldRebuild();
+  a.ReleaseRebuild();
+  EXPECT_EQ(a.bytes_free(), a.heap_bytes() - 768u);
+}
+
+TEST(AllocatorTest, SetStoreBytesClaimsPartOfARestoredState) {
+  Allocator a(4096, 1 << 20);
+  (void)*a.Allocate(256);
+  (void)*a.Allocate(512, kAllocGranule, BlockOwner::kStore);
+  auto saved = a.FreeExtents();
+  Allocator b(4096, 1 << 20);
+  ASSERT_TRUE(b.LoadFreeExtents(saved).ok());
+  EXPECT_EQ(b.bytes_in_use(), 768u);
+  ASSERT_TRUE(b.SetStoreBytes(512).ok());
+  EXPECT_EQ(b.bytes_in_use(), 256u);
+  EXPECT_EQ(b.SetStoreBytes(4096).code(), Status::Code::kCorruption);
+}
+
 TEST(AllocatorTest, AllocationDuringRebuildIsRefused) {
   Allocator a(4096, 1 << 20);
   a.BeginRebuild();

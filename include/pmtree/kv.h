@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// kv::Store: a key-value store over any registered persistent tree.
+//
+// The store keeps byte-string keys in the tree (BytesTree) and values in
+// records in the same pool; the tree maps a key to the offset of the key's
+// newest record *version*.  A value is 0 B .. kMaxValueBytes; a record is
+// either a plain value or a set of named fields (the YCSB / Redis-hash
+// shape).  docs/kv.md gives the record format, the version and commit
+// protocol and what a crash can and cannot lose.
+//
+//   auto store = kv::Store::Open("/dev/shm/my.kv", {.engine = "lbtree"});
+//   if (!store.ok()) ...                       // wrong engine, foreign file, ...
+//   kv::Store& db = **store;
+//   PMTREE_RETURN_IF_ERROR(db.Put("k", "v"));
+//   std::string v;
+//   auto found = db.Get("k", &v);              // Result<bool>
+//   const kv::Snapshot* s = db.GetSnapshot();  // a consistent read view
+//   ... db.Get("k", &v, {.snapshot = s}) ...
+//   db.ReleaseSnapshot(s);
+//   auto txn = db.BeginTransaction();          // snapshot isolation
+//   txn->Put("a", "1"); txn->Delete("b");
+//   Status c = txn->Commit();                  // Busy on a write-write conflict
+//   PMTREE_RETURN_IF_ERROR(db.Close());
+//
+// DURABILITY.  When Put, Delete, PutFields, UpdateFields, Write(batch) or
+// Transaction::Commit returns OK, its effect is durable: a crash at any later
+// instant recovers it.  A crash during such a call recovers to the state
+// before or after the whole call (a batch or transaction is all or nothing).
+// Nothing a read returns can be lost by a later crash.  Snapshots and open
+// transactions are DRAM state and end with the process.  After a crash no
+// record leaks and no reachable record is freed (docs/kv.md, "Recovery").
+//
+// VERSIONS.  Every write is stamped with a commit timestamp (NV-Store's
+// timestamp MVCC); a snapshot is a timestamp and sees exactly the writes
+// stamped at or before it.  Reads never block and never wait for writers;
+// writers never wait for readers.  Old versions are reclaimed once no
+// snapshot needs them.  (A tree with native versions, such as cdds, can later
+// serve the same Snapshot handles from its own versions; the API does not
+// change.)
+//
+// THREAD SAFETY.  Every member of Store may be called from any number of
+// threads at once, except Open/Close/Verify/Stats (quiescent only, as the
+// tree's own Verify and Stats are).  A Transaction or Iterator
+// object is used by one thread at a time.  Snapshots, iterators and
+// transactions must be released/destroyed before Close().
+//
+// OUTCOMES vs ERRORS (as for trees): "absent" is a return value; a Status
+// reports bad input (InvalidArgument), a full pool (OutOfSpace, nothing
+// changed), a conflict (Busy, from Commit), or a broken file (Corruption).
+
+#ifndef PMTREE_KV_H_
+#define PMTREE_KV_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pmtree/pool.h"
+#include "pmtree/status.h"
+#include "pmtree/tree.h"
+
+namespace pmtree::kv {
+
+// The pool root slot that names the store's meta block (trees use slot 0).
+inline constexpr int kStoreRootSlot = 7;
+
+// Largest value (and largest single field value); larger is InvalidArgument.
+inline constexpr uint64_t kMaxValueBytes = 64ull << 20;
+// Field records: at most this many fields, names of 1..kMaxFieldNameBytes.
+inline constexpr uint32_t kMaxFields = 1024;
+inline constexpr uint32_t kMaxFieldNameBytes = 255;
+
+struct Options {
+  // Registry name of the tree that indexes the keys ("lbtree", "fastfair",
+  // ...): any persistent tree with byte-string keys.  Opening a pool of
+  // another tree fails with Incompatible naming both.
+  std::string engine = "lbtree";
+  // Size of a new pool file (ignored when the file exists).
+  uint64_t pool_size = kDefaultPoolSize;
+  // Create the file when it does not exist (else NotFound).
+  bool create_if_missing = true;
+  // Fail with Busy when the file exists.
+  bool error_if_exists = false;
+  TreeOptions tree_options;  // node size, design extras (key_kind is set by the store)
+  PoolOptions pool_options;  // backend, counting, latency emulation
+  // TEST ONLY: recovery skips the redo of committed batches, the deliberate
+  // flaw the crash tests' negative control must catch.  Never set it.
+  bool testing_skip_redo = false;
+};
+
+// A consistent read view (a commit timestamp).  Obtained from and released to
+// the store that made it.
+class Snapshot {
+ public:
+  uint64_t timestamp() const { return ts_; }
+
+ private:
+  friend class Store;
+  explicit Snapshot(uint64_t ts) : ts_(ts) {}
+  uint64_t ts_;
+};
+
+struct ReadOptions {
+  // Read at this snapshot; null reads the newest committed state.
+  const Snapshot* snapshot = nullptr;
+};
+
+// Field name -> value.
+using FieldMap = std::map<std::string, std::string, std::less<>>;
+
+// An atomic group of writes without reads: all or nothing, one commit.
+class WriteBatch {
+ public:
+  void Put(std::string_view key, std::string_view value) { ops_.push_back({std::string(key), std::string(value)}); }
+  void Delete(std::string_view key) { ops_.push_back({std::string(key), std::nullopt}); }
+  void Clear() { ops_.clear(); }
+  size_t size() const { return ops_.size(); }
+
+  struct Op {
+    std::string key;
+    std::optional<std::string> value;  // nullopt = delete
+  };
+  const std::vector<Op>& ops() const { return ops_; }
+
+ private:
+  std::vector<Op> ops_;
+};
+
+// Forward iteration over keys in ascending byte order at one snapshot.
+// Keys deleted or not yet written at the snapshot are skipped.
+class Iterator {
+ public:
+  virtual ~Iterator() = default;
+  // Positions at the first key >= target.
+  virtual void Seek(std::string_view target) = 0;
+  void SeekToFirst() { Seek(std::string_view()); }
+  virtual bool Valid() const = 0;
+  virtual void Next() = 0;
+  virtual std::string_view key() const = 0;
+  // The plain value; empty for a field record (see is_fields()).
+  virtual std::string_view value() const = 0;
+  virtual bool is_fields() const = 0;
+  virtual const FieldMap& fields() const = 0;
+  // Not OK when iteration stopped on an error (Corruption).
+  virtual Status status() const = 0;
+};
+
+struct IteratorOptions {
+  // Iterate at this snapshot; null takes one for the iterator's lifetime.
+  const Snapshot* snapshot = nullptr;
+  // Stop before this key (exclusive); unset = to the end.
+  std::optional<std::string> upper_bound;
+};
+
+class Store;
+
+// A snapshot-isolation transaction (Store::BeginTransaction).  Reads see the
+// transaction's snapshot plus its own writes; writes are buffered in DRAM
+// until Commit.  Commit is atomic and durable; it fails with Busy (and the
+// transaction is aborted) when another transaction or write committed a key
+// this one writes after this one's snapshot (first committer wins).
+// Destroying an uncommitted transaction aborts it.
+class Transaction {
+ public:
+  ~Transaction();
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  Result<bool> Get(std::string_view key, std::string* value);
+  Status Put(std::string_view key, std::string_view value);
+  Status Delete(std::string_view key);
+  Status Commit();
+  void Abort();
+  uint64_t snapshot_timestamp() const { return snapshot_ ? snapshot_->timestamp() : 0; }
+
+ private:
+  friend class Store;
+  Transaction(Store* store, const Snapshot* snapshot) : store_(store), snapshot_(snapshot) {}
+  Store* store_;
+  const Snapshot* snapshot_;  // null once committed or aborted
+  std::map<std::string, std::optional<std::string>, std::less<>> writes_;  // own writes, last wins
+};
+
+struct StoreStats {
+  uint64_t keys = 0;              // tree entries (live keys and not yet collected tombstones)
+  uint64_t record_bytes = 0;      // pool bytes of records, field blocks and commit logs
+  uint64_t tree_bytes = 0;        // pool bytes the tree uses
+  uint64_t versions_kept = 0;     // keys whose chains still hold old versions for snapshots
+  uint64_t active_snapshots = 0;
+  uint64_t commit_timestamp = 0;  // newest commit timestamp
+  uint64_t commits = 0;           // transactions and batches committed since open
+  uint64_t conflicts = 0;         // commits refused by first-committer-wins
+  uint64_t redone_commits = 0;    // committed logs the last open redid (a crash hit their apply)
+  bool recovered = false;         // the last open walked the records (the pool was not closed cleanly)
+};
+
+class Store {
+ public:
+  // Opens the store in `path`, creating it when missing (options).  An empty
+  // path makes a store in anonymous memory (tests).  Errors: InvalidArgument
+  // (unknown or volatile engine, no byte-string keys), Incompatible (the pool
+  // holds another tree, or a tree without a store), NotFound, Busy, and the
+  // pool's own errors for a foreign or corrupt file.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path, const Options& options);
+
+  // Clean shutdown (no snapshot, iterator or transaction may remain).
+  // Destroying a store without Close() is a simulated crash.
+  Status Close();
+  ~Store();
+
+  // ---- plain values --------------------------------------------------------
+  // Inserts or replaces key -> value.  The record is persisted before the
+  // tree references it; a replace is one tree update.
+  Status Put(std::string_view key, std::string_view value);
+  // True and *value set when the key has a plain value at the read point.
+  // InvalidArgument when it holds a field record.
+  Result<bool> Get(std::string_view key, std::string* value, const ReadOptions& ro = {});
+  // Removes key; false when absent.
+  Result<bool> Delete(std::string_view key);
+
+  // ---- field records ---------------------------------------------------------
+  // Replaces key's record with these fields (a new field record).
+  Status PutFields(std::string_view key, const FieldMap& fields);
+  // Sets the given fields of key's field record, copy-on-write: only the new
+  // fields' values and the small field table are written.  False when the key
+  // is absent; InvalidArgument when it holds a plain value.
+  Result<bool> UpdateFields(std::string_view key, const FieldMap& fields);
+  // Reads all fields (names empty) or only the named ones into *out.
+  Result<bool> GetFields(std::string_view key, const std::vector<std::string>& names, FieldMap* out,
+                         const ReadOptions& ro = {});
+
+  // ---- snapshots, iteration, atomic groups ---------------------------------------
+  const Snapshot* GetSnapshot();
+  void ReleaseSnapshot(const Snapshot* snapshot);
+  std::unique_ptr<Iterator> NewIterator(const IteratorOptions& options = {});
+  Status Write(const WriteBatch& batch);
+  std::unique_ptr<Transaction> BeginTransaction();
+
+  // ---- introspection ----------------------------------------------------------------
+  // Tree Verify() plus every record reachable and well formed, and the
+  // store's bytes in use == the bytes its records reach.  Quiescent only.
+  Status Verify();
+  // Quiescent only (it asks the tree for its entry count).
+  StoreStats Stats();
+  std::string_view engine() const;
+  Pool& pool();
+
+  class Impl;
+
+ private:
+  friend class Transaction;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pmtree::kv
+
+#endif  // PMTREE_KV_H_

@@ -1,0 +1,395 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Unit tests of kv::Store on one engine (lbtree): open errors, values of
+// every size class, field records, snapshots and GC, iteration, batches and
+// transactions, and per-operation costs.  kv_conformance_test.cc runs the
+// model-based suite over every engine; kv_crash_test.cc kills writers.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "kv/kv_test_util.h"
+#include "pmtree/counters.h"
+
+namespace pmtree::kv {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST(KvStoreTest, OpenRejectsUnknownVolatileAndMissing) {
+  TempPaths paths;
+  Options o = SmallOptions("no-such-tree");
+  auto r = Store::Open(paths.Make("a"), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("lbtree"), std::string_view::npos) << r.status().ToString();
+  o.engine = "volatile";
+  EXPECT_EQ(Store::Open(paths.Make("b"), o).status().code(), Status::Code::kInvalidArgument);
+  o = SmallOptions("lbtree");
+  o.create_if_missing = false;
+  EXPECT_EQ(Store::Open(paths.Make("c"), o).status().code(), Status::Code::kNotFound);
+}
+
+TEST(KvStoreTest, OpenWithTheWrongEngineOrAForeignFileFailsClearly) {
+  TempPaths paths;
+  const std::string path = paths.Make("store");
+  {
+    auto s = Store::Open(path, SmallOptions("lbtree"));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE((*s)->Put("k", "v").ok());
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  const std::string store_bytes = Slurp(path);
+  auto wrong = Store::Open(path, SmallOptions("fastfair"));
+  EXPECT_EQ(Slurp(path), store_bytes);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), Status::Code::kIncompatible);
+  EXPECT_NE(wrong.status().message().find("lbtree"), std::string_view::npos) << wrong.status().ToString();
+  Options exists = SmallOptions("lbtree");
+  exists.error_if_exists = true;
+  EXPECT_EQ(Store::Open(path, exists).status().code(), Status::Code::kBusy);
+
+  // A file that is not a pool.
+  const std::string junk = paths.Make("junk");
+  FILE* f = fopen(junk.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("certainly not a pool", f);
+  fclose(f);
+  auto foreign = Store::Open(junk, SmallOptions("lbtree"));
+  EXPECT_FALSE(foreign.ok());
+  // A pool with a tree but no store.
+  const std::string plain = paths.Make("plain");
+  {
+    auto h = CreateBytesTree(*FindTree("lbtree"), plain, 8 << 20, {}, {});
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(h->tree->Close().ok());
+  }
+  const std::string plain_bytes = Slurp(plain);
+  auto nostore = Store::Open(plain, SmallOptions("lbtree"));
+  EXPECT_EQ(Slurp(plain), plain_bytes);  // a refused open changes no byte
+  ASSERT_FALSE(nostore.ok());
+  EXPECT_EQ(nostore.status().code(), Status::Code::kIncompatible);
+  EXPECT_NE(nostore.status().message().find("no key-value store"), std::string_view::npos);
+  // The failed opens changed nothing: the store still opens with its value.
+  auto again = Store::Open(path, SmallOptions("lbtree"));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  std::string v;
+  EXPECT_TRUE(*(*again)->Get("k", &v));
+  EXPECT_EQ(v, "v");
+  EXPECT_TRUE((*again)->Close().ok());
+}
+
+TEST(KvStoreTest, ValuesFromEmptyTo64MiBRoundTripAndLargerIsInvalid) {
+  TempPaths paths;
+  const std::string path = paths.Make("sizes");
+  Options o = SmallOptions("lbtree");
+  o.pool_size = 256ull << 20;
+  const std::vector<uint64_t> sizes = {0, 1, 7, 8, 63, 64, 100, 4096, 100000, kMaxValueBytes};
+  {
+    auto s = Store::Open(path, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    for (uint64_t n : sizes) ASSERT_TRUE((*s)->Put("k" + std::to_string(n), Bytes(n, n)).ok()) << n;
+    std::string big(kMaxValueBytes + 1, 'x');
+    EXPECT_EQ((*s)->Put("too-big", big).code(), Status::Code::kInvalidArgument);
+    EXPECT_TRUE((*s)->Verify().ok());
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  auto s = Store::Open(path, o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (uint64_t n : sizes) {
+    std::string v;
+    ASSERT_TRUE(*(*s)->Get("k" + std::to_string(n), &v)) << n;
+    EXPECT_EQ(v, Bytes(n, n)) << n;
+  }
+  std::string v;
+  EXPECT_FALSE(*(*s)->Get("too-big", &v));
+  EXPECT_TRUE((*s)->Verify().ok()) << (*s)->Verify().ToString();
+  ASSERT_TRUE((*s)->Close().ok());
+}
+
+TEST(KvStoreTest, ACrashFreesAnUnlinkedRecordAndKeepsEveryLinkedOne) {
+  TempPaths paths;
+  const std::string path = paths.Make("orphan");
+  uint64_t linked;
+  {
+    auto s = Store::Open(path, SmallOptions("lbtree"));
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 20; i++) ASSERT_TRUE((*s)->Put(Key(i), Bytes(300 * i, i)).ok());
+    ASSERT_TRUE((*s)->Verify().ok());
+    linked = (*s)->Stats().record_bytes;
+    // A record written but never linked: the window between a version's
+    // allocation and its tree update.
+    ASSERT_TRUE((*s)->pool().allocator().Allocate(4096, kAllocGranule, BlockOwner::kStore).ok());
+    EXPECT_EQ((*s)->Stats().record_bytes, linked + 4096);
+  }  // destroyed without Close: a crash
+  auto s = Store::Open(path, SmallOptions("lbtree"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE((*s)->Stats().recovered);
+  EXPECT_EQ((*s)->Stats().record_bytes, linked);
+  ASSERT_TRUE((*s)->Verify().ok()) << (*s)->Verify().ToString();
+  for (int i = 0; i < 20; i++) {
+    std::string v;
+    ASSERT_TRUE(*(*s)->Get(Key(i), &v));
+    EXPECT_EQ(v, Bytes(300 * i, i));
+  }
+  ASSERT_TRUE((*s)->Close().ok());
+}
+
+TEST(KvStoreTest, NegativeControlTheTreesRecoveryAloneWouldFreeTheRecords) {
+  // Why the store holds the rebuild: recovered as a plain tree, the same
+  // crashed pool frees every record (the tree cannot know them).
+  TempPaths paths;
+  const std::string path = paths.Make("plain-recovery");
+  {
+    auto s = Store::Open(path, SmallOptions("lbtree"));
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 20; i++) ASSERT_TRUE((*s)->Put(Key(i), Bytes(1000, i)).ok());
+  }  // crash
+  auto h = OpenBytesTree(path, FindTree("lbtree"), {});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  Allocator& al = h->pool->allocator();
+  EXPECT_EQ(al.bytes_in_use(BlockOwner::kStore), 0u);
+  EXPECT_EQ(al.bytes_free() + al.bytes_in_use(), al.heap_bytes());  // the records' space is free
+}
+
+TEST(KvStoreTest, ReplaceAndDeleteFreeOldRecordsWithoutSnapshots) {
+  auto s = OpenAnonymous("lbtree");
+  for (int i = 0; i < 50; i++) ASSERT_TRUE(s->Put("key", Bytes(1000, i)).ok());
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+  const uint64_t one = s->Stats().record_bytes;
+  // meta block + one 1000-byte version
+  EXPECT_EQ(one, Allocator::RoundUp(256) + Allocator::RoundUp(32 + 1000));
+  EXPECT_TRUE(*s->Delete("key"));
+  EXPECT_FALSE(*s->Delete("key"));
+  ASSERT_TRUE(s->Verify().ok());
+  EXPECT_EQ(s->Stats().record_bytes, Allocator::RoundUp(256));
+  EXPECT_EQ(s->Stats().keys, 0u);
+}
+
+TEST(KvStoreTest, FieldUpdateCopiesOnlyTheFieldAndTheTable) {
+  auto s = OpenAnonymous("lbtree");
+  FieldMap rec;
+  for (int f = 0; f < 10; f++) rec["field" + std::to_string(f)] = Bytes(100, f);
+  ASSERT_TRUE(s->PutFields("user1", rec).ok());
+  counters::BeginOperation();
+  PersistCounters before = counters::ThisThread();
+  ASSERT_TRUE(*s->UpdateFields("user1", {{"field3", Bytes(100, 33)}}));
+  PersistCounters cost = counters::ThisThread() - before;
+  // Field block (16 + 6 + 100 B = 2 lines) + table (32 + 80 B = 2 lines),
+  // plus the tree update and the unlink of the old table; never the 1 KB.
+  EXPECT_LE(cost.lines, 8u) << cost.ToString();
+  FieldMap all;
+  ASSERT_TRUE(*s->GetFields("user1", {}, &all));
+  rec["field3"] = Bytes(100, 33);
+  EXPECT_EQ(all, rec);
+  FieldMap some;
+  ASSERT_TRUE(*s->GetFields("user1", {"field3", "field9", "nope"}, &some));
+  EXPECT_EQ(some.size(), 2u);
+  EXPECT_EQ(some["field9"], rec["field9"]);
+  EXPECT_FALSE(*s->UpdateFields("absent", {{"f", "v"}}));
+  std::string v;
+  EXPECT_EQ(s->Get("user1", &v).status().code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(s->Put("plain", "x").ok());
+  EXPECT_EQ(s->UpdateFields("plain", {{"f", "v"}}).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s->PutFields("bad", {{"", "v"}}).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
+TEST(KvStoreTest, PutCostsTheRecordLinesPlusTheTreeUpdate) {
+  auto s = OpenAnonymous("lbtree");
+  ASSERT_TRUE(s->Put("key", Bytes(1000, 1)).ok());
+  counters::BeginOperation();
+  PersistCounters before = counters::ThisThread();
+  ASSERT_TRUE(s->Put("key", Bytes(1000, 2)).ok());
+  PersistCounters cost = counters::ThisThread() - before;
+  // 32 + 1000 B = 17 lines of record, 1 line for the unlink of the old
+  // version, and the tree's update (lbtree: 1 line).
+  EXPECT_GE(cost.lines, 17u) << cost.ToString();
+  EXPECT_LE(cost.lines, 20u) << cost.ToString();
+  EXPECT_LE(cost.fences, 4u) << cost.ToString();
+}
+
+// Per-operation costs on every engine, from the pool's counters (printed
+// for docs/kv.md).  Deterministic, so the bounds are exact properties: a
+// value record costs its own lines; a field update costs about one field.
+TEST(KvCostTest, PerOperationFlushesAndLinesFollowTheRecordSize) {
+  std::printf("%-9s %-26s %8s %8s %8s %8s\n", "engine", "operation", "flushes", "fences", "lines", "bytes");
+  for (const TreeFactory& f : Registry()) {
+    if (!f.persistent() || f.test_only() || f.create_bytes == nullptr) continue;
+    auto s = OpenAnonymous(std::string(f.name));
+    ASSERT_NE(s, nullptr);
+    FieldMap rec;
+    for (int i = 0; i < 10; i++) rec["field" + std::to_string(i)] = Bytes(100, i);
+    for (int i = 0; i < 200; i++) {
+      ASSERT_TRUE(s->Put(Key(i), Bytes(1000, i)).ok());
+      ASSERT_TRUE(s->PutFields("user" + std::to_string(i), rec).ok());
+    }
+    auto measure = [&](const char* what, auto&& op) {
+      counters::BeginOperation();
+      PersistCounters before = counters::ThisThread();
+      op();
+      PersistCounters c = counters::ThisThread() - before;
+      std::printf("%-9s %-26s %8llu %8llu %8llu %8llu\n", std::string(f.name).c_str(), what,
+                  static_cast<unsigned long long>(c.flushes), static_cast<unsigned long long>(c.fences),
+                  static_cast<unsigned long long>(c.lines), static_cast<unsigned long long>(c.bytes));
+      return c;
+    };
+    PersistCounters small = measure("put 100 B (replace)", [&] { ASSERT_TRUE(s->Put(Key(7), Bytes(100, 1)).ok()); });
+    PersistCounters kb = measure("put 1 KB (replace)", [&] { ASSERT_TRUE(s->Put(Key(8), Bytes(1000, 2)).ok()); });
+    PersistCounters fresh = measure("put 1 KB (new key)", [&] { ASSERT_TRUE(s->Put("new", Bytes(1000, 3)).ok()); });
+    PersistCounters whole = measure("put fields 10x100 B", [&] { ASSERT_TRUE(s->PutFields("user9", rec).ok()); });
+    PersistCounters field =
+        measure("update 1 field of 100 B", [&] { ASSERT_TRUE(*s->UpdateFields("user5", {{"field3", Bytes(100, 9)}})); });
+    measure("delete", [&] { ASSERT_TRUE(*s->Delete(Key(9))); });
+    WriteBatch b;
+    for (int i = 20; i < 24; i++) b.Put(Key(i), Bytes(100, i));
+    measure("batch of 4 x 100 B", [&] { ASSERT_TRUE(s->Write(b).ok()); });
+    // The record's own lines are a floor; the field update stays near one field.
+    EXPECT_GE(kb.lines, 17u);
+    EXPECT_GE(fresh.lines, 17u);
+    EXPECT_LT(small.lines, kb.lines);
+    EXPECT_LT(field.lines + 8, whole.lines) << f.name;
+    ASSERT_TRUE(s->Verify().ok()) << f.name;
+  }
+}
+
+TEST(KvStoreTest, SnapshotSeesItsPastWhileWritersGoOn) {
+  auto s = OpenAnonymous("lbtree");
+  ASSERT_TRUE(s->Put("a", "a1").ok());
+  ASSERT_TRUE(s->Put("b", "b1").ok());
+  const Snapshot* snap = s->GetSnapshot();
+  ASSERT_TRUE(s->Put("a", "a2").ok());
+  ASSERT_TRUE(*s->Delete("b"));
+  ASSERT_TRUE(s->Put("c", "c2").ok());
+  std::string v;
+  ASSERT_TRUE(*s->Get("a", &v, {snap}));
+  EXPECT_EQ(v, "a1");
+  ASSERT_TRUE(*s->Get("b", &v, {snap}));
+  EXPECT_EQ(v, "b1");
+  EXPECT_FALSE(*s->Get("c", &v, {snap}));
+  EXPECT_FALSE(*s->Get("b", &v));
+  ASSERT_TRUE(*s->Get("a", &v));
+  EXPECT_EQ(v, "a2");
+  EXPECT_GT(s->Stats().versions_kept, 0u);
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+  s->ReleaseSnapshot(snap);
+  // The old versions and the tombstone are gone once no snapshot needs them.
+  EXPECT_EQ(s->Stats().versions_kept, 0u);
+  EXPECT_EQ(s->Stats().keys, 2u);
+  ASSERT_TRUE(s->Verify().ok());  // also lets the epochs free what GC retired
+  EXPECT_EQ(s->Stats().record_bytes, Allocator::RoundUp(256) + 2 * Allocator::RoundUp(34));
+}
+
+TEST(KvStoreTest, IteratorWalksARangeAtItsSnapshot) {
+  auto s = OpenAnonymous("lbtree");
+  for (int i = 0; i < 300; i++) ASSERT_TRUE(s->Put(Key(i), "v" + std::to_string(i)).ok());
+  const Snapshot* snap = s->GetSnapshot();
+  for (int i = 0; i < 300; i += 2) ASSERT_TRUE(*s->Delete(Key(i)));
+  ASSERT_TRUE(s->Put(Key(1000), "new").ok());
+  IteratorOptions io;
+  io.snapshot = snap;
+  io.upper_bound = Key(250);
+  auto it = s->NewIterator(io);
+  int n = 0;
+  for (it->Seek(Key(100)); it->Valid(); it->Next(), n++) {
+    EXPECT_EQ(it->key(), Key(100 + n));
+    EXPECT_EQ(it->value(), "v" + std::to_string(100 + n));
+  }
+  EXPECT_TRUE(it->status().ok());
+  EXPECT_EQ(n, 150);
+  it.reset();
+  // Now, without a snapshot: only odd keys and the new one.
+  auto now = s->NewIterator();
+  n = 0;
+  for (now->SeekToFirst(); now->Valid(); now->Next()) n++;
+  EXPECT_EQ(n, 151);
+  now.reset();
+  s->ReleaseSnapshot(snap);
+  ASSERT_TRUE(s->Verify().ok());
+}
+
+TEST(KvStoreTest, TransactionFirstCommitterWins) {
+  auto s = OpenAnonymous("lbtree");
+  ASSERT_TRUE(s->Put("x", "0").ok());
+  auto t1 = s->BeginTransaction();
+  auto t2 = s->BeginTransaction();
+  std::string v;
+  ASSERT_TRUE(*t1->Get("x", &v));
+  ASSERT_TRUE(t1->Put("x", "1").ok());
+  ASSERT_TRUE(t1->Put("y", "1").ok());
+  ASSERT_TRUE(t2->Put("x", "2").ok());
+  ASSERT_TRUE(*t1->Get("x", &v));
+  EXPECT_EQ(v, "1");  // own write
+  ASSERT_TRUE(t1->Commit().ok());
+  Status c2 = t2->Commit();
+  EXPECT_EQ(c2.code(), Status::Code::kBusy) << c2.ToString();
+  ASSERT_TRUE(*s->Get("x", &v));
+  EXPECT_EQ(v, "1");
+  ASSERT_TRUE(*s->Get("y", &v));
+  EXPECT_EQ(s->Stats().conflicts, 1u);
+  // A transaction reads its snapshot, not later commits.
+  auto t3 = s->BeginTransaction();
+  ASSERT_TRUE(s->Put("x", "later").ok());
+  ASSERT_TRUE(*t3->Get("x", &v));
+  EXPECT_EQ(v, "1");
+  t3->Abort();
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
+TEST(KvStoreTest, WriteBatchAppliesEveryWriteWithOneTimestamp) {
+  auto s = OpenAnonymous("lbtree");
+  ASSERT_TRUE(s->Put("gone", "1").ok());
+  WriteBatch b;
+  for (int i = 0; i < 20; i++) b.Put(Key(i), Bytes(200, i));
+  b.Delete("gone");
+  b.Delete("never-there");
+  b.Put(Key(3), "last wins");
+  const uint64_t ts0 = s->Stats().commit_timestamp;
+  ASSERT_TRUE(s->Write(b).ok());
+  EXPECT_EQ(s->Stats().commit_timestamp, ts0 + 1);
+  std::string v;
+  EXPECT_FALSE(*s->Get("gone", &v));
+  ASSERT_TRUE(*s->Get(Key(3), &v));
+  EXPECT_EQ(v, "last wins");
+  ASSERT_TRUE(*s->Get(Key(19), &v));
+  EXPECT_EQ(v, Bytes(200, 19));
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
+TEST(KvStoreTest, CloseRefusesOpenSnapshotsAndReopenKeepsTheClock) {
+  TempPaths paths;
+  const std::string path = paths.Make("clock");
+  uint64_t ts;
+  {
+    auto s = Store::Open(path, SmallOptions("lbtree"));
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 10; i++) ASSERT_TRUE((*s)->Put("k", std::to_string(i)).ok());
+    const Snapshot* snap = (*s)->GetSnapshot();
+    EXPECT_EQ((*s)->Close().code(), Status::Code::kBusy);
+    (*s)->ReleaseSnapshot(snap);
+    ts = (*s)->Stats().commit_timestamp;
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  auto s = Store::Open(path, SmallOptions("lbtree"));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->Stats().commit_timestamp, ts);
+  const Snapshot* snap = (*s)->GetSnapshot();
+  ASSERT_TRUE((*s)->Put("k", "after").ok());
+  std::string v;
+  ASSERT_TRUE(*(*s)->Get("k", &v, {snap}));
+  EXPECT_EQ(v, "9");  // the pre-reopen version is older than the snapshot
+  (*s)->ReleaseSnapshot(snap);
+  ASSERT_TRUE((*s)->Verify().ok());
+  ASSERT_TRUE((*s)->Close().ok());
+}
+
+}  // namespace
+}  // namespace pmtree::kv

@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: Apache-2.0
+# The key-value store (src/kv/README.md): depends on the trees through the
+# registry and the tree interface only.
+add_library(pmtree_kv
+  src/kv/records.cc
+  src/kv/store.cc
+  src/kv/recovery.cc
+  src/kv/txn.cc
+  src/kv/iterator.cc)
+target_include_directories(pmtree_kv PUBLIC include PRIVATE src)
+target_link_libraries(pmtree_kv PUBLIC pmtree_trees)
+list(APPEND PMTREE_TOOL_LIBS pmtree_kv)  # the CLI's inspect opens stores
+
+pmtree_test(kv_test
+  src/kv/kv_test.cc
+  src/kv/kv_conformance_test.cc
+  src/kv/kv_crash_test.cc
+  src/kv/kv_concurrent_test.cc
+  src/kv/kv_example_test.cc
+  src/kv/kv_fence_crash_test.cc)
+if(BUILD_TESTING)
+  target_compile_definitions(kv_test PRIVATE
+    PMTREE_KV_EXAMPLE_SOURCE="${CMAKE_SOURCE_DIR}/src/kv/kv_example_test.cc"
+    PMTREE_KV_DOC="${CMAKE_SOURCE_DIR}/docs/kv.md")
+  # 200 kills per engine (the default run does 20).
+  add_test(NAME kv_crash_long COMMAND kv_test --gtest_filter=AllEngines/KvCrashTest.*)
+  set_tests_properties(kv_crash_long PROPERTIES ENVIRONMENT PMTREE_KV_KILLS=200 LABELS long TIMEOUT 1800)
+endif()

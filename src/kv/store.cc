@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// kv::Store: single-key writes, reads at a snapshot, snapshots and version GC.
+// Invariants K1-K8 are stated in store_impl.h.
+//
+// A single-key write (Put, Delete, PutFields, UpdateFields) under the key's
+// stripe lock (K5): look the head version up in the tree, write the new
+// version's body, take a commit timestamp, seal (persist) the version with
+// prev = the old head (K1, K2), install it with one tree update, publish the
+// timestamp (K6), and trim the key's chain to what snapshots still need (K4).
+// A delete installs a tombstone version; the tombstone and the tree entry go
+// as soon as no snapshot can see the older value.
+
+#include <algorithm>
+#include <functional>
+#include <thread>
+
+#include "kv/store_impl.h"
+
+namespace pmtree::kv {
+
+Status CheckKey(std::string_view key) {
+  if (key.size() > kMaxKeyBytes)
+    return Status::InvalidArgument("kv: key of " + std::to_string(key.size()) + " bytes; the limit is " +
+                                   std::to_string(kMaxKeyBytes));
+  return Status::Ok();
+}
+
+namespace {
+
+Status CheckValue(uint64_t n, std::string_view what) {
+  if (n > kMaxValueBytes)
+    return Status::InvalidArgument("kv: " + std::string(what) + " of " + std::to_string(n) + " bytes; the limit is " +
+                                   std::to_string(kMaxValueBytes) + " (64 MiB)");
+  return Status::Ok();
+}
+
+Status CheckFields(const FieldMap& fields) {
+  if (fields.size() > kMaxFields)
+    return Status::InvalidArgument("kv: " + std::to_string(fields.size()) + " fields; the limit is " +
+                                   std::to_string(kMaxFields));
+  for (const auto& [name, value] : fields) {
+    if (name.empty() || name.size() > kMaxFieldNameBytes)
+      return Status::InvalidArgument("kv: field names have 1.." + std::to_string(kMaxFieldNameBytes) + " bytes");
+    PMTREE_RETURN_IF_ERROR(CheckValue(value.size(), "field value"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Impl basics
+
+Store::Impl::Impl(const TreeFactory* factory, TreeHandle<BytesTree> h, KvMeta* meta)
+    : factory_(factory), h_(std::move(h)), meta_(meta), stripes_(new std::mutex[kStripes]) {}
+
+Store::Impl::~Impl() = default;
+
+size_t Store::Impl::StripeOf(std::string_view key) const { return std::hash<std::string_view>{}(key) % kStripes; }
+std::mutex& Store::Impl::LockFor(std::string_view key) { return stripes_[StripeOf(key)]; }
+
+void Store::Impl::Publish(uint64_t ts) {
+  // K6: wait for every earlier timestamp to be installed.  The wait is short:
+  // a writer takes its timestamp only after all its locks and space, so the
+  // writers ahead of us never wait for anything we hold.
+  while (visible_ts_.load(std::memory_order_acquire) != ts - 1) std::this_thread::yield();
+  visible_ts_.store(ts, std::memory_order_release);
+}
+
+Status Store::Impl::Failed() {
+  std::lock_guard<std::mutex> g(failed_mu_);
+  return failed_;
+}
+
+void Store::Impl::SetFailed(Status s) {
+  std::lock_guard<std::mutex> g(failed_mu_);
+  if (failed_.ok()) failed_ = s.Annotate("kv: a commit was not fully applied; reopen the store to finish it");
+}
+
+uint64_t Store::Impl::AcquireSnapshotTs() {
+  std::lock_guard<std::mutex> g(snap_mu_);
+  uint64_t ts = visible_ts_.load(std::memory_order_acquire);
+  snapshots_.insert(ts);
+  return ts;
+}
+
+void Store::Impl::ReleaseSnapshotTs(uint64_t ts) {
+  bool oldest;
+  {
+    std::lock_guard<std::mutex> g(snap_mu_);
+    auto it = snapshots_.find(ts);
+    if (it == snapshots_.end()) return;
+    oldest = it == snapshots_.begin();
+    snapshots_.erase(it);
+  }
+  // The horizon moved: versions kept for this snapshot may go now (K4).
+  if (oldest) CollectPending();
+}
+
+uint64_t Store::Impl::Horizon() {
+  std::lock_guard<std::mutex> g(snap_mu_);
+  return snapshots_.empty() ? visible_ts_.load(std::memory_order_acquire) : *snapshots_.begin();
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+
+namespace {
+
+// Walks key's chain from its head to the newest version with ts <= at.
+// *fell_off is set when the chain ended before reaching one.
+Result<std::optional<VersionView>> WalkChain(Store::Impl& s, std::string_view key, uint64_t at, bool* fell_off) {
+  *fell_off = false;
+  uint64_t off = 0;
+  if (!s.tree().Lookup(key, &off)) return std::optional<VersionView>();
+  while (off != 0) {
+    PMTREE_ASSIGN_OR_RETURN(VersionView v, s.ReadVersion(off));
+    if (v.ts <= at) {
+      if (v.kind == VersionKind::kTombstone) return std::optional<VersionView>();
+      return std::optional<VersionView>(v);
+    }
+    off = v.prev;
+  }
+  *fell_off = true;
+  return std::optional<VersionView>();
+}
+
+}  // namespace
+
+Result<std::optional<VersionView>> Store::Impl::VisibleAt(std::string_view key, uint64_t ts) {
+  bool fell_off;
+  return WalkChain(*this, key, ts, &fell_off);
+}
+
+Result<std::optional<VersionView>> Store::Impl::VisibleNow(std::string_view key, uint64_t* ts_used) {
+  // A plain read holds no registered snapshot, so GC may trim below a
+  // version published after our timestamp was read (K4 uses the visible ts
+  // of its own moment).  Falling off the chain then means "look again at a
+  // newer timestamp"; when the visible ts did not move, the key was absent.
+  uint64_t at = visible_ts_.load(std::memory_order_acquire);
+  for (;;) {
+    bool fell_off;
+    PMTREE_ASSIGN_OR_RETURN(auto v, WalkChain(*this, key, at, &fell_off));
+    uint64_t now = visible_ts_.load(std::memory_order_acquire);
+    if (v.has_value() || !fell_off || now == at) {
+      *ts_used = at;
+      return v;
+    }
+    at = now;
+  }
+}
+
+Result<std::optional<VersionView>> Store::Impl::Visible(std::string_view key, const ReadOptions& ro) {
+  if (ro.snapshot != nullptr) return VisibleAt(key, ro.snapshot->timestamp());
+  uint64_t unused;
+  return VisibleNow(key, &unused);
+}
+
+// ---------------------------------------------------------------------------
+// Writes
+
+Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
+                             bool update_only, bool* found) {
+  PMTREE_RETURN_IF_ERROR(Failed());
+  std::lock_guard<std::mutex> lock(LockFor(key));  // K5
+  uint64_t head = 0;
+  std::optional<VersionView> hv;
+  if (tree().Lookup(key, &head)) {
+    PMTREE_ASSIGN_OR_RETURN(hv, ReadVersion(head));
+  }
+  const bool live = hv.has_value() && hv->kind != VersionKind::kTombstone;
+  *found = live;
+  if ((update_only || kind == VersionKind::kTombstone) && !live) return Status::Ok();
+  if (update_only && kind == VersionKind::kFields && hv->kind != VersionKind::kFields)
+    return Status::InvalidArgument("kv: UpdateFields on a key that holds a plain value");
+  if (kind == VersionKind::kTombstone) {
+    std::unique_lock<std::mutex> snaps(snap_mu_);
+    // No snapshot can need the old value, and none can start meanwhile: the
+    // key leaves the tree at once, without a tombstone (nothing to allocate,
+    // so a delete works in a full pool).
+    if (snapshots_.empty()) return RemoveKey(key, head);
+  }
+
+  uint64_t length = kind == VersionKind::kValue ? value.size() : 0;
+  Result<uint64_t> off = kind == VersionKind::kValue    ? NewValueVersion(value)
+                         : kind == VersionKind::kFields ? NewFieldVersion(update_only ? head : 0, *fields, &length)
+                                                        : NewTombstone();
+  if (!off.ok()) return off.status();
+  const uint64_t ts = NextTs();
+  SealVersion(*off, kind, length, ts, hv ? head : 0);
+  Result<bool> r = hv ? tree().Update(key, *off) : tree().Insert(key, *off);
+  if (!r.ok() || !*r) {
+    // Never referenced: free it at once, sparing the blocks it shares (K8).
+    std::unordered_set<uint64_t> keep;
+    if (hv) {
+      auto blocks = FieldBlocksOf(*hv);
+      keep.insert(blocks.begin(), blocks.end());
+    }
+    DropVersion(*off, &keep, false);
+    Publish(ts);
+    return r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
+  }
+  Publish(ts);
+  return CollectKey(key, Horizon());
+}
+
+Status Store::Impl::RemoveKey(std::string_view key, uint64_t head) {
+  std::vector<uint64_t> chain;
+  for (uint64_t off = head; off != 0;) {
+    PMTREE_ASSIGN_OR_RETURN(VersionView v, ReadVersion(off));
+    chain.push_back(off);
+    off = v.prev;
+  }
+  PMTREE_ASSIGN_OR_RETURN(bool removed, tree().Remove(key));
+  if (!removed) return Status::Internal("kv: a locked key vanished from the tree");
+  // The remove is durable when it returns; only then are the versions
+  // retired (K4), through the epochs because readers may hold them.
+  std::unordered_set<uint64_t> done;
+  for (uint64_t off : chain) DropVersion(off, &done, true);
+  std::lock_guard<std::mutex> g(gc_mu_);
+  if (auto it = gc_pending_.find(key); it != gc_pending_.end()) gc_pending_.erase(it);
+  return Status::Ok();
+}
+
+Status Store::Impl::CollectKey(std::string_view key, uint64_t horizon) {
+  uint64_t head = 0;
+  std::vector<VersionView> chain;
+  if (tree().Lookup(key, &head)) {
+    for (uint64_t off = head; off != 0;) {
+      PMTREE_ASSIGN_OR_RETURN(VersionView v, ReadVersion(off));
+      chain.push_back(v);
+      off = v.prev;
+    }
+  }
+  // The newest version every snapshot can see: older ones are unneeded.
+  size_t keep_to = chain.size();
+  for (size_t i = 0; i < chain.size(); i++)
+    if (chain[i].ts <= horizon) {
+      keep_to = i;
+      break;
+    }
+  bool pending = false;
+  if (keep_to < chain.size() && keep_to == 0 && chain[0].kind == VersionKind::kTombstone) {
+    return RemoveKey(key, head);  // deleted before every snapshot
+  } else if (keep_to < chain.size() && keep_to + 1 < chain.size()) {
+    VersionView& v = chain[keep_to];
+    auto* h = pool().At<VersionHeader>(v.off);
+    pool().Store64(&h->prev, 0);
+    // Persist the unlink before retiring what it unlinked (K4), so a crash
+    // never leaves a durable prev to freed space.
+    pool().Persist(&h->prev, 8);
+    std::unordered_set<uint64_t> keep;
+    for (size_t i = 0; i <= keep_to; i++)
+      for (uint64_t b : FieldBlocksOf(chain[i])) keep.insert(b);
+    for (size_t i = keep_to + 1; i < chain.size(); i++) DropVersion(chain[i].off, &keep, true);
+    pending = keep_to > 0;
+  } else {
+    pending = chain.size() > 1;
+  }
+  std::lock_guard<std::mutex> g(gc_mu_);
+  if (pending)
+    gc_pending_.emplace(key);
+  else if (auto it = gc_pending_.find(key); it != gc_pending_.end())
+    gc_pending_.erase(it);
+  return Status::Ok();
+}
+
+void Store::Impl::CollectPending() {
+  std::vector<std::string> keys;
+  {
+    std::lock_guard<std::mutex> g(gc_mu_);
+    keys.assign(gc_pending_.begin(), gc_pending_.end());
+  }
+  for (const std::string& k : keys) {
+    std::lock_guard<std::mutex> lock(LockFor(k));
+    Status s = CollectKey(k, Horizon());
+    if (!s.ok()) SetFailed(s);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Store: the public face
+
+Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() = default;
+
+std::string_view Store::engine() const { return impl_->factory_->name; }
+Pool& Store::pool() { return impl_->pool(); }
+
+Status Store::Put(std::string_view key, std::string_view value) {
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  PMTREE_RETURN_IF_ERROR(CheckValue(value.size(), "value"));
+  bool found;
+  return impl_->WriteOne(key, VersionKind::kValue, value, nullptr, false, &found);
+}
+
+Result<bool> Store::Get(std::string_view key, std::string* value, const ReadOptions& ro) {
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  auto guard = impl_->pool().epochs().Protect();  // K4: versions we read stay allocated
+  PMTREE_ASSIGN_OR_RETURN(auto v, impl_->Visible(key, ro));
+  if (!v) return false;
+  PMTREE_RETURN_IF_ERROR(impl_->ReadValue(*v, value));
+  return true;
+}
+
+Result<bool> Store::Delete(std::string_view key) {
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  bool found;
+  PMTREE_RETURN_IF_ERROR(impl_->WriteOne(key, VersionKind::kTombstone, {}, nullptr, false, &found));
+  return found;
+}
+
+Status Store::PutFields(std::string_view key, const FieldMap& fields) {
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  PMTREE_RETURN_IF_ERROR(CheckFields(fields));
+  bool found;
+  return impl_->WriteOne(key, VersionKind::kFields, {}, &fields, false, &found);
+}
+
+Result<bool> Store::UpdateFields(std::string_view key, const FieldMap& fields) {
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  PMTREE_RETURN_IF_ERROR(CheckFields(fields));
+  bool found;
+  PMTREE_RETURN_IF_ERROR(impl_->WriteOne(key, VersionKind::kFields, {}, &fields, true, &found));
+  return found;
+}
+
+Result<bool> Store::GetFields(std::string_view key, const std::vector<std::string>& names, FieldMap* out,
+                              const ReadOptions& ro) {
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  auto guard = impl_->pool().epochs().Protect();
+  PMTREE_ASSIGN_OR_RETURN(auto v, impl_->Visible(key, ro));
+  if (!v) return false;
+  PMTREE_RETURN_IF_ERROR(impl_->ReadFields(*v, names, out));
+  return true;
+}
+
+const Snapshot* Store::GetSnapshot() { return new Snapshot(impl_->AcquireSnapshotTs()); }
+
+void Store::ReleaseSnapshot(const Snapshot* snapshot) {
+  if (snapshot == nullptr) return;
+  impl_->ReleaseSnapshotTs(snapshot->timestamp());
+  delete snapshot;
+}
+
+Status Store::Write(const WriteBatch& batch) { return impl_->CommitBatch(batch, nullptr); }
+
+std::unique_ptr<Transaction> Store::BeginTransaction() {
+  return std::unique_ptr<Transaction>(new Transaction(this, GetSnapshot()));
+}
+
+Status Store::Close() { return impl_->Close(); }
+Status Store::Verify() { return impl_->Verify(); }
+StoreStats Store::Stats() { return impl_->Stats(); }
+
+}  // namespace pmtree::kv

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Store::Impl, shared by the files of src/kv (not a public header).
+//
+// INVARIANTS (cited as K1..K8 at the barriers that keep them; docs/kv.md)
+//  K1. A version (header + body, and the field blocks it names) is persisted
+//      before any persistent reference to it is stored: a tree entry, a prev
+//      pointer of a newer version, or a commit log entry.
+//  K2. A version's ts is written before it is persisted and never changes;
+//      along a chain from the tree entry the ts strictly decrease.
+//  K3. A commit log is persisted before its slot names it.  The slot store is
+//      the commit point of a batch: every tree update of the batch comes
+//      after it, and the slot is cleared (persisted) before the batch's key
+//      locks are released, so no other write touches a key of a live log.
+//  K4. Versions older than V are unlinked (V.prev = 0, persisted) only when
+//      V.ts <= the GC horizon (the oldest snapshot, else the visible ts), and
+//      are retired through the pool's epochs only after that store, so no
+//      reader at a registered snapshot can need them and no reader in flight
+//      can see freed memory.
+//  K5. Writers of one key hold the key's stripe lock from their tree lookup to
+//      the end of their GC; readers take no lock and read inside an epoch
+//      guard.
+//  K6. visible_ts_ advances in ts order, to ts only after every version
+//      stamped ts is in the tree: a snapshot at s sees every write with
+//      ts <= s completely, and none after.
+//  K7. Recovery (no snapshot survives a crash) needs only each key's head
+//      version and the versions of committed logs: it never follows prev.
+//  K8. Field blocks are immutable and shared by versions of one key only;
+//      a block is retired when the last version naming it is.
+
+#ifndef PMTREE_KV_STORE_IMPL_H_
+#define PMTREE_KV_STORE_IMPL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <optional>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "kv/layout.h"
+#include "pmtree/kv.h"
+#include "pmtree/registry.h"
+
+namespace pmtree::kv {
+
+// What one version is, read from the pool (validated).
+struct VersionView {
+  uint64_t off = 0;
+  VersionKind kind = VersionKind::kTombstone;
+  uint64_t ts = 0;
+  uint64_t prev = 0;
+  uint64_t length = 0;
+  uint64_t bytes = 0;  // allocation size
+};
+
+// One key's pending write inside a commit (single op, batch or transaction).
+struct PendingWrite {
+  std::string key;
+  uint64_t version = 0;  // the new version (body written, header not yet)
+  uint64_t old_head = 0;
+  VersionKind kind = VersionKind::kValue;
+  uint64_t length = 0;
+};
+
+class Store::Impl {
+ public:
+  Impl(const TreeFactory* factory, TreeHandle<BytesTree> h, KvMeta* meta);
+  ~Impl();
+
+  // ---- open / close (recovery.cc) ----
+  bool skip_redo_ = false;  // Options::testing_skip_redo
+  static Result<std::unique_ptr<Impl>> OpenExisting(const std::string& path, const Options& o,
+                                                    const TreeFactory* f);
+  static Result<std::unique_ptr<Impl>> CreateNew(const std::string& path, const Options& o, const TreeFactory* f);
+  Status Close();
+  Status Verify();
+  StoreStats Stats();
+
+  // ---- records (records.cc) ----
+  Result<VersionView> ReadVersion(uint64_t off) const;
+  Result<uint64_t> NewValueVersion(std::string_view value);
+  Result<uint64_t> NewTombstone();
+  // A field table over `blocks` (sorted by name); new blocks for `fields`
+  // replace the same-named ones of `base` (0 = none).
+  Result<uint64_t> NewFieldVersion(uint64_t base, const FieldMap& fields, uint64_t* count);
+  // Stamps header (ts, prev) into a version whose body is written, and
+  // persists the version (K1, K2).
+  // With fence = false the caller's next fence completes the persist.
+  void SealVersion(uint64_t off, VersionKind kind, uint64_t length, uint64_t ts, uint64_t prev, bool fence = true);
+  // Frees (or retires) a version and its field blocks not in *done, adding
+  // those to *done: dropping several versions of one key that share blocks
+  // releases each block once (K8).
+  void DropVersion(uint64_t off, std::unordered_set<uint64_t>* done, bool retire);
+  std::vector<uint64_t> FieldBlocksOf(const VersionView& v) const;
+  uint64_t FieldBlockBytes(uint64_t block) const;
+  Status ReadValue(const VersionView& v, std::string* out) const;
+  Status ReadFields(const VersionView& v, const std::vector<std::string>& names, FieldMap* out) const;
+
+  // ---- reads and writes (store.cc) ----
+  // The version of key visible at ts (nullopt: absent), inside the caller's epoch guard.
+  Result<std::optional<VersionView>> VisibleAt(std::string_view key, uint64_t ts);
+  // The version visible to a plain read (newest published), retrying if GC
+  // races (see store.cc).
+  Result<std::optional<VersionView>> VisibleNow(std::string_view key, uint64_t* ts_used);
+  Result<std::optional<VersionView>> Visible(std::string_view key, const ReadOptions& ro);
+  Status WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
+                  bool update_only, bool* found);
+  // Removes key from the tree and retires its whole chain.  Key lock held.
+  Status RemoveKey(std::string_view key, uint64_t head);
+  // Trims key's chain to what the GC horizon needs; removes a collectable
+  // tombstone.  Key lock held.
+  Status CollectKey(std::string_view key, uint64_t horizon);
+  uint64_t Horizon();
+  void CollectPending();
+
+  // ---- commit (txn.cc) ----
+  Status CommitBatch(const WriteBatch& batch, const Snapshot* conflict_snapshot);
+  using BatchWrites = std::map<std::string_view, const std::optional<std::string>*>;
+  // Reads the heads (keys locked) and checks first-committer-wins.
+  Result<std::vector<PendingWrite>> PlanBatch(const BatchWrites& writes, const Snapshot* snap, uint64_t* log_bytes);
+  // Steps 4-7 of the commit protocol (txn.cc) for versions whose bodies are written.
+  Status InstallBatch(const std::vector<PendingWrite>& pw, uint64_t log, uint64_t log_bytes);
+
+  // ---- snapshots ----
+  uint64_t AcquireSnapshotTs();
+  void ReleaseSnapshotTs(uint64_t ts);
+
+  // ---- locks ----
+  std::mutex& LockFor(std::string_view key);
+  size_t StripeOf(std::string_view key) const;
+  static constexpr size_t kStripes = 1024;
+
+  // Ts issue and publication (K6).
+  uint64_t NextTs() { return next_ts_.fetch_add(1, std::memory_order_acq_rel) + 1; }
+  void Publish(uint64_t ts);
+
+  Pool& pool() { return *h_.pool; }
+  BytesTree& tree() { return *h_.tree; }
+  Allocator& alloc() { return h_.pool->allocator(); }
+
+  const TreeFactory* factory_;
+  TreeHandle<BytesTree> h_;
+  KvMeta* meta_;
+  std::atomic<uint64_t> next_ts_{0};     // last ts issued
+  std::atomic<uint64_t> visible_ts_{0};  // every ts <= this is installed (K6)
+  std::unique_ptr<std::mutex[]> stripes_;
+
+  std::mutex snap_mu_;
+  std::multiset<uint64_t> snapshots_;
+  std::mutex gc_mu_;
+  std::set<std::string, std::less<>> gc_pending_;  // keys whose chains still hold old versions
+
+  // Commit log slots (K3): which of meta_->log_slot are taken.
+  std::mutex slot_mu_;
+  std::condition_variable slot_cv_;
+  uint32_t slots_busy_ = 0;
+  int AcquireSlot();
+  void ReleaseSlot(int slot);
+
+  Status failed_;  // set when a commit could not be applied after its commit point
+  std::mutex failed_mu_;
+  std::atomic<uint64_t> commits_{0};
+  std::atomic<uint64_t> conflicts_{0};
+  bool closed_ = false;
+  uint64_t redone_commits_ = 0;
+  bool recovered_ = false;
+
+  Status Failed();
+  void SetFailed(Status s);
+};
+
+// Keys are bounded by the tree.
+Status CheckKey(std::string_view key);
+
+}  // namespace pmtree::kv
+
+#endif  // PMTREE_KV_STORE_IMPL_H_

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Atomic multi-key commits: WriteBatch and snapshot-isolation transactions.
+//
+// Commit protocol (docs/kv.md, "Commit"; invariants in store_impl.h):
+//   1. lock the stripes of every key, in ascending stripe order (K5);
+//   2. read each head; a transaction aborts with Busy when a head is newer
+//      than its snapshot (first committer wins);
+//   3. write each new version's body, and the commit log block;
+//   4. take a commit slot and a timestamp; seal the versions with prev = the
+//      old head, persist them and the log (K1, K3);
+//   5. store the log's offset in the slot and persist it: the commit point;
+//   6. install every version with one tree update each;
+//   7. clear the slot durably (K3), publish the timestamp (K6), trim the
+//      chains (K4), unlock, free the log.
+// A crash before 5 leaves only unreached blocks (freed by recovery); after 5
+// recovery redoes 6 from the log, so the batch is all or nothing.
+
+#include <algorithm>
+
+#include "kv/store_impl.h"
+
+namespace pmtree::kv {
+
+namespace {
+
+// Holds a set of stripe locks, taken in ascending order.
+class StripeLocks {
+ public:
+  StripeLocks(Store::Impl& s, const std::vector<size_t>& stripes) : s_(s), stripes_(stripes) {
+    for (size_t i : stripes_) s_.stripes_[i].lock();
+  }
+  ~StripeLocks() {
+    for (size_t i : stripes_) s_.stripes_[i].unlock();
+  }
+
+ private:
+  Store::Impl& s_;
+  std::vector<size_t> stripes_;
+};
+
+}  // namespace
+
+int Store::Impl::AcquireSlot() {
+  std::unique_lock<std::mutex> g(slot_mu_);
+  constexpr uint32_t kAll = (1u << kLogSlots) - 1;
+  slot_cv_.wait(g, [&] { return slots_busy_ != kAll; });
+  int slot = __builtin_ctz(~slots_busy_);
+  slots_busy_ |= 1u << slot;
+  return slot;
+}
+
+void Store::Impl::ReleaseSlot(int slot) {
+  {
+    std::lock_guard<std::mutex> g(slot_mu_);
+    slots_busy_ &= ~(1u << slot);
+  }
+  slot_cv_.notify_one();
+}
+
+Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
+  PMTREE_RETURN_IF_ERROR(Failed());
+  BatchWrites writes;  // last write of a key wins
+  for (const WriteBatch::Op& op : batch.ops()) {
+    PMTREE_RETURN_IF_ERROR(CheckKey(op.key));
+    if (op.value && op.value->size() > kMaxValueBytes)
+      return Status::InvalidArgument("kv: value of " + std::to_string(op.value->size()) +
+                                     " bytes in a batch; the limit is 64 MiB");
+    writes[op.key] = &op.value;
+  }
+  std::vector<size_t> stripes;
+  for (const auto& [key, v] : writes) stripes.push_back(StripeOf(key));
+  std::sort(stripes.begin(), stripes.end());
+  stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
+  StripeLocks locks(*this, stripes);
+
+  uint64_t log_bytes = sizeof(CommitLogHeader);
+  PMTREE_ASSIGN_OR_RETURN(std::vector<PendingWrite> pw, PlanBatch(writes, snap, &log_bytes));
+  if (pw.empty()) return Status::Ok();
+  // Versions not yet sealed have no header to read: free them by size.
+  auto undo = [&] {
+    for (const PendingWrite& w : pw)
+      if (w.version != 0) alloc().Free(w.version, sizeof(VersionHeader) + w.length, BlockOwner::kStore);
+  };
+  for (PendingWrite& w : pw) {
+    auto off = w.kind == VersionKind::kValue ? NewValueVersion(**writes.find(w.key)->second) : NewTombstone();
+    if (!off.ok()) {
+      undo();
+      return off.status();
+    }
+    w.version = *off;
+  }
+  auto log = alloc().Allocate(log_bytes, kAllocGranule, BlockOwner::kStore);
+  if (!log.ok()) {
+    undo();
+    return log.status().Annotate("kv: commit log");
+  }
+  return InstallBatch(pw, *log, log_bytes);
+}
+
+Result<std::vector<PendingWrite>> Store::Impl::PlanBatch(const BatchWrites& writes, const Snapshot* snap,
+                                                         uint64_t* log_bytes) {
+  // Heads and conflicts first, so a refused commit allocates nothing.
+  std::vector<PendingWrite> pw;
+  for (const auto& [key, value] : writes) {
+    uint64_t head = 0;
+    std::optional<VersionView> hv;
+    if (tree().Lookup(key, &head)) {
+      PMTREE_ASSIGN_OR_RETURN(hv, ReadVersion(head));
+    }
+    if (snap != nullptr && hv && hv->ts > snap->timestamp()) {
+      conflicts_.fetch_add(1);
+      return Status::Busy("kv: write-write conflict on key '" + std::string(key) + "': committed at ts " +
+                          std::to_string(hv->ts) + ", after this transaction's snapshot at ts " +
+                          std::to_string(snap->timestamp()) + " (first committer wins)");
+    }
+    const bool live = hv && hv->kind != VersionKind::kTombstone;
+    if (!value->has_value() && !live) continue;  // deleting an absent key changes nothing
+    PendingWrite w;
+    w.key = std::string(key);
+    w.old_head = hv ? head : 0;
+    w.kind = value->has_value() ? VersionKind::kValue : VersionKind::kTombstone;
+    w.length = value->has_value() ? (*value)->size() : 0;
+    pw.push_back(std::move(w));
+    *log_bytes += sizeof(CommitEntry) + Pad8(key.size());
+  }
+  return pw;
+}
+
+Status Store::Impl::InstallBatch(const std::vector<PendingWrite>& pw, uint64_t log, uint64_t log_bytes) {
+  const int slot = AcquireSlot();
+  const uint64_t ts = NextTs();
+  char* lp = pool().base() + log;
+  const CommitLogHeader lh{kCommitMagic, static_cast<uint32_t>(pw.size()), ts, log_bytes, 0};
+  pool().Write(lp, &lh, sizeof(lh));
+  uint64_t pos = sizeof(lh);
+  for (const PendingWrite& w : pw) {
+    SealVersion(w.version, w.kind, w.length, ts, w.old_head, /*fence=*/false);
+    const CommitEntry e{w.version, static_cast<uint32_t>(w.key.size()), 0};
+    pool().Write(lp + pos, &e, sizeof(e));
+    pool().Write(lp + pos + sizeof(e), w.key.data(), w.key.size());
+    pos += sizeof(e) + Pad8(w.key.size());
+  }
+  // One fence for the versions and the log: all durable before the slot
+  // names the log (K1, K3).
+  pool().Persist(lp, log_bytes);
+  pool().Store64(&meta_->log_slot[slot], log);
+  // The commit point: once durable, recovery redoes the batch.
+  pool().Persist(&meta_->log_slot[slot], 8);
+
+  Status applied;
+  for (const PendingWrite& w : pw) {
+    Result<bool> r = w.old_head ? tree().Update(w.key, w.version) : tree().Insert(w.key, w.version);
+    if (!r.ok() || !*r) {
+      applied = r.ok() ? Status::Internal("kv: the tree disagreed with a locked lookup") : r.status();
+      break;
+    }
+  }
+  if (!applied.ok()) {
+    // Committed but not installed: the log stays for recovery to finish,
+    // and its slot stays taken so no later commit overwrites it.
+    SetFailed(applied);
+    Publish(ts);
+    return Failed();
+  }
+  pool().Store64(&meta_->log_slot[slot], 0);
+  // Clear the slot durably while the keys are still locked (K3).
+  pool().Persist(&meta_->log_slot[slot], 8);
+  Publish(ts);
+  const uint64_t horizon = Horizon();
+  Status gc;
+  for (const PendingWrite& w : pw) {
+    Status s = CollectKey(w.key, horizon);
+    if (gc.ok()) gc = s;
+  }
+  alloc().Free(log, log_bytes, BlockOwner::kStore);
+  ReleaseSlot(slot);
+  commits_.fetch_add(1);
+  return gc;
+}
+
+// ---------------------------------------------------------------------------
+// Transaction
+
+Transaction::~Transaction() { Abort(); }
+
+Result<bool> Transaction::Get(std::string_view key, std::string* value) {
+  if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  if (auto it = writes_.find(key); it != writes_.end()) {
+    if (!it->second) return false;
+    *value = *it->second;
+    return true;
+  }
+  Store::Impl& s = *store_->impl_;
+  auto guard = s.pool().epochs().Protect();
+  PMTREE_ASSIGN_OR_RETURN(auto v, s.VisibleAt(key, snapshot_->timestamp()));
+  if (!v) return false;
+  PMTREE_RETURN_IF_ERROR(s.ReadValue(*v, value));
+  return true;
+}
+
+Status Transaction::Put(std::string_view key, std::string_view value) {
+  if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  if (value.size() > kMaxValueBytes) return Status::InvalidArgument("kv: value larger than 64 MiB");
+  writes_[std::string(key)] = std::string(value);
+  return Status::Ok();
+}
+
+Status Transaction::Delete(std::string_view key) {
+  if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  writes_[std::string(key)] = std::nullopt;
+  return Status::Ok();
+}
+
+Status Transaction::Commit() {
+  if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
+  WriteBatch batch;
+  for (const auto& [k, v] : writes_) {
+    if (v)
+      batch.Put(k, *v);
+    else
+      batch.Delete(k);
+  }
+  Status s = store_->impl_->CommitBatch(batch, snapshot_);
+  Abort();  // releases the snapshot either way
+  return s;
+}
+
+void Transaction::Abort() {
+  if (snapshot_ == nullptr) return;
+  store_->ReleaseSnapshot(snapshot_);
+  snapshot_ = nullptr;
+  writes_.clear();
+}
+
+}  // namespace pmtree::kv
