@@ -1,14 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # Install rules (included by the top-level CMakeLists when PMTREE_INSTALL is on):
 #   include/pmtree/*.h                 the public API, nothing of src/
-#   lib/libpmtree_{pm,trees}.a         the library (or .so with BUILD_SHARED_LIBS)
+#   lib/libpmtree_{pm,trees,kv}.a        the library (or .so with BUILD_SHARED_LIBS)
 #   bin/pmtree                         the CLI, when PMTREE_BUILD_TOOLS is on
 #   lib/cmake/pmtree/                  find_package(pmtree CONFIG): pmtree::pmtree
 #   lib/pkgconfig/pmtree.pc            pkg-config --cflags --libs pmtree
 include(CMakePackageConfigHelpers)
 set(PMTREE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/pmtree)
 
-install(TARGETS pmtree_pm pmtree_trees pmtree_lib EXPORT pmtreeTargets
+install(TARGETS pmtree_pm pmtree_trees pmtree_kv pmtree_lib EXPORT pmtreeTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -7,9 +7,10 @@ add_library(pmtree_kv
   src/kv/recovery.cc
   src/kv/txn.cc
   src/kv/iterator.cc)
-target_include_directories(pmtree_kv PUBLIC include PRIVATE src)
+add_library(pmtree::kv ALIAS pmtree_kv)
+set_target_properties(pmtree_kv PROPERTIES EXPORT_NAME kv)
+target_include_directories(pmtree_kv PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(pmtree_kv PUBLIC pmtree_trees)
-list(APPEND PMTREE_TOOL_LIBS pmtree_kv)  # the CLI's inspect opens stores
 
 pmtree_test(kv_test
   src/kv/kv_test.cc
