@@ -207,7 +207,6 @@ TEST_F(CliTest, EveryOutOfRangeOptionIsAOneLineUsageError) {
     EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
     EXPECT_EQ(Lines(r.out), 1) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(option), std::string::npos) << args << "\n" << r.out;
-    }
   }
 }
 
