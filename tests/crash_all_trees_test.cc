@@ -210,9 +210,12 @@ TEST_P(CrashAllTreesTest, DroppedBulkLoadFenceIsCaught) {
 // Negative control of torn 8-byte stores: at the tree's largest node size
 // (where a leaf's commit word uses both 4-byte halves: wbtree's bitmap is
 // invisible at 256 B), a 300-operation random workload; each aligned 8-byte
-// store site the checked operations execute is split into two halves in
-// turn, until one is caught.  One must be: a torn commit word, or a torn
-// in-place value update (explorer values differ in both halves).
+// store site the checked operations execute with a nonzero upper half is
+// split into two halves in turn, until one is caught.  One must be: a torn
+// commit word, or a torn in-place value update (explorer values differ in
+// both halves).  A tree with no such site (nvtree: its commits are element
+// counters, its values are appended, never updated in place) is skipped
+// with that reason.
 TEST_P(CrashAllTreesTest, TornEightByteStoreIsCaught) {
   auto sizes = ValidNodeSizes(Tree());
   ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
@@ -224,9 +227,16 @@ TEST_P(CrashAllTreesTest, TornEightByteStoreIsCaught) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   Print(*r, base);
   ASSERT_EQ(r->violations, 0u);
-  ASSERT_FALSE(r->store_sites.empty()) << "no 8-byte store was executed by a checked operation";
+  // Only a store that writes a nonzero upper half can tear observably.
+  std::vector<SiteReport> tearable;
+  for (const SiteReport& s : r->store_sites)
+    if (s.upper_nonzero > 0) tearable.push_back(s);
+  std::printf("%zu 8-byte store sites, %zu writing a nonzero upper half\n", r->store_sites.size(), tearable.size());
+  if (tearable.empty())
+    GTEST_SKIP() << Tree().name << ": every 8-byte store of a checked operation writes a zero upper half "
+                 << "(offsets, counters): no torn state differs from an untorn one";
   std::string caught;
-  for (const SiteReport& s : r->store_sites) {
+  for (const SiteReport& s : tearable) {
     ExploreOptions o = base;
     o.split_site = s.name;
     o.stop_at_first_violation = true;
@@ -239,7 +249,7 @@ TEST_P(CrashAllTreesTest, TornEightByteStoreIsCaught) {
       break;
     }
   }
-  EXPECT_FALSE(caught.empty()) << "no torn 8-byte store of " << r->store_sites.size() << " sites was caught";
+  EXPECT_FALSE(caught.empty()) << "no torn 8-byte store of " << tearable.size() << " sites was caught";
   std::printf("caught: %s\n", caught.c_str());
 }
 
