@@ -227,6 +227,9 @@ TEST_P(CrashAllTreesTest, TornEightByteStoreIsCaught) {
   base.workload = Workload::kRandom;
   base.ops = 150;
   base.tree_options.node_size = sizes->back();
+  // A torn store shows in the recovered image itself; crashes during
+  // recovery (explored by the other tests) add nothing here but time.
+  base.crash_during_recovery = false;
   auto r = Explore(Tree(), base);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   Print(*r, base);
