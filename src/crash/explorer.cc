@@ -790,6 +790,7 @@ class Worker {
       uint64_t reached = 0;
       bool covered = false;
       bool in_bulk_load = false;  // covered by a crash point of a bulk load
+      uint64_t upper_nonzero = 0;  // store8: stores writing a nonzero upper half
     };
     std::map<std::pair<std::string, std::string>, SiteCov> cov;
     std::set<uint32_t> flushes_since_point;
@@ -899,7 +900,13 @@ class Worker {
           // made it.
           const bool store8 = ev.len == 8 && (ev.off & 7) == 0;
           if (store8 && focus) cov[{log.sites.Name(ev.site), "store8"}].covered = true;
-          if (store8 && started) cov[{log.sites.Name(ev.site), "store8"}].reached++;
+          if (store8 && started) {
+            SiteCov& c = cov[{log.sites.Name(ev.site), "store8"}];
+            c.reached++;
+            uint32_t upper;
+            std::memcpy(&upper, &log.bytes[ev.data + 4], 4);
+            c.upper_nonzero += upper != 0;
+          }
           // The split-store mutant: the store reaches memory as two 4-byte
           // halves, in order (a torn commit).
           const uint64_t piece = store8 && split_id == static_cast<int64_t>(ev.site) ? 4 : 8;
@@ -951,7 +958,8 @@ class Worker {
     std::map<std::string, std::string> function_of;
     for (uint32_t i = 0; i < log.sites.size(); i++) function_of[log.sites.Name(i)] = log.sites.Function(i);
     for (const auto& [key, val] : cov)
-      sites.push_back({key.first, key.second, val.reached, val.covered, function_of[key.first], val.in_bulk_load});
+      sites.push_back(
+          {key.first, key.second, val.reached, val.covered, function_of[key.first], val.in_bulk_load, val.upper_nonzero});
     json lints = json::array();
     auto add = [&](const char* kind, const std::map<uint32_t, uint64_t>& m) {
       for (const auto& [site, n] : m) lints.push_back({kind, log.sites.Name(site), n});
@@ -1168,6 +1176,7 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
         r.reached += s[2].get<uint64_t>();
         r.covered = r.covered || s[3].get<bool>();
         if (s.size() > 5) r.in_bulk_load = r.in_bulk_load || s[5].get<bool>();
+        if (s.size() > 6) r.upper_nonzero += s[6].get<uint64_t>();
       }
       for (const auto& l : j["lints"]) lints[{l[0].get<std::string>(), l[1].get<std::string>()}] += l[2].get<uint64_t>();
     }

@@ -159,6 +159,10 @@ struct SiteReport {
   uint64_t reached = 0;   // executions in all traced runs
   bool covered = false;   // a checked crash point depended on it
   bool in_bulk_load = false;  // ... a crash point inside a bulk load
+  // store8 sites: stores whose upper 4 bytes are nonzero.  A site that never
+  // writes one (offsets, small counters over zeroed memory) cannot show a
+  // torn state.
+  uint64_t upper_nonzero = 0;
 };
 
 struct LintFinding {
