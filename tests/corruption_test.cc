@@ -282,7 +282,9 @@ void CorruptionTest::Campaign() {
     TreeStats st = h->tree->Stats();
     if (st.leaf_nodes > 0 && st.leaf_fill > 0)
       per_leaf = static_cast<double>(st.entries) / (st.leaf_fill * static_cast<double>(st.leaf_nodes));
-    if (clean) ASSERT_TRUE(h->tree->Close().ok());
+    if (clean) {
+      ASSERT_TRUE(h->tree->Close().ok());
+    }
   }
   const std::string base = Slurp(base_path);
   unlink(base_path.c_str());
