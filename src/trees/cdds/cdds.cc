@@ -87,6 +87,7 @@ template <class Keys>
 CddsTree<Keys>::CddsTree(Pool* pool, uint64_t meta_off, uint32_t gc_every)
     : pool_(pool), keys_(pool), meta_off_(meta_off), gc_every_(gc_every), readers_(new ReaderSlot[kReaderSlots]) {
   node_size_ = meta()->node_size;
+  bounds_relaxed_ = (meta()->flags & cdds::kFlagBoundsRelaxed) != 0;
   cap_ = cdds::NodeCapacity(node_size_);
   min_live_ = cdds::MinLive(cap_);
 }
@@ -948,7 +949,15 @@ Result<bool> CddsTree<Keys>::Remove(Arg key) {
     // No room for the merge's new nodes: delete without rebalancing (the
     // node stays below m_l live entries until a later delete merges it).
     counts_.underflow_skips++;
-    bounds_relaxed_ = true;
+    if (!bounds_relaxed_) {
+      bounds_relaxed_ = true;
+      CddsMeta* m = meta();
+      const uint64_t word = m->key_kind | static_cast<uint64_t>(m->flags | cdds::kFlagBoundsRelaxed) << 32;
+      pool_->Store64(&m->key_kind, word);
+      // Persist the flag before the delete that breaks the §4.4.6 bound can
+      // commit, so Verify after any later restart knows the bound is relaxed.
+      pool_->Persist(&m->key_kind, sizeof(uint64_t));
+    }
     s = RemoveKey(key, &removed, false);
   }
   PMTREE_RETURN_IF_ERROR(s);
