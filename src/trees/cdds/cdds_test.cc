@@ -635,6 +635,7 @@ TEST(CddsCrashLongTest, MutantsAreCaughtWithU64OrByteStringKeys) {
     survived += out == "survived";
     if (out == "survived") std::printf("mutant survived both key kinds: %s\n", site.c_str());
   }
+  std::printf("cdds sites: %d mutants caught, %d survived, %zu in all\n", caught, survived, outcome.size());
   EXPECT_GE(caught, 0.95 * (caught + survived)) << caught << " caught, " << survived << " survived";
 }
 
