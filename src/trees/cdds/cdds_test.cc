@@ -72,6 +72,16 @@ Fixture<Keys> Make(uint32_t gc_every = 8, uint32_t node_size = 512, uint64_t poo
 
 using Model = std::map<uint64_t, uint64_t>;
 
+// A pool file under /dev/shm, removed however the test ends.
+struct ShmPath {
+  explicit ShmPath(const std::string& tag)
+      : path("/dev/shm/pmtree-cdds-" + std::to_string(getpid()) + "-" + tag + ".pool") {
+    unlink(path.c_str());
+  }
+  ~ShmPath() { unlink(path.c_str()); }
+  std::string path;
+};
+
 void ExpectAt(CddsTree<U64Keys>& t, uint64_t v, const Model& m) {
   std::vector<Tree::Entry> out(m.size() + 10);
   auto n = t.ScanAt(v, 0, nullptr, std::span(out));
@@ -338,8 +348,8 @@ TEST(CddsTreeTest, ByteStringKeysShareBlobsAcrossVersionsWithoutLeaks) {
 }
 
 TEST(CddsTreeTest, CleanCloseRestartsWithoutRecoveryWork) {
-  const std::string path = "/dev/shm/pmtree-cdds-" + std::to_string(getpid()) + "-restart.pool";
-  unlink(path.c_str());
+  const ShmPath shm("restart");
+  const std::string& path = shm.path;
   PoolOptions po;
   po.backend = BackendKind::kDram;
   po.use_env = false;
@@ -364,7 +374,6 @@ TEST(CddsTreeTest, CleanCloseRestartsWithoutRecoveryWork) {
   EXPECT_EQ(Extra(st, "recovery_entries_discarded") + Extra(st, "recovery_ends_reverted"), 0);
   EXPECT_EQ(st.entries, m.size());
   EXPECT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
-  unlink(path.c_str());
 }
 
 TEST(CddsTreeTest, AFullPoolAbortsTheOperationAndKeepsTheTreeConsistent) {
@@ -391,8 +400,8 @@ TEST(CddsTreeTest, AFullPoolAbortsTheOperationAndKeepsTheTreeConsistent) {
 // A delete that cannot get a node for its merge still succeeds; the meta
 // flag it sets keeps Verify's §4.4.6 check relaxed after a restart.
 TEST(CddsTreeTest, AMergeSkippedForLackOfSpaceIsRememberedAcrossRestart) {
-  const std::string path = "/dev/shm/pmtree-cdds-" + std::to_string(getpid()) + "-skip.pool";
-  unlink(path.c_str());
+  const ShmPath shm("skip");
+  const std::string& path = shm.path;
   PoolOptions po;
   po.backend = BackendKind::kDram;
   po.use_env = false;
@@ -423,7 +432,6 @@ TEST(CddsTreeTest, AMergeSkippedForLackOfSpaceIsRememberedAcrossRestart) {
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
   EXPECT_EQ(h->tree->Stats().entries, m.size());
-  unlink(path.c_str());
 }
 
 // Exact persistence cost per operation on the counting hardware backend (no
