@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// CDDS B-Tree operations: lifecycle, readers (Algorithm 1), insert/update
-// (Algorithms 2-3), delete (Algorithm 4) and snapshots.  Garbage collection,
-// recovery, Verify and Stats are in cdds_gc.cc.  See cdds.h for the contract
+// CDDS B-Tree operations: lifecycle, insert/update (Algorithms 2-3) and
+// delete (Algorithm 4).  Readers (Algorithm 1) and snapshots are in
+// cdds_read.cc; garbage collection, recovery, Verify and Stats in cdds_gc.cc.  See cdds.h for the contract
 // and docs/trees/cdds.md for the protocol.
 //
 // Invariants (cited at the barriers below as C1-C8):
@@ -57,9 +57,6 @@ using cdds::VisibleAt;
 
 namespace {
 
-// A reader slot being claimed, before its version is announced.
-constexpr uint64_t kClaiming = ~0ull;
-
 bool ValidNodeSize(uint32_t n) { return n == 512 || n == 1024 || n == 2048 || n == 4096; }
 
 Status ParseOptions(const TreeOptions& o, uint32_t* gc_every) {
@@ -87,6 +84,7 @@ template <class Keys>
 CddsTree<Keys>::CddsTree(Pool* pool, uint64_t meta_off, uint32_t gc_every)
     : pool_(pool), keys_(pool), meta_off_(meta_off), gc_every_(gc_every), readers_(new ReaderSlot[kReaderSlots]) {
   node_size_ = meta()->node_size;
+  bounds_relaxed_ = (meta()->flags & cdds::kFlagBoundsRelaxed) != 0;
   cap_ = cdds::NodeCapacity(node_size_);
   min_live_ = cdds::MinLive(cap_);
 }
@@ -191,247 +189,6 @@ cdds::CddsCounts CddsTree<Keys>::counts() const {
 template <class Keys>
 uint64_t CddsTree<Keys>::current_version() const {
   return Pool::Load64(&meta()->current_version);
-}
-
-// ---------------------------------------------------------------------------
-// Version references (§4.3.1)
-
-// Announces a reader's version in a reader slot (C8) and holds an epoch
-// guard, so nodes and blobs GC retires stay readable until the reader leaves.
-template <class Keys>
-class CddsTree<Keys>::ReaderPin {
- public:
-  // Pins the current version (version == 0) or `version`.
-  ReaderPin(const CddsTree* t, uint64_t version) : t_(t), guard_(t->pool_->epochs().Protect()) {
-    thread_local uint32_t hint = 0;
-    for (int spins = 0;; CpuRelax(spins)) {
-      for (int i = 0; i < kReaderSlots; i++) {
-        auto& s = t_->readers_[(hint + i) % kReaderSlots].version;
-        uint64_t idle = 0;
-        if (s.load(std::memory_order_relaxed) == 0 && s.compare_exchange_strong(idle, kClaiming)) {
-          slot_ = &s;
-          hint = (hint + i) % kReaderSlots;
-          break;
-        }
-      }
-      if (slot_ != nullptr) break;
-    }
-    if (version != 0) {
-      v_ = version;
-      slot_->store(version, std::memory_order_seq_cst);
-      return;
-    }
-    // C8: announce, then check that the version is still current; a writer
-    // that computed its oldest version before the announcement saw this same
-    // current version, and one that computes it later sees the announcement.
-    for (;;) {
-      v_ = t_->current_version();
-      slot_->store(v_, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (t_->current_version() == v_) break;
-    }
-  }
-  ~ReaderPin() { slot_->store(0, std::memory_order_release); }
-  ReaderPin(const ReaderPin&) = delete;
-  ReaderPin& operator=(const ReaderPin&) = delete;
-  uint64_t version() const { return v_; }
-
- private:
-  const CddsTree* t_;
-  EpochManager::Guard guard_;
-  std::atomic<uint64_t>* slot_ = nullptr;
-  uint64_t v_ = 0;
-};
-
-template <class Keys>
-uint64_t CddsTree<Keys>::GetSnapshot() {
-  std::lock_guard lock(snap_mu_);
-  // Writers read snapshots_ under snap_mu_ when they compute the oldest
-  // version, so a snapshot registered here is either seen by a writer or
-  // taken at the version that writer already treats as current.
-  uint64_t v = current_version();
-  snapshots_[v]++;
-  return v;
-}
-
-template <class Keys>
-Status CddsTree<Keys>::ReleaseSnapshot(uint64_t version) {
-  std::lock_guard lock(snap_mu_);
-  auto it = snapshots_.find(version);
-  if (it == snapshots_.end())
-    return Status::InvalidArgument("cdds: version " + std::to_string(version) + " is not a pinned snapshot");
-  if (--it->second == 0) snapshots_.erase(it);
-  return Status::Ok();
-}
-
-template <class Keys>
-bool CddsTree<Keys>::IsRetained(uint64_t version) {
-  if (version == current_version()) return true;
-  std::lock_guard lock(snap_mu_);
-  return snapshots_.count(version) != 0;
-}
-
-template <class Keys>
-uint64_t CddsTree<Keys>::oldest_retained_version() {
-  uint64_t oldest = current_version();
-  {
-    std::lock_guard lock(snap_mu_);
-    if (!snapshots_.empty()) oldest = std::min(oldest, snapshots_.begin()->first);
-  }
-  // C8: pairs with the reader's fence between announcing and re-reading.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (int i = 0; i < kReaderSlots; i++) {
-    uint64_t v = readers_[i].version.load(std::memory_order_seq_cst);
-    // kClaiming: the reader will announce a version that is current at or
-    // after this point; the recheck in ReaderPin covers it.
-    if (v != 0 && v != kClaiming) oldest = std::min(oldest, v);
-  }
-  return oldest;
-}
-
-// ---------------------------------------------------------------------------
-// Readers (Algorithm 1)
-
-template <class Keys>
-void CddsTree<Keys>::ReadNode(uint64_t off, NodeCopy* out) const {
-  const NodeHeader* h = node(off);
-  const NodeEntry* es = entries(off);
-  // A seqlock read: a writer shifting entries in this node makes us retry;
-  // we never make it wait.
-  locks_.For(off).ReadStable([&] {
-    uint64_t n = Pool::Load64(&h->num_entries);
-    out->n = static_cast<uint32_t>(std::min<uint64_t>(n, cap_));
-    out->level = h->level;
-    for (uint32_t i = 0; i < out->n; i++) out->e[i] = cdds::LoadEntry(es + i);
-    return 0;
-  });
-}
-
-namespace {
-
-// First entry of c whose key is >= key (binary search, lines 11-17).
-template <class Keys, class C, class A>
-uint32_t LowerBoundIn(const Keys& keys, const C& c, A key) {
-  uint32_t lo = 0, hi = c.n;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (keys.Compare(c.e[mid].key, key) < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-// The child an inner node copy routes `key` to at version v: the first entry
-// at or after the lower bound visible at v (lines 18-22), else the last
-// visible entry (which takes every larger key).  -1 when none is visible.
-template <class C>
-int RouteIn(const C& c, uint32_t lb, uint64_t v) {
-  for (uint32_t i = lb; i < c.n; i++)
-    if (VisibleAt(c.e[i], v)) return static_cast<int>(i);
-  for (uint32_t i = c.n; i-- > 0;)
-    if (VisibleAt(c.e[i], v)) return static_cast<int>(i);
-  return -1;
-}
-
-}  // namespace
-
-template <class Keys>
-bool CddsTree<Keys>::LookupAtVersion(uint64_t v, Arg key, uint64_t* value) const {
-  thread_local NodeCopy copy;
-  NodeCopy* c = &copy;
-  uint64_t off = root();
-  for (uint32_t depth = 0; depth < cdds::kMaxHeight; depth++) {
-    ReadNode(off, c);
-    uint32_t lb = LowerBoundIn(keys_, *c, key);
-    if (c->level == 0) {
-      for (uint32_t i = lb; i < c->n && keys_.Compare(c->e[i].key, key) == 0; i++) {
-        if (VisibleAt(c->e[i], v)) {
-          if (value) *value = c->e[i].value;
-          return true;
-        }
-      }
-      return false;
-    }
-    int i = RouteIn(*c, lb, v);
-    if (i < 0) return false;
-    off = c->e[i].value;
-  }
-  return false;
-}
-
-template <class Keys>
-bool CddsTree<Keys>::ScanNode(uint64_t off, uint64_t v, Arg start, const Arg* end, std::span<Entry> out, size_t* n,
-                              uint32_t depth) const {
-  if (depth >= cdds::kMaxHeight) return false;
-  auto c = std::make_unique<NodeCopy>();
-  ReadNode(off, c.get());
-  if (c->level == 0) {
-    for (uint32_t i = LowerBoundIn(keys_, *c, start); i < c->n; i++) {
-      if (!VisibleAt(c->e[i], v)) continue;
-      if (end != nullptr && keys_.Compare(c->e[i].key, *end) > 0) return false;
-      out[(*n)++] = Entry(keys_.Load(c->e[i].key), c->e[i].value);
-      if (*n == out.size()) return false;
-    }
-    return true;
-  }
-  int last = RouteIn(*c, c->n, v);
-  for (uint32_t i = LowerBoundIn(keys_, *c, start); i < c->n; i++) {
-    if (!VisibleAt(c->e[i], v)) continue;
-    if (!ScanNode(c->e[i].value, v, start, end, out, n, depth + 1)) return false;
-    if (static_cast<int>(i) == last) return true;
-    // The next child holds keys above this separator.
-    if (end != nullptr && keys_.Compare(c->e[i].key, *end) >= 0) return false;
-  }
-  // Every entry at or above the lower bound was invisible: the last visible
-  // entry takes the keys above all separators.
-  if (last >= 0 && static_cast<uint32_t>(last) < LowerBoundIn(keys_, *c, start))
-    return ScanNode(c->e[last].value, v, start, end, out, n, depth + 1);
-  return true;
-}
-
-template <class Keys>
-size_t CddsTree<Keys>::ScanAtVersion(uint64_t v, Arg start, const Arg* end, std::span<Entry> out) const {
-  size_t n = 0;
-  if (out.empty()) return 0;
-  ScanNode(root(), v, start, end, out, &n, 0);
-  return n;
-}
-
-template <class Keys>
-bool CddsTree<Keys>::Lookup(Arg key, uint64_t* value) {
-  if (closed_ || !Keys::CheckArg(key).ok()) return false;
-  ReaderPin pin(this, 0);
-  return LookupAtVersion(pin.version(), key, value);
-}
-
-template <class Keys>
-size_t CddsTree<Keys>::Scan(Arg start, const Arg* end, std::span<Entry> out) {
-  if (closed_) return 0;
-  ReaderPin pin(this, 0);
-  return ScanAtVersion(pin.version(), start, end, out);
-}
-
-template <class Keys>
-Result<bool> CddsTree<Keys>::LookupAt(uint64_t version, Arg key, uint64_t* value) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
-  PMTREE_RETURN_IF_ERROR(CheckUsable());
-  ReaderPin pin(this, version);
-  if (!IsRetained(version))
-    return Status::InvalidArgument("cdds: version " + std::to_string(version) +
-                                   " is neither current nor a pinned snapshot");
-  return LookupAtVersion(version, key, value);
-}
-
-template <class Keys>
-Result<size_t> CddsTree<Keys>::ScanAt(uint64_t version, Arg start, const Arg* end, std::span<Entry> out) {
-  PMTREE_RETURN_IF_ERROR(CheckUsable());
-  ReaderPin pin(this, version);
-  if (!IsRetained(version))
-    return Status::InvalidArgument("cdds: version " + std::to_string(version) +
-                                   " is neither current nor a pinned snapshot");
-  return ScanAtVersion(version, start, end, out);
 }
 
 // ---------------------------------------------------------------------------
@@ -948,7 +705,15 @@ Result<bool> CddsTree<Keys>::Remove(Arg key) {
     // No room for the merge's new nodes: delete without rebalancing (the
     // node stays below m_l live entries until a later delete merges it).
     counts_.underflow_skips++;
-    bounds_relaxed_ = true;
+    if (!bounds_relaxed_) {
+      bounds_relaxed_ = true;
+      CddsMeta* m = meta();
+      const uint64_t word = m->key_kind | static_cast<uint64_t>(m->flags | cdds::kFlagBoundsRelaxed) << 32;
+      pool_->Store64(&m->key_kind, word);
+      // Persist the flag before the delete that breaks the §4.4.6 bound can
+      // commit, so Verify after any later restart knows the bound is relaxed.
+      pool_->Persist(&m->key_kind, sizeof(uint64_t));
+    }
     s = RemoveKey(key, &removed, false);
   }
   PMTREE_RETURN_IF_ERROR(s);

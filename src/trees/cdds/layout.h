@@ -26,7 +26,10 @@ namespace pmtree::cdds {
 //   8    4     version          kLayoutVersion
 //   12   4     node_size        bytes per node: 512, 1024, 2048 or 4096
 //   16   4     key_kind         KeyKind of the key slots (0 = u64, 1 = byte strings)
-//   20   4     reserved0        zero
+//   20   4     flags            bit 0 (kFlagBoundsRelaxed): a delete once skipped
+//                               its merge for lack of space, so nodes may hold
+//                               m_l live entries or fewer (§4.4.6); set with one
+//                               8-byte store of bytes 16..23
 //   24   8     root             offset of the root node (one atomic 8-byte
 //                               store: root split, root promotion)
 //   32   8     current_version  the most recent consistent version (§4.3):
@@ -39,7 +42,7 @@ struct CddsMeta {
   uint32_t version;
   uint32_t node_size;
   uint32_t key_kind;
-  uint32_t reserved0;
+  uint32_t flags;
   uint64_t root;
   uint64_t current_version;
   uint64_t reserved[3];
@@ -52,6 +55,9 @@ static_assert(offsetof(CddsMeta, root) % 8 == 0 && offsetof(CddsMeta, current_ve
 static_assert(offsetof(CddsMeta, root) / 64 == offsetof(CddsMeta, current_version) / 64,
               "a root split's pointer store is written back by the commit's persist of the same line");
 
+static_assert(offsetof(CddsMeta, key_kind) % 8 == 0, "key_kind and flags form one 8-byte word");
+
+inline constexpr uint32_t kFlagBoundsRelaxed = 1;
 inline constexpr uint64_t kMetaMagic = 0x3145525453444443ull;  // "CDDSTRE1" little-endian
 inline constexpr uint32_t kLayoutVersion = 1;
 
