@@ -256,10 +256,12 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
     }
   }
   // A clean close always saves a valid state before it sets the flag (see
-  // Close), so "clean" with a state that fails its checks is damage.  Say so
-  // rather than rebuild from reachability, which would turn whatever the
-  // damage cut off into free space without a word.
-  if (pool->clean_shutdown_ && !restored)
+  // Close), so "clean" with a saved state that fails its checks is damage.
+  // Say so rather than rebuild from reachability, which would turn whatever
+  // the damage cut off into free space without a word.  "Clean" with
+  // alloc_state 0 is not damage: an open that crashed after persisting its
+  // first store below (alloc_state = 0) but not the next (shutdown_state).
+  if (pool->clean_shutdown_ && h->alloc_state != 0 && !restored)
     return Status::Corruption("the header records a clean shutdown but the saved allocator state at offset " +
                               std::to_string(h->alloc_state) + " is damaged (bad offset, count, checksum or extent)");
   // Without a restored state the tree's recovery must rebuild the allocator
