@@ -18,7 +18,7 @@
 //       ADR, at the smallest and the largest valid node size, up to 64
 //       images per point (+16 samples), 4 per point in crashed recoveries.
 //   ByteKeyWorkloads (trees with kCapBytesKeys)  the depth-1 small workload
-//       on byte-string keys, ADR: short (3 B), long (128 B) and
+//       on byte-string keys at the smallest valid node size, ADR: short (3 B), long (128 B) and
 //       shared-prefix (44 B) keys, with the same bounds.
 //
 // Negative controls (violations required), per tree: the space check (a
@@ -145,9 +145,14 @@ std::vector<SiteReport> CoveredSites(const ExploreReport& r, const std::string& 
 
 TEST_P(CrashAllTreesTest, ByteKeyWorkloads) {
   if (!(Tree().capabilities & kCapBytesKeys)) GTEST_SKIP() << "no byte-string keys";
+  // At the smallest valid node size: blobs are persisted the same way at every
+  // size, splits come after fewer keys, and a node spans the fewest lines.
+  auto sizes = ValidNodeSizes(Tree());
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
   ExploreReport short_keys;
   for (KeyShape k : {KeyShape::kShort, KeyShape::kLong, KeyShape::kPrefix}) {
     ExploreOptions o = Narrow(Options(Mode::kAdr, 1));
+    o.tree_options.node_size = sizes->front();
     o.keys = k;
     ExploreReport r = ExpectClean(Tree(), o);
     if (k == KeyShape::kShort) short_keys = r;
@@ -157,6 +162,7 @@ TEST_P(CrashAllTreesTest, ByteKeyWorkloads) {
   ASSERT_FALSE(blob_flushes.empty()) << "the key-blob persist was never crash-checked";
   for (const SiteReport& s : blob_flushes) {
     ExploreOptions o = Narrow(Options(Mode::kAdr, 1));
+    o.tree_options.node_size = sizes->front();
     o.keys = KeyShape::kShort;
     o.drop_site = s.name;
     o.stop_at_first_violation = true;
