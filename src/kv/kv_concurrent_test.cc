@@ -36,15 +36,6 @@ std::vector<std::string> Engines() {
 class KvConcurrentTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KvConcurrentTest, TransfersKeepTheTotalAtEverySnapshotWhileOthersWrite) {
-#if defined(__SANITIZE_THREAD__)
-  // Found by this test: ThreadSanitizer reports a data race inside nvtree
-  // with byte-string keys -- an SMO builds a separator string
-  // (Inner::AddString, nvtree.cc:148) that a concurrent Find reads through
-  // CompareSepKey (nvtree.cc:352) without synchronisation.  It belongs to
-  // nvtree (not this store); until it is fixed the TSan stage skips nvtree
-  // here, and the ordinary build still runs it.
-  if (GetParam() == "nvtree") GTEST_SKIP() << "known nvtree byte-key separator race under TSan (see comment)";
-#endif
   const uint64_t seed = TestSeed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (PMTREE_SEED replays)");
   auto s = OpenAnonymous(GetParam(), 128ull << 20);

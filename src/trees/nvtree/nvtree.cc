@@ -84,7 +84,11 @@ class RebuildGate {
 
 // One LN pointer of a PLN with its separator: the LN holds the keys in
 // (previous separator, sep].  Fields are atomics because readers load them
-// under the PLN's sequence counter while a writer may change them.
+// under the PLN's sequence counter while a writer may change them.  With
+// byte-string keys `sep` is a std::string* built just before it is stored:
+// it is stored with release and loaded with acquire, so a reader that sees
+// the pointer also sees the string (a reader dereferences it before its
+// sequence check; ThreadSanitizer found the relaxed version racing).
 struct PlnEntry {
   std::atomic<uint64_t> sep{0};
   std::atomic<uint64_t> ln{0};
@@ -172,7 +176,7 @@ void BuildInner(Inner* in, uint32_t m, const std::vector<uint32_t>& capacities, 
     p.base = base;
     p.count.store(counts[j], std::memory_order_relaxed);
     for (uint32_t i = 0; i < counts[j]; i++, e++) {
-      in->entry[base + i].sep.store(seps[e], std::memory_order_relaxed);
+      in->entry[base + i].sep.store(seps[e], std::memory_order_release);
       in->entry[base + i].ln.store(lns[e], std::memory_order_relaxed);
       in->entry[base + i].info.store(reinterpret_cast<uint64_t>(infos[e]), std::memory_order_relaxed);
     }
@@ -551,14 +555,14 @@ typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
     uint32_t lo = 0, hi = c;
     while (lo < hi) {
       uint32_t mid = (lo + hi) / 2;
-      if (ge(in->entry[p.base + mid].sep.load(std::memory_order_relaxed))) hi = mid;
+      if (ge(in->entry[p.base + mid].sep.load(std::memory_order_acquire))) hi = mid;
       else lo = mid + 1;
     }
     if (lo == c) lo = c - 1;
     const PlnEntry& e = in->entry[p.base + lo];
     f.pos = lo;
     f.count = c;
-    f.sep = e.sep.load(std::memory_order_relaxed);
+    f.sep = e.sep.load(std::memory_order_acquire);
     f.ln = e.ln.load(std::memory_order_relaxed);
     f.info = reinterpret_cast<LeafInfo*>(e.info.load(std::memory_order_relaxed));
     std::atomic_thread_fence(std::memory_order_acquire);
@@ -595,7 +599,7 @@ bool NvTree<KP>::ReadEntry(Inner* in, uint64_t pln, int64_t pos, uint64_t* sep, 
     bool ok = i >= 0 && i < static_cast<int64_t>(c) && c <= p.capacity;
     if (ok) {
       const PlnEntry& e = in->entry[p.base + i];
-      *sep = e.sep.load(std::memory_order_relaxed);
+      *sep = e.sep.load(std::memory_order_acquire);
       *ln = e.ln.load(std::memory_order_relaxed);
       *info = reinterpret_cast<LeafInfo*>(e.info.load(std::memory_order_relaxed));
     }
@@ -627,7 +631,7 @@ bool NvTree<KP>::Neighbors(Inner* in, uint64_t pln, uint64_t ln, Neighbor* left,
     auto read = [&](uint32_t k, Neighbor* nb) {
       const PlnEntry& e = in->entry[p.base + k];
       nb->has = true;
-      nb->sep = e.sep.load(std::memory_order_relaxed);
+      nb->sep = e.sep.load(std::memory_order_acquire);
       nb->ln = e.ln.load(std::memory_order_relaxed);
       nb->info = reinterpret_cast<LeafInfo*>(e.info.load(std::memory_order_relaxed));
     };
@@ -1246,16 +1250,16 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
     for (uint32_t k = c; k > pos + 1; k--) {
       PlnEntry& dst = in->entry[p.base + k];
       const PlnEntry& src = in->entry[p.base + k - 1];
-      dst.sep.store(src.sep.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
       dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
       dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
     }
     PlnEntry& e0 = in->entry[p.base + pos];
     PlnEntry& e1 = in->entry[p.base + pos + 1];
-    e1.sep.store(e0.sep.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    e1.sep.store(e0.sep.load(std::memory_order_acquire), std::memory_order_release);
     e1.ln.store(new_right, std::memory_order_relaxed);
     e1.info.store(reinterpret_cast<uint64_t>(ri), std::memory_order_relaxed);
-    e0.sep.store(SepFromSlot(in, live[mid - 1].first), std::memory_order_relaxed);
+    e0.sep.store(SepFromSlot(in, live[mid - 1].first), std::memory_order_release);
     e0.ln.store(new_left, std::memory_order_relaxed);
     e0.info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     p.count.store(c + 1, std::memory_order_release);
@@ -1272,7 +1276,7 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
     for (uint32_t k = pos; k + 1 < c; k++) {
       PlnEntry& dst = in->entry[p.base + k];
       const PlnEntry& src = in->entry[p.base + k + 1];
-      dst.sep.store(src.sep.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
       dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
       dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
     }
@@ -1351,7 +1355,7 @@ void NvTree<KP>::RebuildFromPln() {
       const PlnEntry& e = old->entry[p.base + i];
       caps.push_back(cap);
       counts.push_back(1);
-      seps.push_back(CopySep(in, e.sep.load(std::memory_order_relaxed)));
+      seps.push_back(CopySep(in, e.sep.load(std::memory_order_acquire)));
       lns.push_back(e.ln.load(std::memory_order_relaxed));
       infos.push_back(reinterpret_cast<LeafInfo*>(e.info.load(std::memory_order_relaxed)));
     }
