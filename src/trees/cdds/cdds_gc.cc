@@ -112,6 +112,10 @@ Status CddsTree<Keys>::RecoverNode(uint64_t off, uint64_t cv) {
       change = true;
       continue;
     }
+    // A committed entry's key blob was persisted before the entry (keys.h);
+    // one that fails its check is damage, reported before any compare reads
+    // through it.
+    PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(e.key).Annotate("cdds node at offset " + Hex(off)));
     if (debris && !keep.empty()) {
       const int c = keys_.CompareSlots(keep.back().key, e.key);
       if (c > 0 || (c == 0 && keep.back().start >= e.start)) {

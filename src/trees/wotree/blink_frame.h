@@ -167,6 +167,13 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
       return Status::Corruption(name + " meta at offset " + Hex(meta_off) + ": bad magic or version (F1)");
     if (!CheckNodeSize(L::kName, m->node_size).ok() || (m->variant & ~L::kVariants) != 0)
       return Status::Corruption(name + " meta at offset " + Hex(meta_off) + ": node size or variant invalid (F1)");
+    // A variant recovers only the pools it created: the pool's layout name
+    // must be the one the meta's variant implies (a relabelled pool is
+    // refused, as every test-only variant's is).
+    if (const std::string_view want = m->variant ? L::kPaperName : L::kName;
+        !pool->layout().empty() && pool->layout() != want)
+      return Status::Incompatible(name + ": the pool is labelled '" + std::string(pool->layout()) +
+                                  "' but its tree was created as '" + std::string(want) + "'");
     if (m->key_kind != static_cast<uint32_t>(Keys::kKind))
       return Status::Incompatible(name + ": the pool holds a tree with " +
                                   (m->key_kind == 0 ? "u64" : "byte-string") + " keys");
