@@ -216,8 +216,9 @@ class Pool {
   // (see Site in pmtree/backend.h); callers never pass it.
   //
   // Plain stores of n bytes; a crash may leave any 8-byte-aligned subset.
+  // n == 0 writes nothing (src may then be null, as an empty vector's data()).
   void Write(void* dst, const void* src, size_t n, const Site& site = Site::current()) {
-    backend_->Write(dst, src, n, site);
+    if (n != 0) backend_->Write(dst, src, n, site);
   }
   // One failure-atomic aligned 8-byte store with release ordering.
   void Store64(void* dst, uint64_t value, const Site& site = Site::current()) {

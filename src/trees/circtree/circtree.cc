@@ -471,7 +471,9 @@ void CircTree<P>::WriteNewNode(uint64_t off, uint32_t level, uint64_t sibling, u
   x->hdr.low_key = has_low ? low : 0;
   x->hdr.level = level;
   x->hdr.flags = has_low ? kHasLowKey : 0;
-  std::memcpy(x->pairs, pairs.data(), pairs.size() * sizeof(Pair));
+  // An empty node (a new root's first level) copies nothing: memcpy's source
+  // must not be null even for 0 bytes.
+  if (!pairs.empty()) std::memcpy(x->pairs, pairs.data(), pairs.size() * sizeof(Pair));
   pool_->Write(N(off), img.data(), NodeBytes(node_size_));
   // Figure 5 step 3 ("any newly-allocated node is shredded with zeros"):
   // persist the whole node, NULL slots included, before anything links it,
