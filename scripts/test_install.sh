@@ -28,7 +28,7 @@ cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null || fail "cmake -
 prefix=$work/prefix
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build_dir/CMakeCache.txt")
 for f in include/pmtree/registry.h include/pmtree/tree.h include/pmtree/pool.h "$libdir/libpmtree_pm.a" \
-         "$libdir/libpmtree_trees.a" "$libdir/cmake/pmtree/pmtreeConfig.cmake" \
+         "$libdir/libpmtree_trees.a" "$libdir/libpmtree_kv.a" include/pmtree/kv.h "$libdir/cmake/pmtree/pmtreeConfig.cmake" \
          "$libdir/cmake/pmtree/pmtreeConfigVersion.cmake" "$libdir/pkgconfig/pmtree.pc" bin/pmtree; do
   [[ -e "$prefix/$f" ]] || fail "$f was not installed"
 done
