@@ -19,7 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -261,6 +263,12 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::CreateNew(const std::string& p
   // Built under a temporary name and renamed into place once complete, so a
   // crash during creation never leaves a half-made store at `path`.
   const std::string tmp = path.empty() ? std::string() : path + ".creating";
+  // A `.creating` file is what an earlier creation of this store left when it
+  // crashed before its rename (possibly empty or half-written, which
+  // Pool::Create's overwrite rule would refuse as "not a pmtree pool"); the
+  // store owns that name, so it is removed and creation starts again.
+  if (!tmp.empty() && unlink(tmp.c_str()) != 0 && errno != ENOENT)
+    return Status::IoError("kv: removing the leftover " + tmp + ": " + std::strerror(errno));
   PoolOptions po = o.pool_options;
   po.overwrite = true;
   TreeOptions to = o.tree_options;
