@@ -33,6 +33,7 @@
 //       a writer's oldest-retained version is never newer than a reader's.
 
 #include "trees/cdds/cdds.h"
+#include "trees/common/upcast.h"
 
 #include <algorithm>
 #include <cassert>
@@ -726,25 +727,17 @@ template class CddsTree<BytesKeys>;
 // ---------------------------------------------------------------------------
 // Registry entry points
 
-namespace {
-template <class Base, class T>
-Result<std::unique_ptr<Base>> Upcast(Result<std::unique_ptr<T>> r) {
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<Base>(std::move(*r));
-}
-}  // namespace
-
 Result<std::unique_ptr<Tree>> CreateCddsTree(Pool* pool, const TreeOptions& options) {
-  return Upcast<Tree>(CddsTree<U64Keys>::Create(pool, options));
+  return UpcastTree<Tree>(CddsTree<U64Keys>::Create(pool, options));
 }
 Result<std::unique_ptr<Tree>> RecoverCddsTree(Pool* pool, const TreeOptions& options) {
-  return Upcast<Tree>(CddsTree<U64Keys>::Recover(pool, options));
+  return UpcastTree<Tree>(CddsTree<U64Keys>::Recover(pool, options));
 }
 Result<std::unique_ptr<BytesTree>> CreateCddsTreeBytes(Pool* pool, const TreeOptions& options) {
-  return Upcast<BytesTree>(CddsTree<BytesKeys>::Create(pool, options));
+  return UpcastTree<BytesTree>(CddsTree<BytesKeys>::Create(pool, options));
 }
 Result<std::unique_ptr<BytesTree>> RecoverCddsTreeBytes(Pool* pool, const TreeOptions& options) {
-  return Upcast<BytesTree>(CddsTree<BytesKeys>::Recover(pool, options));
+  return UpcastTree<BytesTree>(CddsTree<BytesKeys>::Recover(pool, options));
 }
 
 }  // namespace pmtree

@@ -5,6 +5,7 @@
 // invariants numbered below.
 
 #include "trees/logtree/logtree.h"
+#include "trees/common/upcast.h"
 
 #include <algorithm>
 #include <array>
@@ -1136,25 +1137,17 @@ template class LogTree<BytesKeys>;
 // ---------------------------------------------------------------------------
 // Registry entry points
 
-namespace {
-template <class Base, class T>
-Result<std::unique_ptr<Base>> Upcast(Result<std::unique_ptr<T>> r) {
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<Base>(std::move(*r));
-}
-}  // namespace
-
 Result<std::unique_ptr<Tree>> CreateLogTree(Pool* pool, const TreeOptions& options) {
-  return Upcast<Tree>(LogTree<U64Keys>::Create(pool, options));
+  return UpcastTree<Tree>(LogTree<U64Keys>::Create(pool, options));
 }
 Result<std::unique_ptr<Tree>> RecoverLogTree(Pool* pool, const TreeOptions& options) {
-  return Upcast<Tree>(LogTree<U64Keys>::Recover(pool, options));
+  return UpcastTree<Tree>(LogTree<U64Keys>::Recover(pool, options));
 }
 Result<std::unique_ptr<BytesTree>> CreateLogTreeBytes(Pool* pool, const TreeOptions& options) {
-  return Upcast<BytesTree>(LogTree<BytesKeys>::Create(pool, options));
+  return UpcastTree<BytesTree>(LogTree<BytesKeys>::Create(pool, options));
 }
 Result<std::unique_ptr<BytesTree>> RecoverLogTreeBytes(Pool* pool, const TreeOptions& options) {
-  return Upcast<BytesTree>(LogTree<BytesKeys>::Recover(pool, options));
+  return UpcastTree<BytesTree>(LogTree<BytesKeys>::Recover(pool, options));
 }
 
 }  // namespace pmtree
