@@ -54,6 +54,8 @@
 
 namespace pmtree {
 
+class WriteProfile;
+
 inline constexpr uint64_t kAllocGranule = 64;
 
 // Who a block belongs to (see "Owners" above).
@@ -160,6 +162,10 @@ class Allocator {
 
   EpochManager& epochs() { return epochs_; }
 
+  // Reports every allocation to `profile` (null: none).  Set by the pool
+  // before the allocator is used.
+  void set_write_profile(WriteProfile* profile) { profile_ = profile; }
+
   static uint64_t RoundUp(uint64_t size) { return (size + kAllocGranule - 1) & ~(kAllocGranule - 1); }
 
  private:
@@ -180,6 +186,7 @@ class Allocator {
   uint64_t generation_ = 0;                   // bumped by rebuild/load: stale retires are dropped
   std::map<uint64_t, uint64_t> used_;         // during rebuild: offset -> size
   EpochManager epochs_;
+  WriteProfile* profile_ = nullptr;
 };
 
 }  // namespace pmtree

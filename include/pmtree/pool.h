@@ -50,6 +50,7 @@
 #include "pmtree/allocator.h"
 #include "pmtree/backend.h"
 #include "pmtree/status.h"
+#include "pmtree/write_profile.h"
 
 namespace pmtree {
 
@@ -112,6 +113,10 @@ struct PoolOptions {
   std::function<Status(std::string_view layout, uint64_t layout_flags)> accept;
   // kCustom only.
   BackendFactory backend_factory;
+  // Count stores and flushes per line and page, and allocations, into this
+  // profile (pmtree/write_profile.h); null = no profiling (the default).
+  // The pool keeps a reference while it is open.
+  std::shared_ptr<WriteProfile> write_profile;
 };
 
 // Largest emulated extra latency per flushed line (10 us, 16x the slowest
@@ -294,6 +299,7 @@ class Pool {
   FlushInstruction flush_ = FlushInstruction::kAuto;
   uint32_t write_latency_ns_ = 0;
   std::string_view granularity_ = "page";
+  std::shared_ptr<WriteProfile> profile_;  // options.write_profile; outlives the backend and allocator
   std::unique_ptr<PersistBackend> backend_;
   std::unique_ptr<Allocator> allocator_;
 };

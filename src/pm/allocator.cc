@@ -11,6 +11,7 @@
 // CheckConsistency() checks A1-A3.
 
 #include "pmtree/allocator.h"
+#include "pmtree/write_profile.h"
 
 #include <algorithm>
 #include <cassert>
@@ -200,6 +201,7 @@ Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align, BlockOwner o
     if (start + size < ext_off + ext_size) InsertFreeLocked(start + size, ext_off + ext_size - (start + size));
     if (owner == BlockOwner::kStore) store_bytes_ += size;
     counters::RecordAllocation();
+    if (profile_ != nullptr) profile_->RecordAllocation(start, size);
     return start;
   }
   uint64_t largest = by_size_.empty() ? 0 : by_size_.rbegin()->first;

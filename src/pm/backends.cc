@@ -159,6 +159,38 @@ class CountingBackend final : public Forwarding {
   const bool fences_;
 };
 
+// Every store and flush request into a WriteProfile.  Outermost, so it sees
+// what the tree asked for, whatever the inner backends execute.
+class ProfilingBackend final : public Forwarding {
+ public:
+  ProfilingBackend(std::unique_ptr<PersistBackend> inner, WriteProfile* profile)
+      : Forwarding(std::move(inner)), profile_(profile) {}
+  void Write(void* d, const void* s, size_t n, const Site& site) override {
+    profile_->RecordStore(d, n);
+    inner_->Write(d, s, n, site);
+  }
+  void Store64(void* d, uint64_t v, const Site& site) override {
+    profile_->RecordStore(d, 8);
+    inner_->Store64(d, v, site);
+  }
+  void Zero(void* d, size_t n, const Site& site) override {
+    profile_->RecordStore(d, n);
+    inner_->Zero(d, n, site);
+  }
+  void NtWrite(void* d, const void* s, size_t n, const Site& site) override {
+    profile_->RecordStore(d, n);
+    inner_->NtWrite(d, s, n, site);
+  }
+  void Flush(const void* p, size_t n, const Site& site) override {
+    profile_->RecordFlush(p, n);
+    inner_->Flush(p, n, site);
+  }
+  std::string Describe() const override { return inner_->Describe() + ", profiled"; }
+
+ private:
+  WriteProfile* profile_;
+};
+
 }  // namespace
 
 std::string_view BackendName(BackendKind kind) {
@@ -240,6 +272,9 @@ std::unique_ptr<PersistBackend> WrapLatency(std::unique_ptr<PersistBackend> inne
 }
 std::unique_ptr<PersistBackend> WrapCounting(std::unique_ptr<PersistBackend> inner) {
   return std::make_unique<CountingBackend>(std::move(inner));
+}
+std::unique_ptr<PersistBackend> WrapProfiling(std::unique_ptr<PersistBackend> inner, WriteProfile* profile) {
+  return std::make_unique<ProfilingBackend>(std::move(inner), profile);
 }
 
 }  // namespace pmtree

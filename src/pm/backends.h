@@ -2,7 +2,7 @@
 //
 // The built-in persistence backends (see pmtree/backend.h) and the wrappers
 // that count and emulate media latency.  Pool::InstallBackend composes them:
-//     counting( latency( hardware | eadr | msync | dram | custom ) )
+//     profiling( counting( latency( hardware | eadr | msync | dram | custom ) ) )
 
 #ifndef PMTREE_PM_BACKENDS_H_
 #define PMTREE_PM_BACKENDS_H_
@@ -26,6 +26,8 @@ std::unique_ptr<PersistBackend> MakeMsyncBackend(MapFlushFn flush, MapDrainFn dr
 std::unique_ptr<PersistBackend> MakeDramBackend();
 std::unique_ptr<PersistBackend> WrapLatency(std::unique_ptr<PersistBackend> inner, uint32_t ns_per_line);
 std::unique_ptr<PersistBackend> WrapCounting(std::unique_ptr<PersistBackend> inner);
+// Records every store and flush request into `profile` (not owned).
+std::unique_ptr<PersistBackend> WrapProfiling(std::unique_ptr<PersistBackend> inner, WriteProfile* profile);
 
 }  // namespace pmtree
 

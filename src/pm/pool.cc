@@ -181,6 +181,11 @@ Status Pool::InstallBackend(const PoolOptions& options) {
   }
   if (options.write_latency_ns > 0) b = WrapLatency(std::move(b), options.write_latency_ns);
   if (options.counting) b = WrapCounting(std::move(b));
+  if (options.write_profile) {
+    profile_ = options.write_profile;
+    profile_->Attach(base_, size_);
+    b = WrapProfiling(std::move(b), profile_.get());
+  }
   backend_ = std::move(b);
   return Status::Ok();
 }
@@ -228,6 +233,7 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
   }
   PMTREE_RETURN_IF_ERROR(pool->InstallBackend(options));
   pool->allocator_ = std::make_unique<Allocator>(kPoolHeaderSize, pool->size_);
+  pool->allocator_->set_write_profile(pool->profile_.get());
   auto* h = reinterpret_cast<PoolHeader*>(pool->base_);
   if (creating) {
     pool->InitHeader(layout, layout_flags);

@@ -7,7 +7,8 @@ add_library(pmtree_pm
   src/pm/backends.cc
   src/pm/latency.cc
   src/pm/allocator.cc
-  src/pm/pool.cc)
+  src/pm/pool.cc
+  src/pm/write_profile.cc)
 add_library(pmtree::pm ALIAS pmtree_pm)
 set_target_properties(pmtree_pm PROPERTIES EXPORT_NAME pm)
 target_compile_features(pmtree_pm PUBLIC cxx_std_20)
@@ -20,4 +21,5 @@ pmtree_test(pm_test
   src/pm/allocator_test.cc
   src/pm/counters_test.cc
   src/pm/pool_test.cc
+  src/pm/write_profile_test.cc
   LINK pmtree_pm)
