@@ -271,6 +271,8 @@ class Pool {
   EpochManager& epochs() { return allocator_->epochs(); }
 
   PersistBackend& backend() { return *backend_; }
+  // PoolOptions::write_profile, or null.
+  WriteProfile* write_profile() const { return profile_.get(); }
 
  private:
   Pool() = default;

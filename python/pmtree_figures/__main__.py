@@ -2,6 +2,7 @@
 """Command line: see the package docstring."""
 
 import argparse
+import os
 import sys
 
 
@@ -12,7 +13,8 @@ def main(argv=None):
     p.add_argument("--x", default="tree")
     p.add_argument("--y", default="throughput_ops_s")
     p.add_argument("--group", default="label")
-    p.add_argument("--kind", default="bars", choices=["bars", "lines", "series"])
+    p.add_argument("--kind", default="bars", choices=["bars", "lines", "series", "heatmap", "cdf", "timeline"],
+                   help="heatmap/cdf/timeline draw the write profiles the rows name (bench --write-profile)")
     p.add_argument("--title", default="")
     p.add_argument("--out", default="figure.png")
     args = p.parse_args(argv)
@@ -33,10 +35,16 @@ def main(argv=None):
     if not args.data:
         p.error("give a report folder or --data FILE")
     rows = figures.load_rows(args.data)
-    spec = {"kind": args.kind, "x": args.x, "y": args.y, "group": args.group,
-            "title": args.title or "%s by %s" % (args.y, args.x), "file": args.out, "ylabel": args.y}
+    profile_titles = {"heatmap": "writes per allocated block", "cdf": "writes per page, distribution",
+                      "timeline": "writes and allocations over operations"}
+    if args.kind in profile_titles:
+        spec = {"kind": args.kind, "title": args.title or profile_titles[args.kind], "file": args.out}
+    else:
+        spec = {"kind": args.kind, "x": args.x, "y": args.y, "group": args.group,
+                "title": args.title or "%s by %s" % (args.y, args.x), "file": args.out, "ylabel": args.y}
     command = next((r["command"] for r in rows if r.get("command")), "(not recorded in %s)" % args.data)
-    figures.draw_one(spec, rows, args.out, command=command, source=args.data)
+    figures.draw_one(spec, rows, args.out, command=command, source=args.data,
+                     folder=os.path.dirname(os.path.abspath(args.data)))
     return 0
 
 

@@ -129,6 +129,34 @@ class FiguresTest(unittest.TestCase):
         for spec in specs:
             self.assert_names_command(os.path.join(folder, spec["file"]), command)
 
+    def test_write_profile_figures_from_a_profiled_run(self):
+        prefix = os.path.join(self.tmp, "wp")
+        rows_path = os.path.join(self.tmp, "profiled.jsonl")
+        cmd = [PMTREE, "bench", "--tree", "cdds,fastfair", "--records", "0", "--ops", "1000", "--mix", "insert=1",
+               "--dist", "uniform", "--write-profile", prefix, "--profile-window", "20",
+               "--pool", os.path.join("/dev/shm", "pmtree-figures-test-%d-wp.pool" % os.getpid()),
+               "--pool-size", "64M", "--no-progress", "--json", "--output", rows_path]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.tmp, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr.decode()[-2000:])
+        with open(rows_path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        self.assertEqual(len(rows), 2)
+        for row in rows:
+            wp = row["write_profile"]
+            self.assertTrue(os.path.exists(wp["path"]), wp["path"])
+            self.assertGreater(wp["blocks"], 1)
+            self.assertGreaterEqual(wp["page_max"], wp["page_median"])
+            with open(wp["path"]) as f:
+                prof = json.load(f)
+            self.assertEqual(prof["ops"], 1000)
+            self.assertEqual(len(prof["series"]), 1000 // 20)
+            self.assertEqual(sum(p[1] for p in prof["pages"]), prof["totals"]["stores"])
+        for kind in ("heatmap", "cdf", "timeline"):
+            out = os.path.join(self.tmp, "wp-%s.png" % kind)
+            r = figures_cli(["--data", rows_path, "--kind", kind, "--out", out], self.tmp)
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+            self.assert_names_command(out, "--write-profile")
+
     def test_single_figure_from_json_lines_names_the_command(self):
         out = os.path.join(self.tmp, "one-json.png")
         r = figures_cli(["--data", self.jsonl, "--x", "tree", "--y", "per_op.flushes", "--out", out], self.tmp)

@@ -344,6 +344,10 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
   tc.pool_options.backend = bk;
   tc.pool_options.flush = fi;
   tc.pool_options.write_latency_ns = c.write_latency_ns;
+  if (!c.write_profile.empty() && f->persistent()) {
+    const uint64_t window = c.profile_window_ops ? c.profile_window_ops : std::max<uint64_t>(1, (c.records + c.ops) / 200);
+    tc.pool_options.write_profile = std::make_shared<WriteProfile>(window);
+  }
   if (!open_existing && f->persistent()) {
     o.status = CheckNewPoolPath(c, tc.pool_path, name, &tc.pool_options.overwrite);
     if (!o.status.ok()) return o;
@@ -388,6 +392,49 @@ Measurement BaseRow(const BenchConfig& c, const std::string& name, uint32_t thre
 
 double Seconds(std::chrono::steady_clock::time_point a) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+uint64_t Median(std::vector<uint64_t> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// Writes the profile file and fills the row's wear figures.
+Status SaveProfile(const WriteProfile& prof, const std::string& path, ProfileSummary* out) {
+  std::ofstream f(path);
+  if (!f) return Status::IoError("--write-profile: cannot write " + path);
+  prof.WriteJson(f);
+  f.close();
+  if (!f) return Status::IoError("--write-profile: error writing " + path);
+  out->path = path;
+  std::vector<uint64_t> w;
+  for (const auto& p : prof.Pages()) {
+    w.push_back(p.stores);
+    out->stores += p.stores;
+    out->flushed_lines += p.flushes;
+  }
+  out->pages = w.size();
+  out->page_max = w.empty() ? 0 : *std::max_element(w.begin(), w.end());
+  out->page_median = Median(std::move(w));
+  w.clear();
+  for (const auto& b : prof.Blocks()) w.push_back(b.stores);
+  out->blocks = w.size();
+  out->block_max = w.empty() ? 0 : *std::max_element(w.begin(), w.end());
+  out->block_median = Median(std::move(w));
+  uint64_t busy = 0, busy_writes = 0, quiet = 0, quiet_writes = 0;
+  for (const auto& win : prof.Series()) {
+    if (win.allocations) {
+      busy++;
+      busy_writes += win.stores;
+    } else {
+      quiet++;
+      quiet_writes += win.stores;
+    }
+  }
+  out->alloc_window_writes = busy ? static_cast<double>(busy_writes) / static_cast<double>(busy) : 0;
+  out->quiet_window_writes = quiet ? static_cast<double>(quiet_writes) / static_cast<double>(quiet) : 0;
+  return Status::Ok();
 }
 
 Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threads, uint32_t rep) {
@@ -490,6 +537,11 @@ Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threa
     m.nt_stores = r.counters.nt_stores / n;
   }
   if (m.counted) m.no_alloc = r.no_alloc;
+  if (const WriteProfile* prof = t.pool() ? t.pool()->write_profile() : nullptr) {
+    const std::string path =
+        c.write_profile + "." + name + "-t" + std::to_string(threads) + "-r" + std::to_string(rep) + ".profile.json";
+    if (Status s = SaveProfile(*prof, path, &m.profile); !s.ok() && m.error.empty()) m.error = s.ToString();
+  }
   if (c.verify)
     if (Status s = t.Verify(); !s.ok()) m.error = "verify after run: " + s.ToString();
   m.stats = t.Stats();

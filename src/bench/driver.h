@@ -87,6 +87,11 @@ struct BenchConfig {
   std::string variant;          // free label carried into every row (suites)
   std::string experiment;       // suites: experiment id carried into every row
   std::string command;          // the command line, carried into every row
+  // Non-empty: profile the writes of every persistent tree's pool (load and
+  // run) into "<write_profile>.<tree>-t<threads>-r<rep>.profile.json"
+  // (pmtree/write_profile.h; docs/bench.md, "Write profiles").
+  std::string write_profile;
+  uint64_t profile_window_ops = 0;  // operations per profile window; 0 = (records + ops) / 200
 
   // Checks every option; InvalidArgument naming the option and valid values.
   Status Validate() const;
@@ -95,6 +100,17 @@ struct BenchConfig {
 // Persistence cost summed over the operations of one type during which the
 // tree allocated no PM (counters' `allocations` unchanged apart from the
 // driver's own value records).
+// The wear figures of one row's write profile (writes = store calls per line).
+struct ProfileSummary {
+  std::string path;  // the profile file
+  uint64_t pages = 0, page_max = 0, page_median = 0;     // writes per touched 4 KiB page
+  uint64_t blocks = 0, block_max = 0, block_median = 0;  // writes per allocated block (node)
+  uint64_t stores = 0, flushed_lines = 0;
+  // Mean writes per time window with / without an allocation in it: the
+  // thesis's "a split_insert causes a burst of writes" (Figure 6.4).
+  double alloc_window_writes = 0, quiet_window_writes = 0;
+};
+
 struct NoAllocCost {
   uint64_t ops = 0;
   PersistCounters sum;
@@ -122,6 +138,7 @@ struct Measurement {
   std::string recovery_kind;   // "clean" or "crash"
   double recovery_ms = 0;
   uint32_t recovery_threads = 0;
+  ProfileSummary profile;  // --write-profile (path empty otherwise)
   // Repetition summary row (rep == UINT32_MAX): throughput over the repetitions.
   bool summary = false;
   Spread throughput_spread, p99_spread;

@@ -218,6 +218,16 @@ nlohmann::json ToJson(const Measurement& m) {
     j["recovery_ms"] = m.recovery_ms;
     j["recovery_threads"] = m.recovery_threads;
   }
+  if (!m.profile.path.empty()) {
+    const ProfileSummary& p = m.profile;
+    j["write_profile"] = {{"path", p.path},           {"pages", p.pages},
+                          {"page_max", p.page_max},   {"page_median", p.page_median},
+                          {"blocks", p.blocks},       {"block_max", p.block_max},
+                          {"block_median", p.block_median}, {"stores", p.stores},
+                          {"flushed_lines", p.flushed_lines},
+                          {"alloc_window_writes", Round(p.alloc_window_writes, 0.01)},
+                          {"quiet_window_writes", Round(p.quiet_window_writes, 0.01)}};
+  }
   if (!m.error.empty()) j["error"] = m.error;
   if (!m.command.empty()) j["command"] = m.command;
   return j;

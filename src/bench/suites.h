@@ -86,6 +86,8 @@ class SuiteContext {
   ~SuiteContext();
 
   const std::string& name() const { return name_; }
+  // The report folder (empty when the suite writes no files).
+  const std::string& dir() const { return dir_; }
   bool full() const { return o_.full; }
   // n scaled by --scale (default sizes) or `full` with --full.
   uint64_t Size(uint64_t scaled, uint64_t full) const;

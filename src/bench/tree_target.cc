@@ -36,6 +36,15 @@ namespace {
 
 thread_local uint64_t tls_record_allocations = 0;
 
+// Advances a write profile's operation clock when an operation ends, so the
+// operation's writes fall into the window of its own index.
+struct OpTick {
+  WriteProfile* profile;
+  ~OpTick() {
+    if (profile != nullptr) profile->Tick();
+  }
+};
+
 template <class K>
 class TreeTarget final : public Target {
  public:
@@ -43,7 +52,11 @@ class TreeTarget final : public Target {
   static constexpr bool kBytes = std::is_same_v<K, std::string_view>;
 
   TreeTarget(TreeHandle<TreeT> h, const TreeTargetConfig& c)
-      : h_(std::move(h)), c_(c), records_(c.value_size > 8), record_bytes_(Allocator::RoundUp(c.value_size)) {}
+      : h_(std::move(h)),
+        c_(c),
+        records_(c.value_size > 8),
+        record_bytes_(Allocator::RoundUp(c.value_size)),
+        profile_(h_.pool ? h_.pool->write_profile() : nullptr) {}
   ~TreeTarget() override {
     // Finish() not called (an error path): drop the tree, then the file.
     if (!finished_) FreeDramRecords();
@@ -68,6 +81,7 @@ class TreeTarget final : public Target {
   Pool* pool() override { return h_.pool.get(); }
 
   bool Lookup(uint64_t key, std::string_view bkey, uint64_t* value) override {
+    OpTick tick(profile_);
     if (!records_) return h_.tree->Lookup(Key(key, bkey), value);
     // Copy the whole record out, as a reader of the value would.
     thread_local std::string buf;
@@ -82,10 +96,12 @@ class TreeTarget final : public Target {
     return ReadRecord(Key(key, bkey), out->data());
   }
   Result<bool> Insert(uint64_t key, std::string_view bkey, uint64_t value) override {
+    OpTick tick(profile_);
     if (!records_) return h_.tree->Insert(Key(key, bkey), value);
     return InsertRecord(Key(key, bkey), value);
   }
   Result<bool> Update(uint64_t key, std::string_view bkey, uint64_t value) override {
+    OpTick tick(profile_);
     if (!records_) return h_.tree->Update(Key(key, bkey), value);
     std::lock_guard<std::mutex> g(Stripe(key));
     uint64_t old;
@@ -101,6 +117,7 @@ class TreeTarget final : public Target {
     return r;
   }
   Result<bool> Remove(uint64_t key, std::string_view bkey) override {
+    OpTick tick(profile_);
     if (!records_) return h_.tree->Remove(Key(key, bkey));
     std::lock_guard<std::mutex> g(Stripe(key));
     uint64_t old;
@@ -110,6 +127,7 @@ class TreeTarget final : public Target {
     return r;
   }
   size_t Scan(uint64_t key, std::string_view bkey, uint32_t n) override {
+    OpTick tick(profile_);
     thread_local std::vector<typename TreeT::Entry> buf;
     if (buf.size() < n) buf.resize(n);
     return h_.tree->Scan(Key(key, bkey), std::span(buf.data(), n));
@@ -152,6 +170,7 @@ class TreeTarget final : public Target {
     uint64_t step = n > 1 ? PermStep(n) : 1;
     uint64_t r = 0;
     for (size_t i = 0; i < n; i++) {
+      OpTick tick(profile_);
       auto res = records_ ? InsertRecord(key_at(r), ValueFor(sorted[r])) : h_.tree->Insert(key_at(r), ValueFor(sorted[r]));
       if (!res.ok()) return res.status().Annotate("load, record " + std::to_string(i));
       r = (r + step) % n;
@@ -301,6 +320,7 @@ class TreeTarget final : public Target {
   bool finished_ = false;
   EpochManager dram_epochs_;  // records of a tree without a pool
   std::array<std::mutex, 1u << kStripeBits> stripes_;
+  WriteProfile* profile_;  // the pool's write profile (--write-profile), or null
 };
 
 }  // namespace

@@ -139,7 +139,18 @@ std::vector<WriteProfile::BlockCount> WriteProfile::Blocks() const {
 }
 
 std::vector<WriteProfile::Window> WriteProfile::Series() const {
-  const uint64_t n = std::min(ops() / window_ops_ + 1, kMaxWindows);
+  // Windows up to the last operation's, plus the one after it when writes
+  // came after the last Tick (a close).
+  const uint64_t done = ops();
+  uint64_t n = std::max<uint64_t>(1, (done + window_ops_ - 1) / window_ops_);
+  if (done % window_ops_ == 0 && done / window_ops_ < kMaxWindows) {
+    for (int f = 0; f < kFields; f++)
+      if (series_[(done / window_ops_) * kFields + f].load(std::memory_order_relaxed) != 0) {
+        n = done / window_ops_ + 1;
+        break;
+      }
+  }
+  n = std::min(n, kMaxWindows);
   std::vector<Window> out(n);
   for (uint64_t w = 0; w < n; w++) {
     const std::atomic<uint64_t>* row = &series_[w * kFields];

@@ -239,6 +239,12 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--workload", a->workload, "ops, or recovery (time open+recover after close and after a crash)")
       ->capture_default_str();
   cmd->add_option("--recovery-threads", c.recovery_threads, "recovery: max rebuild threads (0 = cores)");
+  cmd->add_option("--write-profile", c.write_profile,
+                  "Profile each tree's writes per line/page and over time into PREFIX.<tree>-t<threads>-r<rep>.profile.json")
+      ->option_text("PREFIX");
+  cmd->add_option("--profile-window", c.profile_window_ops,
+                  "Operations per --write-profile time window (0 = (records + ops) / 200)")
+      ->capture_default_str();
   cmd->add_flag("--verify", c.verify, "Verify() every tree after its run (not timed)");
   cmd->add_flag("--json", a->json, "JSON lines on stdout, one object per measurement");
   cmd->add_flag("--csv", a->csv, "CSV on stdout");
