@@ -58,8 +58,8 @@ class WriteProfile {
   void Attach(const char* base, uint64_t pool_bytes);
 
   // ---- recording (the pool's profiling backend and allocator) ----------------
-  void RecordStore(const void* p, uint64_t n);
-  void RecordFlush(const void* p, uint64_t n);
+  void RecordStore(const void* p, uint64_t n) { RecordLines(p, n, /*flush=*/false); }
+  void RecordFlush(const void* p, uint64_t n) { RecordLines(p, n, /*flush=*/true); }
   void RecordAllocation(uint64_t offset, uint64_t size);
   // One operation done: advances the logical clock.
   void Tick() { ops_.fetch_add(1, std::memory_order_relaxed); }
@@ -107,6 +107,7 @@ class WriteProfile {
   };
   enum Field { kStores, kFlushedLines, kAllocations, kAllocatedBytes, kFields };
   PageLines* PageFor(uint64_t page);
+  void RecordLines(const void* p, uint64_t n, bool flush);
   void AddWindow(Field field, uint64_t amount);
   template <class F>
   void ForEachLine(const void* p, uint64_t n, F&& f);

@@ -59,22 +59,13 @@ void WriteProfile::AddWindow(Field field, uint64_t amount) {
   series_[w * kFields + field].fetch_add(amount, std::memory_order_relaxed);
 }
 
-void WriteProfile::RecordStore(const void* p, uint64_t n) {
+void WriteProfile::RecordLines(const void* p, uint64_t n, bool flush) {
   uint64_t lines = 0;
   ForEachLine(p, n, [&](PageLines* t, uint64_t i) {
-    t->stores[i].fetch_add(1, std::memory_order_relaxed);
+    (flush ? t->flushes : t->stores)[i].fetch_add(1, std::memory_order_relaxed);
     lines++;
   });
-  AddWindow(kStores, lines);
-}
-
-void WriteProfile::RecordFlush(const void* p, uint64_t n) {
-  uint64_t lines = 0;
-  ForEachLine(p, n, [&](PageLines* t, uint64_t i) {
-    t->flushes[i].fetch_add(1, std::memory_order_relaxed);
-    lines++;
-  });
-  AddWindow(kFlushedLines, lines);
+  AddWindow(flush ? kFlushedLines : kStores, lines);
 }
 
 void WriteProfile::RecordAllocation(uint64_t offset, uint64_t size) {
