@@ -82,9 +82,13 @@ build_binding() {
   install_missing
   mkdir -p "$cache"
   echo "ycsb.sh: building the binding and fetching YCSB 0.17.0 + Jedis 2.9.0 into $cache" >&2
-  mvn -q -B -Dstyle.color=never -f "$src/pom.xml" -Dycsb.out="$cache" package \
-      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$cache/lib" >&2 ||
-    die "maven build failed (is Maven Central reachable?)"
+  local log=$cache/maven.log
+  if ! mvn -B -Dstyle.color=never -f "$src/pom.xml" -Dycsb.out="$cache" package \
+      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$cache/lib" \
+      >"$log" 2>&1; then
+    grep -E 'ERROR|BUILD' "$log" | head -n 20 >&2
+    die "maven build failed (is Maven Central reachable?); full log in $log"
+  fi
 }
 
 build_binding
