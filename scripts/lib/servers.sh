@@ -9,7 +9,7 @@
 #   servers_install_redis        apt-get install redis-server redis-tools if missing
 #   servers_start_redis NAME FSYNC   redis-server, AOF on with appendfsync FSYNC
 #   pmtree_has_serve BIN         true when BIN exists and has a `serve` subcommand
-#   servers_start_pmtree NAME BIN TREE   `BIN serve --port P --pool F --tree TREE`
+#   servers_start_pmtree NAME BIN TREE [ARGS]  `BIN serve --port P --pool F --tree TREE ARGS`
 #   servers_stop NAME / servers_stop_all
 # After a start, SERVER_PORT and SERVER_PID name the new server.
 
@@ -77,20 +77,23 @@ pmtree_has_serve() {
   [[ -x $1 ]] && "$1" serve --help >/dev/null 2>&1
 }
 
+# Further arguments go to `pmtree serve` as they are (e.g. a pool size).
 servers_start_pmtree() {
   local name=$1 bin=$2 tree=$3 port
+  shift 3
   port=$(servers_free_port)
-  "$bin" serve --port "$port" --pool "$SERVERS_DIR/$name.pool" --tree "$tree" \
-      2>"$SERVERS_DIR/$name.log" &
+  "$bin" serve --port "$port" --pool "$SERVERS_DIR/$name.pool" --tree "$tree" "$@" \
+      >"$SERVERS_DIR/$name.log" 2>&1 &
   SERVER_PID=$!
   SERVER_PORT=$port
   SERVERS_PID[$name]=$SERVER_PID
   servers_wait_ready "$name" "$port" "$SERVER_PID"
 }
 
-# Resident set of a process in bytes (VmRSS).
+# Resident set of a process in bytes: all of it (VmRSS), or with a second
+# argument one part of it (RssAnon, RssFile, RssShmem).
 servers_rss_bytes() {
-  awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$1/status"
+  awk -v f="${2:-VmRSS}:" '$1 == f { print $2 * 1024 }' "/proc/$1/status"
 }
 
 servers_stop() {

@@ -94,8 +94,7 @@ public final class PmtreeRedisClient extends DB {
   @Override
   public Status insert(String table, String key, Map<String, ByteIterator> values) {
     try {
-      String reply = jedis.hmset(key, StringByteIterator.getStringMap(values));
-      if (!"OK".equals(reply)) {
+      if (!writeFields(key, values)) {
         return Status.ERROR;
       }
       jedis.zadd(INDEX_KEY, score(key), key);
@@ -108,9 +107,7 @@ public final class PmtreeRedisClient extends DB {
   @Override
   public Status update(String table, String key, Map<String, ByteIterator> values) {
     try {
-      // HMSET overwrites only the given fields: YCSB's update changes a subset.
-      String reply = jedis.hmset(key, StringByteIterator.getStringMap(values));
-      return "OK".equals(reply) ? Status.OK : Status.ERROR;
+      return writeFields(key, values) ? Status.OK : Status.ERROR;
     } catch (JedisException e) {
       return error("update " + key, e);
     }
@@ -158,6 +155,14 @@ public final class PmtreeRedisClient extends DB {
   /** The score of a key in the scan index: its Java hash, as YCSB's Redis binding does. */
   static double score(String key) {
     return key.hashCode();
+  }
+
+  /**
+   * Writes the given fields of a record (HMSET), leaving its other fields as
+   * they are: YCSB's update changes a subset.  True when the server said OK.
+   */
+  private boolean writeFields(String key, Map<String, ByteIterator> values) {
+    return "OK".equals(jedis.hmset(key, StringByteIterator.getStringMap(values)));
   }
 
   /** Reads one record: all fields (HGETALL) or the named ones (HMGET). */
