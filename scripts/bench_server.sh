@@ -17,6 +17,7 @@
 #   SET, GET  redis-benchmark -P 16 -c 50 -r 100000, once per --sizes value
 #   YCSB      workloads --workloads through our binding (scripts/ycsb.sh)
 # and writes a Markdown table and a JSON file beside the seeds' claims.
+# Exits 1 (after writing the report) when a row failed to start or measure.
 # Defaults take about 3 minutes on 2 cores; --quick well under 1 minute.
 #
 # Usage: scripts/bench_server.sh [options]
@@ -162,12 +163,19 @@ run_row() {
   local row=$1 durability=$2 kind=$3 tree=${4:-} pool="" what
   if [[ $kind == redis ]]; then
     what="redis-server $(redis-server --version | awk '{ print $3 }' | tr -d 'v='), appendonly yes, appendfsync $durability"
-    servers_start_redis "$row" "$durability" || { record row "$row" "$durability" "failed to start" "$what"; return 0; }
+    servers_start_redis "$row" "$durability" || {
+      record row "$row" "$durability" "failed to start" "$what"
+      row_failures=$((row_failures + 1))
+      return 0
+    }
   else
     what="pmtree serve --tree $tree ${serve_args}"
     pool=$SERVERS_DIR/$row.pool
-    servers_start_pmtree "$row" "$pmtree" "$tree" "${serve_extra[@]}" ||
-      { record row "$row" "$durability" "failed to start" "$what"; return 0; }
+    servers_start_pmtree "$row" "$pmtree" "$tree" "${serve_extra[@]}" || {
+      record row "$row" "$durability" "failed to start" "$what"
+      row_failures=$((row_failures + 1))
+      return 0
+    }
   fi
   local port=$SERVER_PORT pid=$SERVER_PID status=ok
   echo "bench_server.sh: $row on port $port" >&2
@@ -175,10 +183,12 @@ run_row() {
     measure_set_get "$row" "$port" &&
     measure_ycsb "$row" "$port" || status="failed (see stderr)"
   record row "$row" "$durability" "$status" "$what"
+  [[ $status == ok ]] || row_failures=$((row_failures + 1))
   servers_stop "$row"
 }
 
 started=$(date -u +%FT%TZ)
+row_failures=0
 for r in "${row_list[@]}"; do
   case $r in
     redis-always) run_row redis-always always redis ;;
@@ -195,6 +205,12 @@ for r in "${row_list[@]}"; do
 done
 
 machine="$(nproc) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), scratch $shm"
-command_line="scripts/bench_server.sh $( ((quick)) && echo --quick) --sizes $sizes --requests $requests --workloads $workloads --records $records --operations $operations --threads $threads --mem-keys $mem_keys"
+quick_flag=""
+((quick)) && quick_flag="--quick "
+command_line="scripts/bench_server.sh ${quick_flag}--sizes $sizes --requests $requests --workloads $workloads --records $records --operations $operations --threads $threads --mem-keys $mem_keys"
 python3 "$root/scripts/lib/server_report.py" --results "$results" --out "$out" \
     --machine "$machine" --command "$command_line" --started "$started"
+if ((row_failures)); then
+  echo "bench_server.sh: $row_failures row(s) failed; their tables are incomplete" >&2
+  exit 1
+fi
