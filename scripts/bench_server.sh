@@ -13,7 +13,7 @@
 # and measures, in order:
 #   memory    DRAM after loading --mem-keys SETs of 100 B values: Redis's
 #             used_memory, every server's RSS and its anonymous part (heap),
-#             and the pmtree pool file's size
+#             and the pmtree pool file's allocated size
 #   SET, GET  redis-benchmark -P 16 -c 50 -r 100000, once per --sizes value
 #   YCSB      workloads --workloads through our binding (scripts/ycsb.sh)
 # and writes a Markdown table and a JSON file beside the seeds' claims.
@@ -110,7 +110,8 @@ measure_memory() {
   rss1=$(servers_rss_bytes "$pid")
   anon=$(servers_rss_bytes "$pid" RssAnon)
   used=$(redis-cli -p "$port" info memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }')
-  [[ -n $pool && -f $pool ]] && pool_bytes=$(stat -c %s "$pool")
+  # Allocated, not apparent, size: a new pool file is sparse.
+  [[ -n $pool && -f $pool ]] && pool_bytes=$(($(stat -c '%b * %B' "$pool")))
   record mem "$row" "$mem_keys" "${used:--}" "$rss0" "$rss1" "$anon" "$pool_bytes"
 }
 
@@ -169,7 +170,7 @@ run_row() {
       return 0
     }
   else
-    what="pmtree serve --tree $tree ${serve_args}"
+    what="pmtree serve --tree $tree${serve_args:+ $serve_args}"
     pool=$SERVERS_DIR/$row.pool
     servers_start_pmtree "$row" "$pmtree" "$tree" "${serve_extra[@]}" || {
       record row "$row" "$durability" "failed to start" "$what"

@@ -6,7 +6,8 @@
 # host:port: redis-server or `pmtree serve`.  Builds the binding and fetches
 # YCSB core + Jedis from Maven Central on first use (into the cache dir), then
 # runs the load phase, the transaction phase, or both, and prints YCSB's
-# summary ([OVERALL], [READ], ... lines).  Exits non-zero when YCSB fails.
+# summary ([OVERALL], [READ], ... lines).  Exits non-zero when YCSB fails or
+# a phase did not complete every operation with OK (e.g. no server there).
 #
 # Usage: scripts/ycsb.sh [options]
 #   --host H          server address (default 127.0.0.1)
@@ -103,24 +104,35 @@ props=(-P "$workload_file" -p recordcount="$records" -p operationcount="$operati
 [[ -n $out ]] && : >"$out"
 
 # One YCSB phase; its summary (stdout) is printed and kept, its progress
-# (stderr) only shown when the phase fails.
+# (stderr) only shown when the phase fails.  YCSB exits 0 even when no client
+# could connect, so the phase also fails unless `want` operations succeeded
+# (YCSB files an operation that did not return OK under [OP-FAILED]).
 run_phase() {
-  local flag=$1 name=$2 log
+  local flag=$1 name=$2 want=$3 log status=0 done_ok
   log=$(mktemp)
-  local status=0
   java -cp "$cp" site.ycsb.Client "$flag" -db org.pmtree.ycsb.PmtreeRedisClient \
       "${props[@]}" "${extra[@]}" -threads "$threads" -s >"$log.out" 2>"$log" || status=$?
   echo "# ycsb $name: workload $(basename "$workload_file"), $records records, $operations operations, $threads threads, $host:$port"
   grep '^\[' "$log.out" || true
   [[ -n $out ]] && { echo "# phase $name"; grep '^\[' "$log.out" || true; } >>"$out"
+  done_ok=$(awk -F', ' '$2 == "Operations" && $1 !~ /^\[(CLEANUP|VERIFY)\]$/ && $1 !~ /-FAILED\]$/ { n += $3 }
+                        END { print n + 0 }' "$log.out")
+  if ((status == 0 && done_ok != want)); then
+    echo "ycsb.sh: YCSB $name phase: $done_ok of $want operations succeeded" >&2
+    status=1
+  fi
   if ((status)); then
-    echo "ycsb.sh: YCSB $name phase failed (exit $status); its log:" >&2
-    tail -n 30 "$log" >&2
-    tail -n 30 "$log.out" >&2
+    echo "ycsb.sh: YCSB $name phase failed (exit $status); the errors in its log:" >&2
+    grep -E 'Exception|Error|error' "$log" | grep -v '^[[:space:]]*at ' | sort | uniq -c | head -n 10 >&2
   fi
   rm -f "$log" "$log.out"
   return "$status"
 }
 
-[[ $phase == run ]] || run_phase -load load
-[[ $phase == load ]] || run_phase -t run
+# The load phase inserts insertcount records when it is given, else recordcount.
+load_count=$records
+for ((i = 1; i < ${#extra[@]}; i += 2)); do
+  [[ ${extra[i]} == insertcount=* ]] && load_count=${extra[i]#insertcount=}
+done
+[[ $phase == run ]] || run_phase -load load "$load_count"
+[[ $phase == load ]] || run_phase -t run "$operations"

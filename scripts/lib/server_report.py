@@ -156,7 +156,7 @@ def markdown(data, meta):
         keys = data["memory"][0]["keys"]
         lines += ["", f"## DRAM after {keys:,} SETs of 100 B values", "",
                   "| row | used_memory | RSS | of which anonymous | RSS growth per key | "
-                  "RSS growth per 1M keys | pool file |",
+                  "RSS growth per 1M keys | pool file (allocated) |",
                   "|---|---|---|---|---|---|---|"]
         for name in order:
             for m in data["memory"]:
@@ -170,7 +170,7 @@ def markdown(data, meta):
                   "resident set (VmRSS). pmtree keeps records in the pool file, mapped from "
                   "/dev/shm, so the pool's pages count in its RSS as shared memory; the "
                   "anonymous part (RssAnon: heap, stacks) is the DRAM a server needs beside "
-                  "its persistent copy, and the pool file's size is shown beside it."]
+                  "its persistent copy, and the pool file's allocated size is shown beside it."]
     return "\n".join(lines) + "\n"
 
 
