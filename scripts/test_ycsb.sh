@@ -10,22 +10,27 @@
 # operation counts do not add up, or when the server does not hold exactly
 # the loaded records afterwards.  About 15 s per server on 2 cores.
 #
-# Usage: scripts/test_ycsb.sh [--pmtree BIN] [--tree NAME]
-#   --pmtree BIN   pmtree binary (default build/pmtree; env PMTREE_BIN)
-#   --tree NAME    tree for pmtree serve (default lbtree)
+# Usage: scripts/test_ycsb.sh [--pmtree BIN] [--tree NAME] [--serve-args STR]
+#   --pmtree BIN       pmtree binary (default build/pmtree; env PMTREE_BIN)
+#   --tree NAME        tree for pmtree serve (default lbtree)
+#   --serve-args STR   extra arguments for pmtree serve (e.g. "--pool-size 256M")
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=lib/servers.sh
 source "$root/scripts/lib/servers.sh"
 
-pmtree=${PMTREE_BIN:-$root/build/pmtree} tree=lbtree
+pmtree=${PMTREE_BIN:-$root/build/pmtree} tree=lbtree serve_args=""
 while (($#)); do
+  [[ $1 == --pmtree || $1 == --tree || $1 == --serve-args ]] && [[ -z ${2:-} ]] &&
+    { echo "test_ycsb.sh: $1 needs a value" >&2; exit 2; }
   case $1 in
-    --pmtree) [[ -n ${2:-} ]] || { echo "test_ycsb.sh: --pmtree needs a value" >&2; exit 2; }; pmtree=$2; shift 2 ;;
-    --tree) [[ -n ${2:-} ]] || { echo "test_ycsb.sh: --tree needs a value" >&2; exit 2; }; tree=$2; shift 2 ;;
+    --pmtree) pmtree=$2; shift 2 ;;
+    --tree) tree=$2; shift 2 ;;
+    --serve-args) serve_args=$2; shift 2 ;;
     *) echo "test_ycsb.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
+read -ra serve_extra <<<"$serve_args"
 
 readonly records=1000 operations=2000 scans=300
 failures=0
@@ -91,7 +96,7 @@ exercise redis-server "$SERVER_PORT"
 servers_stop redis-always
 
 if pmtree_has_serve "$pmtree"; then
-  servers_start_pmtree pmtree-serve "$pmtree" "$tree"
+  servers_start_pmtree pmtree-serve "$pmtree" "$tree" "${serve_extra[@]}"
   exercise "pmtree-serve-$tree" "$SERVER_PORT"
   servers_stop pmtree-serve
 else
