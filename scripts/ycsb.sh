@@ -73,15 +73,19 @@ install_missing() {
 }
 
 # Builds the binding jar and copies its runtime dependencies into $cache/lib,
-# unless the jar is newer than every source file.
+# unless the jar is newer than every source file.  A lock on the cache keeps
+# two runs started together from building into it at once.
 build_binding() {
-  local src=$root/bench/ycsb jar=$cache/pmtree-ycsb-0.1.0.jar
+  local src=$root/bench/ycsb jar=$cache/pmtree-ycsb-0.1.0.jar lock
+  mkdir -p "$cache"
+  exec {lock}>"$cache/.lock"
+  flock "$lock"
   if [[ -f $jar && -d $cache/lib ]] &&
      [[ -z $(find "$src/pom.xml" "$src/src" -newer "$jar" -print -quit) ]]; then
+    exec {lock}>&-
     return 0
   fi
   install_missing
-  mkdir -p "$cache"
   echo "ycsb.sh: building the binding and fetching YCSB 0.17.0 + Jedis 2.9.0 into $cache" >&2
   local log=$cache/maven.log
   if ! mvn -B -Dstyle.color=never -f "$src/pom.xml" -Dycsb.out="$cache" package \
@@ -90,6 +94,7 @@ build_binding() {
     grep -E 'ERROR|BUILD' "$log" | head -n 20 >&2
     die "maven build failed (is Maven Central reachable?); full log in $log"
   fi
+  exec {lock}>&-
 }
 
 build_binding
