@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# Bounded end-to-end test of the YCSB binding (bench/ycsb): YCSB workload A
+# (1,000 records, 2,000 operations, 2 threads) and a short workload E (scans)
+# with YCSB's data-integrity check on, against Debian's redis-server, and
+# against `pmtree serve` when the pmtree binary has that subcommand.  Fails
+# when YCSB reports any operation that did not return OK, when a read
+# returned a value other than the one written (YCSB's VERIFY), when the
+# operation counts do not add up, or when the server does not hold exactly
+# the loaded records afterwards.  About 15 s per server on 2 cores.
+#
+# Usage: scripts/test_ycsb.sh [--pmtree BIN] [--tree NAME] [--serve-args STR]
+#   --pmtree BIN       pmtree binary (default build/pmtree; env PMTREE_BIN)
+#   --tree NAME        tree for pmtree serve (default lbtree)
+#   --serve-args STR   extra arguments for pmtree serve (e.g. "--pool-size 256M")
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib/servers.sh
+source "$root/scripts/lib/servers.sh"
+
+pmtree=${PMTREE_BIN:-$root/build/pmtree} tree=lbtree serve_args=""
+while (($#)); do
+  [[ $1 == --pmtree || $1 == --tree || $1 == --serve-args ]] && [[ -z ${2:-} ]] &&
+    { echo "test_ycsb.sh: $1 needs a value" >&2; exit 2; }
+  case $1 in
+    --pmtree) pmtree=$2; shift 2 ;;
+    --tree) tree=$2; shift 2 ;;
+    --serve-args) serve_args=$2; shift 2 ;;
+    *) echo "test_ycsb.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+read -ra serve_extra <<<"$serve_args"
+
+readonly records=1000 operations=2000 scans=300
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+servers_install_redis
+servers_init "/dev/shm/pmtree_test_ycsb.$$"
+trap servers_stop_all EXIT
+"$root/scripts/ycsb.sh" --build-only
+
+# Sum of the `[OP], Return=OK, n` counts of one phase of a summary file, and
+# a failure for every other Return= status or -FAILED line in that phase.
+# With VERIFY set, the phase must also show YCSB's check of what reads returned.
+# Usage: check_phase FILE PHASE WANT_OK LABEL [VERIFY]
+check_phase() {
+  local file=$1 phase=$2 want=$3 label=$4 verify=${5:-} section ok bad
+  section=$(awk -v p="# phase $phase" '/^# phase / { on = ($0 == p); next } on' "$file")
+  ok=$(awk -F', ' '/Return=OK/ && !/^\[(VERIFY|CLEANUP)/ { n += $3 } END { print n + 0 }' <<<"$section")
+  bad=$(grep -E 'Return=|-FAILED\]' <<<"$section" | grep -v 'Return=OK' || true)
+  [[ -z $bad ]] || fail "$label $phase: operations not OK: $bad"
+  [[ $ok -eq $want ]] || fail "$label $phase: $ok operations returned OK, want $want"
+  if [[ -n $verify ]] && ! grep -q '^\[VERIFY\], Return=OK' <<<"$section"; then
+    fail "$label $phase: YCSB verified no read (data integrity check did not run)"
+  fi
+}
+
+# Exactly `want` records and their index entries, nothing else.
+check_contents() {
+  local port=$1 want=$2 label=$3 indexed keys
+  indexed=$(redis-cli -p "$port" zcard _indices)
+  keys=$(redis-cli -p "$port" dbsize)
+  [[ $indexed == "$want" ]] || fail "$label: _indices holds '$indexed' keys, want $want"
+  [[ $keys == $((want + 1)) ]] || fail "$label: the server holds '$keys' keys, want $((want + 1))"
+}
+
+# Workload A, then E on a fresh data set; inserts in E grow the record count.
+exercise() {
+  local label=$1 port=$2 out before
+  out=$SERVERS_DIR/$label.summary
+  before=$failures
+  "$root/scripts/ycsb.sh" --port "$port" --workload a --records "$records" \
+      --operations "$operations" --threads 2 -p dataintegrity=true --out "$out" >/dev/null ||
+    fail "$label: YCSB workload A exited non-zero"
+  check_phase "$out" load "$records" "$label A"
+  check_phase "$out" run "$operations" "$label A" verify
+  check_contents "$port" "$records" "$label A"
+
+  redis-cli -p "$port" flushall >/dev/null
+  "$root/scripts/ycsb.sh" --port "$port" --workload e --records "$records" \
+      --operations "$scans" --threads 2 -p dataintegrity=true --out "$out" >/dev/null ||
+    fail "$label: YCSB workload E exited non-zero"
+  check_phase "$out" load "$records" "$label E"
+  check_phase "$out" run "$scans" "$label E"
+  local inserted
+  inserted=$(awk -F', ' '/^# phase run/ { on = 1 } on && /^\[INSERT\], Return=OK/ { print $3 }' "$out")
+  check_contents "$port" $((records + ${inserted:-0})) "$label E"
+  ((failures == before)) && echo "ok: $label: YCSB A ($operations ops) and E ($scans ops), all OK and verified"
+  return 0
+}
+
+servers_start_redis redis-always always
+exercise redis-server "$SERVER_PORT"
+servers_stop redis-always
+
+if pmtree_has_serve "$pmtree"; then
+  servers_start_pmtree pmtree-serve "$pmtree" "$tree" "${serve_extra[@]}"
+  exercise "pmtree-serve-$tree" "$SERVER_PORT"
+  servers_stop pmtree-serve
+else
+  echo "skip: pmtree serve ($pmtree has no serve subcommand)"
+fi
+
+if ((failures)); then
+  echo "test_ycsb.sh: $failures failure(s)" >&2
+  exit 1
+fi
+echo "test_ycsb.sh: passed"
