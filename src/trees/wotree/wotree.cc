@@ -367,6 +367,11 @@ class WoLeafOps {
     if ((lf->bitmap[0] & ~mask0) != 0 || (lf->bitmap[1] & ~mask1) != 0)
       return Status::Corruption(std::string(kName) + " leaf at offset " + Hex(off) +
                                 ": invariant W2 violated: bitmap bit beyond capacity");
+    // Every valid entry's key must be readable before recovery or Verify()
+    // compares through it (a damaged byte-key slot names any address).
+    for (int i = 0; i < cap_; i++)
+      if (Bit(lf, i))
+        PMTREE_RETURN_IF_ERROR(keys_->CheckSlot(Ent(off, i)->key).Annotate(std::string(kName) + " leaf at offset " + Hex(off)));
     return Status::Ok();
   }
 
