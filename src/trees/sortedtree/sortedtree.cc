@@ -189,9 +189,8 @@ class SortedLeafOps {
   // then finish a split cut off before its truncation (records at or above
   // the next leaf's low key).  Both idempotent.
   Status Repair(uint64_t off, uint64_t* repaired) {
+    PMTREE_RETURN_IF_ERROR(CheckReadable(off));
     SortedLeaf* lf = Lf(off);
-    if (lf->count > static_cast<uint64_t>(cap_))
-      return Status::Corruption("sortedtree leaf at offset " + wotree::Hex(off) + ": count beyond capacity");
     for (uint64_t i = 0; i + 1 < lf->count;) {
       if (lf->records[i].key == lf->records[i + 1].key) {
         Remove(off, static_cast<int>(i));
@@ -215,10 +214,8 @@ class SortedLeafOps {
   }
 
   Status Check(uint64_t off) const {
+    PMTREE_RETURN_IF_ERROR(CheckReadable(off));
     const SortedLeaf* lf = Lf(off);
-    if (lf->count > static_cast<uint64_t>(cap_))
-      return Status::Corruption("sortedtree leaf at offset " + wotree::Hex(off) +
-                                ": invariant S1 violated: count beyond capacity");
     for (uint64_t i = 1; i < lf->count; i++)
       if (keys_->CompareSlots(lf->records[i - 1].key, lf->records[i].key) >= 0)
         return Status::Corruption("sortedtree leaf at offset " + wotree::Hex(off) +
@@ -229,6 +226,22 @@ class SortedLeafOps {
   void AddStats(TreeStats* /*st*/) const {}
 
  private:
+  // What recovery and Verify() dereference before comparing: the count, every
+  // record's key slot, and the next leaf with its low key (a damaged byte-key
+  // slot or next offset names any address).
+  Status CheckReadable(uint64_t off) const {
+    const SortedLeaf* lf = Lf(off);
+    const std::string where = "sortedtree leaf at offset " + wotree::Hex(off);
+    if (lf->count > static_cast<uint64_t>(cap_))
+      return Status::Corruption(where + ": invariant S1 violated: count beyond capacity");
+    for (uint64_t i = 0; i < lf->count; i++) PMTREE_RETURN_IF_ERROR(keys_->CheckSlot(lf->records[i].key).Annotate(where));
+    const uint64_t next = lf->prefix.next;
+    if (next == 0) return Status::Ok();
+    if (next % kAllocGranule != 0 || !pool_->InHeap(next, sizeof(SortedLeaf)))
+      return Status::Corruption(where + ": next leaf offset " + wotree::Hex(next) + " outside the heap");
+    return keys_->CheckSlot(Lf(next)->prefix.low_key).Annotate(where + ": next leaf's low key");
+  }
+
   SortedLeaf* Lf(uint64_t off) const { return pool_->At<SortedLeaf>(off); }
 
   Result<uint64_t> MakeSeparator(uint64_t slot) {
