@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Keyspace: Redis's data types on one kv::Store -- strings, hashes and
+// sorted sets -- and the tree-key encoding that keeps them apart.
+//
+// ENCODING (docs/server.md has it as a byte table).  Every tree key starts
+// with a namespace byte:
+//   'k' + K                        the head of user key K:
+//                                    a plain value 's' + V   string K = V
+//                                    a field record {f: v}   hash K
+//                                    a plain value 'z' + n   sorted set K with n
+//                                                            members (8 B BE)
+//   'z' + len(K) + K + 'm' + M     member M of sorted set K -> its score (8 B)
+//   'z' + len(K) + K + 's' + S + M score index: S = the score's order-preserving
+//                                  8 bytes, value empty; a tree range scan is
+//                                  ZRANGEBYSCORE
+// len(K) is 4 bytes big-endian, so one set's keys are a contiguous range that
+// no other set's keys enter.  User keys live only under 'k': DBSIZE, SCAN and
+// RANGE iterate that range and never see members or the score index.
+//
+// ATOMICITY AND ISOLATION.  A command that reads before it writes (INCR,
+// HSET, ZADD, SET NX, ...) holds the striped mutexes of its keys, so two such
+// commands on one key run one after the other; every command's writes are one
+// store call or one WriteBatch, so a crash keeps all of a command or none of
+// it (ZADD's members, score index and count together; MSET's keys together).
+// Reads take no lock.  DURABILITY: each method returns after the store call
+// returned, i.e. after the write is durable (kv.h).
+//
+// ERRORS.  Methods return the store's Status (OutOfSpace: nothing changed)
+// or Incompatible for a key of the wrong type (its message is Redis's
+// WRONGTYPE text), or InvalidArgument with a Redis error text.
+
+#ifndef PMTREE_SERVER_KEYSPACE_H_
+#define PMTREE_SERVER_KEYSPACE_H_
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pmtree/kv.h"
+
+namespace pmtree::server {
+
+enum class KeyType { kNone, kString, kHash, kZset };
+
+// The WRONGTYPE status (Incompatible, with Redis's message).
+Status WrongType();
+
+// A score bound of ZRANGEBYSCORE: value, exclusive with '('.
+struct ScoreBound {
+  double value = 0;
+  bool exclusive = false;
+};
+
+class Keyspace {
+ public:
+  explicit Keyspace(kv::Store* store) : store_(store) {}
+
+  // ---- encoding (public for the tests and the docs) ----
+  static constexpr char kUserPrefix = 'k';
+  static constexpr char kZsetPrefix = 'z';
+  static std::string HeadKey(std::string_view key);
+  static std::string ZsetPrefix(std::string_view key);
+  static std::string ZsetMemberKey(std::string_view key, std::string_view member);
+  static std::string ZsetScoreKey(std::string_view key, double score, std::string_view member);
+  // Order-preserving 8 bytes: a < b  <=>  EncodeScore(a) < EncodeScore(b) (bytewise).
+  static std::string EncodeScore(double score);
+  static double DecodeScore(std::string_view bytes);
+  // The longest user key (its head key is a tree key of kMaxKeyBytes).
+  static constexpr size_t kMaxUserKeyBytes = kMaxKeyBytes - 1;
+
+  // ---- generic ----
+  Status Type(std::string_view key, KeyType* type);
+  // Deletes each key of any type; *deleted counts those that existed.
+  Status Del(const std::vector<std::string>& keys, int64_t* deleted);
+  // Number of user keys (walks the 'k' range).
+  Status DbSize(int64_t* n);
+  // Deletes every key in the pool, in batches (not atomic).
+  Status FlushAll();
+  // User keys >= from in order (at most `count` visited), keeping those that
+  // match `pattern` (glob, empty = all); *next = the key to resume at, or
+  // nullopt at the end.  RANGE uses it with an upper bound.
+  Status ScanKeys(std::string_view from, const std::optional<std::string>& to, size_t count,
+                  std::string_view pattern, bool with_values, std::vector<std::string>* out,
+                  std::optional<std::string>* next);
+
+  // ---- strings ----
+  enum class SetCondition { kAlways, kIfAbsent, kIfPresent };
+  // Get: nullopt when absent; WRONGTYPE for a hash or sorted set.
+  Status Get(std::string_view key, std::optional<std::string>* value);
+  // SET: *applied false when the condition failed; *old (when asked) is the
+  // previous string value.  Replaces a key of any type (as Redis), but with
+  // old requested a non-string is WRONGTYPE.
+  Status Set(std::string_view key, std::string_view value, SetCondition cond, bool* applied,
+             std::optional<std::string>* old = nullptr);
+  Status GetDel(std::string_view key, std::optional<std::string>* old);
+  Status IncrBy(std::string_view key, int64_t delta, int64_t* result);
+  Status Append(std::string_view key, std::string_view suffix, int64_t* new_length);
+  // Atomic: one WriteBatch.
+  Status MSet(const std::vector<std::pair<std::string, std::string>>& pairs);
+
+  // ---- hashes ----
+  Status HSet(std::string_view key, const kv::FieldMap& fields, int64_t* added);
+  // All fields (names empty) or the named ones; false when the key is absent.
+  Status HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found);
+  Status HDel(std::string_view key, const std::vector<std::string>& names, int64_t* removed);
+
+  // ---- sorted sets ----
+  Status ZAdd(std::string_view key, const std::vector<std::pair<double, std::string>>& members, int64_t* added);
+  Status ZRem(std::string_view key, const std::vector<std::string>& members, int64_t* removed);
+  Status ZScore(std::string_view key, std::string_view member, std::optional<double>* score);
+  Status ZCard(std::string_view key, int64_t* n);
+  // Members with min <= score <= max (bounds may be exclusive), in score
+  // then member order, skipping `offset` and returning at most `count`
+  // (negative = all).
+  Status ZRangeByScore(std::string_view key, ScoreBound min, ScoreBound max, int64_t offset, int64_t count,
+                       std::vector<std::pair<std::string, double>>* out);
+
+  kv::Store& store() { return *store_; }
+
+ private:
+  // The head of a user key: its type, and the string value or member count.
+  struct Head {
+    KeyType type = KeyType::kNone;
+    std::string value;
+    uint64_t card = 0;
+  };
+  Status ReadHead(std::string_view head_key, Head* head);
+  // Adds to *batch the deletes of every member key of sorted set `key`.
+  Status DeleteZsetMembers(std::string_view key, kv::WriteBatch* batch);
+
+  // Striped per-key mutexes (see ATOMICITY): a LockSet holds the stripes of
+  // some keys, taken in index order so two commands never deadlock.
+  static constexpr size_t kStripes = 1024;
+  class LockSet;
+  std::array<std::mutex, kStripes> stripes_;
+
+  kv::Store* store_;
+};
+
+}  // namespace pmtree::server
+
+#endif  // PMTREE_SERVER_KEYSPACE_H_
