@@ -263,9 +263,9 @@ void HDelCmd(Call& c) {
 }
 
 void HLenCmd(Call& c) {
-  kv::FieldMap f;
-  if (!ReadFields(c, {}, &f)) return;
-  AppendInt(c.out, static_cast<int64_t>(f.size()));
+  int64_t n = 0;
+  if (!Ok(c, c.ks().HLen(c.args[1], &n))) return;
+  AppendInt(c.out, n);
 }
 
 void HExistsCmd(Call& c) {

@@ -15,6 +15,7 @@ namespace {
 
 constexpr char kStringTag = 's';
 constexpr char kZsetTag = 'z';
+constexpr char kHashTag = 'h';
 constexpr char kMemberSub = 'm';
 constexpr char kScoreSub = 's';
 constexpr size_t kFlushBatch = 1000;
@@ -29,8 +30,8 @@ uint64_t ReadBigEndian(std::string_view s) {
   return v;
 }
 
-std::string CardValue(uint64_t card) {
-  std::string v(1, kZsetTag);
+std::string CardValue(uint64_t card, char tag = kZsetTag) {
+  std::string v(1, tag);
   AppendBigEndian(&v, card, 8);
   return v;
 }
@@ -106,10 +107,18 @@ std::string Keyspace::HeadKey(std::string_view key) {
   return k;
 }
 
-std::string Keyspace::ZsetPrefix(std::string_view key) {
-  std::string k(1, kZsetPrefix);
+std::string Keyspace::MemberPrefix(char ns, std::string_view key) {
+  std::string k(1, ns);
   AppendBigEndian(&k, key.size(), 4);
   k.append(key);
+  return k;
+}
+
+std::string Keyspace::ZsetPrefix(std::string_view key) { return MemberPrefix(kZsetPrefix, key); }
+
+std::string Keyspace::HashFieldKey(std::string_view key, std::string_view field) {
+  std::string k = MemberPrefix(kHashPrefix, key);
+  k.append(field);
   return k;
 }
 
@@ -171,6 +180,7 @@ class Keyspace::LockSet {
 
 Status Keyspace::ReadHead(std::string_view head_key, Head* head) {
   head->value.clear();
+  head->large_hash = false;
   auto r = store_->Get(head_key, &head->value);
   if (!r.ok()) {
     // Keys are length-checked before they get here, so the only
@@ -189,21 +199,29 @@ Status Keyspace::ReadHead(std::string_view head_key, Head* head) {
     head->value.erase(0, 1);
     return Status::Ok();
   }
-  if (head->value[0] == kZsetTag && head->value.size() == 9) {
-    head->type = KeyType::kZset;
+  if ((head->value[0] == kZsetTag || head->value[0] == kHashTag) && head->value.size() == 9) {
+    head->type = head->value[0] == kZsetTag ? KeyType::kZset : KeyType::kHash;
+    head->large_hash = head->type == KeyType::kHash;
     head->card = ReadBigEndian(std::string_view(head->value).substr(1));
     return Status::Ok();
   }
   return Status::Corruption("server: head record with an unknown type tag");
 }
 
-Status Keyspace::DeleteZsetMembers(std::string_view key, kv::WriteBatch* batch) {
-  std::string prefix = ZsetPrefix(key);
-  kv::IteratorOptions io;
-  io.upper_bound = prefix + static_cast<char>(0x7f);  // past 'm' and 's'
-  auto it = store_->NewIterator(io);
+Status Keyspace::DeleteMembers(std::string_view key, const Head& head, kv::WriteBatch* batch) {
+  if (head.type != KeyType::kZset && !head.large_hash) return Status::Ok();
+  std::string prefix = MemberPrefix(head.type == KeyType::kZset ? kZsetPrefix : kHashPrefix, key);
+  auto it = store_->NewIterator({.upper_bound = PrefixEnd(prefix)});
   for (it->Seek(prefix); it->Valid(); it->Next()) batch->Delete(it->key());
   return it->status();
+}
+
+// The first key after every key that starts with `prefix` (prefix is never
+// all 0xff bytes: it opens with a namespace letter).
+std::string Keyspace::PrefixEnd(std::string prefix) {
+  while (static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  prefix.back() = static_cast<char>(prefix.back() + 1);
+  return prefix;
 }
 
 Status Keyspace::Type(std::string_view key, KeyType* type) {
@@ -229,7 +247,7 @@ Status Keyspace::Del(const std::vector<std::string>& keys, int64_t* deleted) {
     PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
     if (h.type == KeyType::kNone) continue;
     ++*deleted;
-    if (h.type == KeyType::kZset) PMTREE_RETURN_IF_ERROR(DeleteZsetMembers(key, &batch));
+    PMTREE_RETURN_IF_ERROR(DeleteMembers(key, h, &batch));
     batch.Delete(hk);
   }
   return batch.size() ? store_->Write(batch) : Status::Ok();
@@ -315,9 +333,9 @@ Status Keyspace::Set(std::string_view key, std::string_view value, SetCondition 
   stored.reserve(value.size() + 1);
   stored.push_back(kStringTag);
   stored.append(value);
-  if (h.type != KeyType::kZset) return store_->Put(hk, stored);
+  if (h.type != KeyType::kZset && !h.large_hash) return store_->Put(hk, stored);
   kv::WriteBatch batch;
-  PMTREE_RETURN_IF_ERROR(DeleteZsetMembers(key, &batch));
+  PMTREE_RETURN_IF_ERROR(DeleteMembers(key, h, &batch));
   batch.Put(hk, stored);
   return store_->Write(batch);
 }
@@ -378,7 +396,7 @@ Status Keyspace::MSet(const std::vector<std::pair<std::string, std::string>>& pa
     std::string hk = HeadKey(k);
     Head h;
     PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
-    if (h.type == KeyType::kZset) PMTREE_RETURN_IF_ERROR(DeleteZsetMembers(k, &batch));
+    PMTREE_RETURN_IF_ERROR(DeleteMembers(k, h, &batch));
     batch.Put(hk, std::string(1, kStringTag) + v);
   }
   return store_->Write(batch);
@@ -387,23 +405,100 @@ Status Keyspace::MSet(const std::vector<std::pair<std::string, std::string>>& pa
 // ---- hashes ----------------------------------------------------------------------------------
 
 Status Keyspace::HSet(std::string_view key, const kv::FieldMap& fields, int64_t* added) {
+  for (const auto& [f, v] : fields)
+    if (HashFieldKey(key, f).size() > kMaxKeyBytes)
+      return Status::InvalidArgument("ERR key and field of " + std::to_string(key.size() + f.size()) +
+                                     " bytes; the limit is " + std::to_string(kMaxKeyBytes - 5));
   LockSet lock(this, {key});
   std::string hk = HeadKey(key);
   kv::FieldMap existing;
   auto r = store_->GetFields(hk, {}, &existing);
-  if (!r.ok()) return r.status().code() == Status::Code::kInvalidArgument ? WrongType() : r.status();
   *added = 0;
+  if (!r.ok()) {
+    if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
+    Head h;  // a plain head: a large hash, or another type
+    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+    if (!h.large_hash) return WrongType();
+    return HSetLarge(key, h.card, {}, fields, added);
+  }
   for (const auto& [f, v] : fields) *added += existing.count(f) == 0;
+  uint64_t total = existing.size() + static_cast<uint64_t>(*added);
+  if (total > kSmallHashFields) return HSetLarge(key, 0, existing, fields, added);
   if (!*r) return store_->PutFields(hk, fields);
-  if (existing.size() + *added > kv::kMaxFields)
-    return Status::InvalidArgument("ERR a hash holds at most " + std::to_string(kv::kMaxFields) + " fields");
   return store_->UpdateFields(hk, fields).status();
 }
 
+// Writes `fields` into the large hash `key` of `card` fields; `convert`
+// holds the fields of a small hash being converted (then card is 0 and the
+// field record is replaced by the large head in the same batch).
+Status Keyspace::HSetLarge(std::string_view key, uint64_t card, const kv::FieldMap& convert,
+                           const kv::FieldMap& fields, int64_t* added) {
+  kv::WriteBatch batch;
+  for (const auto& [f, v] : convert)
+    if (!fields.count(f)) batch.Put(HashFieldKey(key, f), v);  // one Put per key in a batch
+  card += convert.size();
+  *added = 0;
+  std::string old;
+  for (const auto& [f, v] : fields) {
+    std::string fk = HashFieldKey(key, f);
+    bool had = convert.count(f) > 0;
+    if (!had && convert.empty()) {
+      PMTREE_ASSIGN_OR_RETURN(had, store_->Get(fk, &old));
+    }
+    if (!had) {
+      ++*added;
+      ++card;
+    }
+    batch.Put(fk, v);
+  }
+  batch.Put(HeadKey(key), CardValue(card, kHashTag));
+  return store_->Write(batch);
+}
+
 Status Keyspace::HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found) {
-  auto r = store_->GetFields(HeadKey(key), names, out);
-  if (!r.ok()) return r.status().code() == Status::Code::kInvalidArgument ? WrongType() : r.status();
-  *found = *r;
+  std::string hk = HeadKey(key);
+  auto r = store_->GetFields(hk, names, out);
+  if (r.ok()) {
+    *found = *r;
+    return Status::Ok();
+  }
+  if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
+  Head h;
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  if (!h.large_hash) return WrongType();
+  *found = true;
+  out->clear();
+  std::string v;
+  if (names.empty()) {
+    std::string prefix = MemberPrefix(kHashPrefix, key);
+    auto it = store_->NewIterator({.upper_bound = PrefixEnd(prefix)});
+    for (it->Seek(prefix); it->Valid(); it->Next()) out->emplace(it->key().substr(prefix.size()), it->value());
+    return it->status();
+  }
+  for (const auto& n : names) {
+    PMTREE_ASSIGN_OR_RETURN(bool had, store_->Get(HashFieldKey(key, n), &v));
+    if (had) out->emplace(n, v);
+  }
+  return Status::Ok();
+}
+
+Status Keyspace::HLen(std::string_view key, int64_t* n) {
+  Head h;
+  std::string hk = HeadKey(key);
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  if (h.type == KeyType::kNone) {
+    *n = 0;
+    return Status::Ok();
+  }
+  if (h.type != KeyType::kHash) return WrongType();
+  if (h.large_hash) {
+    *n = static_cast<int64_t>(h.card);
+    return Status::Ok();
+  }
+  kv::FieldMap f;
+  bool found;
+  PMTREE_RETURN_IF_ERROR(HGet(key, {}, &f, &found));
+  *n = static_cast<int64_t>(f.size());
   return Status::Ok();
 }
 
@@ -412,8 +507,30 @@ Status Keyspace::HDel(std::string_view key, const std::vector<std::string>& name
   std::string hk = HeadKey(key);
   kv::FieldMap fields;
   auto r = store_->GetFields(hk, {}, &fields);
-  if (!r.ok()) return r.status().code() == Status::Code::kInvalidArgument ? WrongType() : r.status();
   *removed = 0;
+  if (!r.ok()) {
+    if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
+    Head h;
+    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+    if (!h.large_hash) return WrongType();
+    kv::WriteBatch batch;
+    std::vector<std::string_view> done;
+    std::string old;
+    for (const auto& n : names) {
+      if (std::find(done.begin(), done.end(), n) != done.end()) continue;
+      done.push_back(n);
+      std::string fk = HashFieldKey(key, n);
+      PMTREE_ASSIGN_OR_RETURN(bool had, store_->Get(fk, &old));
+      if (!had) continue;
+      batch.Delete(fk);
+      ++*removed;
+    }
+    if (*removed == 0) return Status::Ok();
+    uint64_t card = h.card - static_cast<uint64_t>(*removed);
+    if (card == 0) batch.Delete(hk);
+    else batch.Put(hk, CardValue(card, kHashTag));
+    return store_->Write(batch);
+  }
   for (const auto& n : names) *removed += static_cast<int64_t>(fields.erase(n));
   if (*removed == 0) return Status::Ok();
   // The store has no field delete: the record is rewritten without them

@@ -7,9 +7,13 @@
 // with a namespace byte:
 //   'k' + K                        the head of user key K:
 //                                    a plain value 's' + V   string K = V
-//                                    a field record {f: v}   hash K
+//                                    a field record {f: v}   small hash K (at most
+//                                                            kSmallHashFields fields)
+//                                    a plain value 'h' + n   large hash K with n
+//                                                            fields (8 B BE)
 //                                    a plain value 'z' + n   sorted set K with n
 //                                                            members (8 B BE)
+//   'h' + len(K) + K + F           field F of large hash K -> its value
 //   'z' + len(K) + K + 'm' + M     member M of sorted set K -> its score (8 B)
 //   'z' + len(K) + K + 's' + S + M score index: S = the score's order-preserving
 //                                  8 bytes, value empty; a tree range scan is
@@ -64,8 +68,16 @@ class Keyspace {
   // ---- encoding (public for the tests and the docs) ----
   static constexpr char kUserPrefix = 'k';
   static constexpr char kZsetPrefix = 'z';
+  static constexpr char kHashPrefix = 'h';
+  // A hash lives in one field record (one read for HGETALL, YCSB's shape)
+  // up to this many fields; past it, each field is a tree key, so HSET on a
+  // hash of 100,000 fields (redis-benchmark's) costs one field's write.
+  static constexpr uint64_t kSmallHashFields = 64;
   static std::string HeadKey(std::string_view key);
+  static std::string MemberPrefix(char ns, std::string_view key);
   static std::string ZsetPrefix(std::string_view key);
+  static std::string HashFieldKey(std::string_view key, std::string_view field);
+  static std::string PrefixEnd(std::string prefix);
   static std::string ZsetMemberKey(std::string_view key, std::string_view member);
   static std::string ZsetScoreKey(std::string_view key, double score, std::string_view member);
   // Order-preserving 8 bytes: a < b  <=>  EncodeScore(a) < EncodeScore(b) (bytewise).
@@ -109,6 +121,7 @@ class Keyspace {
   // All fields (names empty) or the named ones; false when the key is absent.
   Status HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found);
   Status HDel(std::string_view key, const std::vector<std::string>& names, int64_t* removed);
+  Status HLen(std::string_view key, int64_t* n);
 
   // ---- sorted sets ----
   Status ZAdd(std::string_view key, const std::vector<std::pair<double, std::string>>& members, int64_t* added);
@@ -127,12 +140,16 @@ class Keyspace {
   // The head of a user key: its type, and the string value or member count.
   struct Head {
     KeyType type = KeyType::kNone;
+    bool large_hash = false;
     std::string value;
-    uint64_t card = 0;
+    uint64_t card = 0;  // members of a sorted set, fields of a large hash
   };
   Status ReadHead(std::string_view head_key, Head* head);
-  // Adds to *batch the deletes of every member key of sorted set `key`.
-  Status DeleteZsetMembers(std::string_view key, kv::WriteBatch* batch);
+  // Adds to *batch the deletes of every member key of a sorted set or large
+  // hash (nothing for other types).
+  Status DeleteMembers(std::string_view key, const Head& head, kv::WriteBatch* batch);
+  Status HSetLarge(std::string_view key, uint64_t card, const kv::FieldMap& convert, const kv::FieldMap& fields,
+                   int64_t* added);
 
   // Striped per-key mutexes (see ATOMICITY): a LockSet holds the stripes of
   // some keys, taken in index order so two commands never deadlock.

@@ -133,6 +133,36 @@ TEST(ServerTest, HashCommands) {
   EXPECT_EQ(c->Cmd({"TYPE", "h"}), "+hash");
 }
 
+// Past Keyspace::kSmallHashFields a hash becomes one tree key per field;
+// every command sees the same hash before and after.
+TEST(ServerTest, LargeHashKeepsEveryField) {
+  ServerFixture f;
+  auto c = f.Connect();
+  const int n = static_cast<int>(Keyspace::kSmallHashFields) * 3;
+  for (int i = 0; i < n; ++i)
+    ASSERT_EQ(c->Cmd({"HSET", "big", "f" + std::to_string(i), std::to_string(i)}), ":1") << i;
+  EXPECT_EQ(c->Cmd({"HSET", "big", "f0", "zero", "new", "x"}), ":1");
+  EXPECT_EQ(c->Cmd({"HLEN", "big"}), ":" + std::to_string(n + 1));
+  EXPECT_EQ(c->Cmd({"HGET", "big", "f0"}), "zero");
+  EXPECT_EQ(c->Cmd({"HMGET", "big", "f7", "nope", "new"}), "[7, (nil), x]");
+  EXPECT_EQ(c->Cmd({"HEXISTS", "big", "f100"}), ":1");
+  std::string all = c->Cmd({"HGETALL", "big"});
+  EXPECT_EQ(std::count(all.begin(), all.end(), ','), 2 * (n + 1) - 1);
+  EXPECT_EQ(c->Cmd({"TYPE", "big"}), "+hash");
+  EXPECT_EQ(c->Cmd({"GET", "big"}), "-WRONGTYPE Operation against a key holding the wrong kind of value");
+  EXPECT_EQ(c->Cmd({"HDEL", "big", "f1", "f2", "f1", "nope"}), ":2");
+  EXPECT_EQ(c->Cmd({"HLEN", "big"}), ":" + std::to_string(n - 1));
+  // One HSET of many fields converts at once.
+  V many = {"HMSET", "wide"};
+  for (int i = 0; i < n; ++i) many.insert(many.end(), {"g" + std::to_string(i), "v"});
+  EXPECT_EQ(c->Cmd(many), "+OK");
+  EXPECT_EQ(c->Cmd({"HLEN", "wide"}), ":" + std::to_string(n));
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":2");
+  EXPECT_EQ(c->Cmd({"DEL", "big"}), ":1");
+  EXPECT_EQ(c->Cmd({"SET", "wide", "plain"}), "+OK");
+  EXPECT_EQ(f.store().Stats().keys, 1u);  // no field key left behind
+}
+
 TEST(ServerTest, WrongTypeLikeRedis) {
   ServerFixture f;
   auto c = f.Connect();
