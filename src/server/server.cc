@@ -181,7 +181,8 @@ class Server::Loop {
 
   void Reject(Connection& c, const std::string& why) {
     server_->state_.rejected_protocol.fetch_add(1);
-    std::fprintf(stderr, "pmtree serve: closing client %s (id %llu): %s\n", c.client.peer.c_str(),
+    if (server_->options_.log_rejected_clients)
+      std::fprintf(stderr, "pmtree serve: closing client %s (id %llu): %s\n", c.client.peer.c_str(),
                  static_cast<unsigned long long>(c.client.id), why.c_str());
     c.client.close_after_reply = true;
   }

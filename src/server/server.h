@@ -43,6 +43,8 @@ struct ServerOptions {
   uint64_t max_client_buffer = 256ull << 20;
   // Shown by INFO.
   std::string pool_path;
+  // One stderr line per client closed for bad input.
+  bool log_rejected_clients = true;
 };
 
 class Server {

@@ -13,6 +13,7 @@ target_link_libraries(pmtree_server PUBLIC pmtree_kv Threads::Threads)
 pmtree_test(server_test
   src/server/resp_test.cc
   src/server/server_test.cc
+  src/server/server_fuzz_test.cc
   LINK pmtree_server)
 # The kill test starts the CLI (`pmtree serve`) as a child process.
 if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)
