@@ -14,6 +14,7 @@ pmtree_test(server_test
   src/server/resp_test.cc
   src/server/server_test.cc
   src/server/server_fuzz_test.cc
+  src/server/server_kill_test.cc
   LINK pmtree_server)
 # The kill test starts the CLI (`pmtree serve`) as a child process.
 if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)
