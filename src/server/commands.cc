@@ -324,8 +324,8 @@ void ExecCmd(Call& c);
 
 const std::vector<CommandSpec>& ServerCommands() {
   static const std::vector<CommandSpec> kTable = {
-      {"ping", PingCmd, -1, 0},
-      {"echo", EchoCmd, 2, 0},
+      {"ping", PingCmd, -1, kInTxn},
+      {"echo", EchoCmd, 2, kInTxn},
       {"quit", QuitCmd, -1, kNoAuth | kNoQueue},
       {"hello", HelloCmd, -1, kNoAuth | kNoQueue},
       {"auth", AuthCmd, -2, kNoAuth | kNoQueue},
@@ -389,8 +389,11 @@ const CommandSpec* Admit(ServerState& server, ClientState& client, const std::ve
   return spec;
 }
 
-// EXEC: runs the queued commands in order.  See docs/server.md "MULTI/EXEC"
-// for what is and is not atomic.
+// EXEC: the queued commands run in order inside one kv::Transaction while
+// EXEC holds the locks of every key they name, so no other command touches
+// those keys in between, and their writes commit at once: durable together
+// or (a crash, a full pool) not at all.  A command's own error (WRONGTYPE,
+// not an integer) is its reply and does not stop the others, as in Redis.
 void ExecCmd(Call& c) {
   if (!c.client.in_multi) return AppendError(c.out, "ERR EXEC without MULTI");
   c.client.in_multi = false;
@@ -398,12 +401,32 @@ void ExecCmd(Call& c) {
   c.client.queued.clear();
   if (c.client.multi_failed)
     return AppendError(c.out, "EXECABORT Transaction discarded because of previous errors.");
-  AppendArray(c.out, static_cast<int64_t>(queued.size()));
-  for (auto& args : queued) {
+  std::vector<std::string_view> keys;
+  for (const auto& args : queued) {
     const CommandSpec* spec = Lookup(args[0]);
-    Call inner{c.server, c.client, args, c.out};
-    spec->handler(inner);
+    int n = static_cast<int>(args.size());
+    int last = spec->last_key < 0 ? n - 1 : std::min(spec->last_key, n - 1);
+    for (int i = spec->first_key; spec->first_key > 0 && i <= last; i += spec->key_step) keys.push_back(args[i]);
   }
+  Keyspace::KeyLocks locks(&c.ks(), keys);
+  // Busy comes only from a write that took no key lock (FLUSHALL): retry.
+  constexpr int kAttempts = 3;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    Txn txn(&c.ks().store());
+    std::string replies;
+    AppendArray(&replies, static_cast<int64_t>(queued.size()));
+    for (auto& args : queued) {
+      Call inner{c.server, c.client, args, &replies, &txn};
+      Lookup(args[0])->handler(inner);
+    }
+    Status s = txn.Commit();
+    if (s.ok()) {
+      c.out->append(replies);
+      return;
+    }
+    if (s.code() != Status::Code::kBusy) return AppendStatusError(c.out, s);
+  }
+  AppendError(c.out, "ERR EXEC aborted: the keys changed under it " + std::to_string(kAttempts) + " times");
 }
 
 }  // namespace
@@ -451,6 +474,12 @@ void Execute(ServerState& server, ClientState& client, std::vector<std::string>&
     return;
   }
   if (client.in_multi && !(spec->flags & kNoQueue)) {
+    if (!(spec->flags & kInTxn)) {
+      client.multi_failed = true;
+      return AppendError(out, "ERR " + std::string(spec->name) +
+                                  " is not supported inside MULTI (EXEC's atomic transaction holds string "
+                                  "and sorted-set commands)");
+    }
     client.queued.push_back(std::move(args));
     return AppendSimple(out, "QUEUED");
   }

@@ -87,6 +87,7 @@ struct Call {
   ClientState& client;
   std::vector<std::string>& args;
   std::string* out;
+  Txn* txn = nullptr;  // inside EXEC: the transaction the command runs in
   Keyspace& ks() { return *server.keyspace; }
 };
 using Handler = void (*)(Call&);
@@ -95,6 +96,7 @@ enum CommandFlag : uint32_t {
   kNoAuth = 1u << 0,   // allowed before AUTH (AUTH, HELLO, QUIT, PING is not: Redis refuses it)
   kKeyed = 1u << 1,    // a data command on keys
   kNoQueue = 1u << 2,  // runs even inside MULTI (MULTI, EXEC, DISCARD, QUIT)
+  kInTxn = 1u << 3,    // may be queued in MULTI: runs inside EXEC's kv transaction
 };
 
 struct CommandSpec {

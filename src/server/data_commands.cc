@@ -60,7 +60,7 @@ bool Ok(Call& c, const Status& s) {
 
 void GetCmd(Call& c) {
   std::optional<std::string> v;
-  if (!Ok(c, c.ks().Get(c.args[1], &v))) return;
+  if (!Ok(c, c.ks().Get(c.args[1], &v, c.txn))) return;
   v ? AppendBulk(c.out, *v) : AppendNull(c.out);
 }
 
@@ -85,27 +85,27 @@ void SetCmd(Call& c) {
   }
   bool applied = false;
   std::optional<std::string> old;
-  if (!Ok(c, c.ks().Set(c.args[1], c.args[2], cond, &applied, get ? &old : nullptr))) return;
+  if (!Ok(c, c.ks().Set(c.args[1], c.args[2], cond, &applied, get ? &old : nullptr, c.txn))) return;
   if (get) return old ? AppendBulk(c.out, *old) : AppendNull(c.out);
   applied ? AppendSimple(c.out, "OK") : AppendNull(c.out);
 }
 
 void SetNxCmd(Call& c) {
   bool applied = false;
-  if (!Ok(c, c.ks().Set(c.args[1], c.args[2], Keyspace::SetCondition::kIfAbsent, &applied))) return;
+  if (!Ok(c, c.ks().Set(c.args[1], c.args[2], Keyspace::SetCondition::kIfAbsent, &applied, nullptr, c.txn))) return;
   AppendInt(c.out, applied);
 }
 
 void GetDelCmd(Call& c) {
   std::optional<std::string> v;
-  if (!Ok(c, c.ks().GetDel(c.args[1], &v))) return;
+  if (!Ok(c, c.ks().GetDel(c.args[1], &v, c.txn))) return;
   v ? AppendBulk(c.out, *v) : AppendNull(c.out);
 }
 
 void DelCmd(Call& c) {
   int64_t n = 0;
   std::vector<std::string> keys(c.args.begin() + 1, c.args.end());
-  if (!Ok(c, c.ks().Del(keys, &n))) return;
+  if (!Ok(c, c.ks().Del(keys, &n, c.txn))) return;
   AppendInt(c.out, n);
 }
 
@@ -113,7 +113,7 @@ void ExistsCmd(Call& c) {
   int64_t n = 0;
   for (size_t i = 1; i < c.args.size(); ++i) {
     KeyType t;
-    if (!Ok(c, c.ks().Type(c.args[i], &t))) return;
+    if (!Ok(c, c.ks().Type(c.args[i], &t, c.txn))) return;
     n += t != KeyType::kNone;
   }
   AppendInt(c.out, n);
@@ -121,14 +121,14 @@ void ExistsCmd(Call& c) {
 
 void TypeCmd(Call& c) {
   KeyType t;
-  if (!Ok(c, c.ks().Type(c.args[1], &t))) return;
+  if (!Ok(c, c.ks().Type(c.args[1], &t, c.txn))) return;
   static constexpr std::string_view kNames[] = {"none", "string", "hash", "zset"};
   AppendSimple(c.out, kNames[static_cast<int>(t)]);
 }
 
 void IncrByDelta(Call& c, int64_t delta) {
   int64_t v = 0;
-  if (!Ok(c, c.ks().IncrBy(c.args[1], delta, &v))) return;
+  if (!Ok(c, c.ks().IncrBy(c.args[1], delta, &v, c.txn))) return;
   AppendInt(c.out, v);
 }
 void IncrCmd(Call& c) { IncrByDelta(c, 1); }
@@ -146,13 +146,13 @@ void DecrByCmd(Call& c) {
 
 void AppendCmd(Call& c) {
   int64_t n = 0;
-  if (!Ok(c, c.ks().Append(c.args[1], c.args[2], &n))) return;
+  if (!Ok(c, c.ks().Append(c.args[1], c.args[2], &n, c.txn))) return;
   AppendInt(c.out, n);
 }
 
 void StrlenCmd(Call& c) {
   std::optional<std::string> v;
-  if (!Ok(c, c.ks().Get(c.args[1], &v))) return;
+  if (!Ok(c, c.ks().Get(c.args[1], &v, c.txn))) return;
   AppendInt(c.out, v ? static_cast<int64_t>(v->size()) : 0);
 }
 
@@ -160,7 +160,7 @@ void MGetCmd(Call& c) {
   AppendArray(c.out, static_cast<int64_t>(c.args.size() - 1));
   for (size_t i = 1; i < c.args.size(); ++i) {
     std::optional<std::string> v;
-    Status s = c.ks().Get(c.args[i], &v);
+    Status s = c.ks().Get(c.args[i], &v, c.txn);
     // Redis answers nil for a key of another type; a store error still shows.
     if (!s.ok() && s.code() != Status::Code::kIncompatible) {
       AppendStatusError(c.out, s);
@@ -174,7 +174,7 @@ void MSetCmd(Call& c) {
   if (c.args.size() % 2 == 0) return AppendError(c.out, "ERR wrong number of arguments for 'mset' command");
   std::vector<std::pair<std::string, std::string>> pairs;
   for (size_t i = 1; i + 1 < c.args.size(); i += 2) pairs.emplace_back(c.args[i], c.args[i + 1]);
-  if (!Ok(c, c.ks().MSet(pairs))) return;
+  if (!Ok(c, c.ks().MSet(pairs, c.txn))) return;
   AppendSimple(c.out, "OK");
 }
 
@@ -293,26 +293,26 @@ void ZAddCmd(Call& c) {
     members.emplace_back(score, c.args[i + 1]);
   }
   int64_t added = 0;
-  if (!Ok(c, c.ks().ZAdd(c.args[1], members, &added))) return;
+  if (!Ok(c, c.ks().ZAdd(c.args[1], members, &added, c.txn))) return;
   AppendInt(c.out, added);
 }
 
 void ZRemCmd(Call& c) {
   int64_t n = 0;
   std::vector<std::string> members(c.args.begin() + 2, c.args.end());
-  if (!Ok(c, c.ks().ZRem(c.args[1], members, &n))) return;
+  if (!Ok(c, c.ks().ZRem(c.args[1], members, &n, c.txn))) return;
   AppendInt(c.out, n);
 }
 
 void ZScoreCmd(Call& c) {
   std::optional<double> s;
-  if (!Ok(c, c.ks().ZScore(c.args[1], c.args[2], &s))) return;
+  if (!Ok(c, c.ks().ZScore(c.args[1], c.args[2], &s, c.txn))) return;
   s ? AppendBulk(c.out, FormatScore(*s)) : AppendNull(c.out);
 }
 
 void ZCardCmd(Call& c) {
   int64_t n = 0;
-  if (!Ok(c, c.ks().ZCard(c.args[1], &n))) return;
+  if (!Ok(c, c.ks().ZCard(c.args[1], &n, c.txn))) return;
   AppendInt(c.out, n);
 }
 
@@ -415,22 +415,22 @@ void RangeCmd(Call& c) {
 
 const std::vector<CommandSpec>& DataCommands() {
   static const std::vector<CommandSpec> kTable = {
-      {"get", GetCmd, 2, kKeyed, 1, 1, 1},
-      {"set", SetCmd, -3, kKeyed, 1, 1, 1},
-      {"setnx", SetNxCmd, 3, kKeyed, 1, 1, 1},
-      {"getdel", GetDelCmd, 2, kKeyed, 1, 1, 1},
-      {"del", DelCmd, -2, kKeyed, 1, -1, 1},
-      {"unlink", DelCmd, -2, kKeyed, 1, -1, 1},
-      {"exists", ExistsCmd, -2, kKeyed, 1, -1, 1},
-      {"type", TypeCmd, 2, kKeyed, 1, 1, 1},
-      {"incr", IncrCmd, 2, kKeyed, 1, 1, 1},
-      {"decr", DecrCmd, 2, kKeyed, 1, 1, 1},
-      {"incrby", IncrByCmd, 3, kKeyed, 1, 1, 1},
-      {"decrby", DecrByCmd, 3, kKeyed, 1, 1, 1},
-      {"append", AppendCmd, 3, kKeyed, 1, 1, 1},
-      {"strlen", StrlenCmd, 2, kKeyed, 1, 1, 1},
-      {"mget", MGetCmd, -2, kKeyed, 1, -1, 1},
-      {"mset", MSetCmd, -3, kKeyed, 1, -1, 2},
+      {"get", GetCmd, 2, kKeyed | kInTxn, 1, 1, 1},
+      {"set", SetCmd, -3, kKeyed | kInTxn, 1, 1, 1},
+      {"setnx", SetNxCmd, 3, kKeyed | kInTxn, 1, 1, 1},
+      {"getdel", GetDelCmd, 2, kKeyed | kInTxn, 1, 1, 1},
+      {"del", DelCmd, -2, kKeyed | kInTxn, 1, -1, 1},
+      {"unlink", DelCmd, -2, kKeyed | kInTxn, 1, -1, 1},
+      {"exists", ExistsCmd, -2, kKeyed | kInTxn, 1, -1, 1},
+      {"type", TypeCmd, 2, kKeyed | kInTxn, 1, 1, 1},
+      {"incr", IncrCmd, 2, kKeyed | kInTxn, 1, 1, 1},
+      {"decr", DecrCmd, 2, kKeyed | kInTxn, 1, 1, 1},
+      {"incrby", IncrByCmd, 3, kKeyed | kInTxn, 1, 1, 1},
+      {"decrby", DecrByCmd, 3, kKeyed | kInTxn, 1, 1, 1},
+      {"append", AppendCmd, 3, kKeyed | kInTxn, 1, 1, 1},
+      {"strlen", StrlenCmd, 2, kKeyed | kInTxn, 1, 1, 1},
+      {"mget", MGetCmd, -2, kKeyed | kInTxn, 1, -1, 1},
+      {"mset", MSetCmd, -3, kKeyed | kInTxn, 1, -1, 2},
       {"hset", HSetCmd, -4, kKeyed, 1, 1, 1},
       {"hmset", HMSetCmd, -4, kKeyed, 1, 1, 1},
       {"hget", HGetCmd, 3, kKeyed, 1, 1, 1},
@@ -439,10 +439,10 @@ const std::vector<CommandSpec>& DataCommands() {
       {"hdel", HDelCmd, -3, kKeyed, 1, 1, 1},
       {"hlen", HLenCmd, 2, kKeyed, 1, 1, 1},
       {"hexists", HExistsCmd, 3, kKeyed, 1, 1, 1},
-      {"zadd", ZAddCmd, -4, kKeyed, 1, 1, 1},
-      {"zrem", ZRemCmd, -3, kKeyed, 1, 1, 1},
-      {"zscore", ZScoreCmd, 3, kKeyed, 1, 1, 1},
-      {"zcard", ZCardCmd, 2, kKeyed, 1, 1, 1},
+      {"zadd", ZAddCmd, -4, kKeyed | kInTxn, 1, 1, 1},
+      {"zrem", ZRemCmd, -3, kKeyed | kInTxn, 1, 1, 1},
+      {"zscore", ZScoreCmd, 3, kKeyed | kInTxn, 1, 1, 1},
+      {"zcard", ZCardCmd, 2, kKeyed | kInTxn, 1, 1, 1},
       {"zrangebyscore", ZRangeByScoreCmd, -4, kKeyed, 1, 1, 1},
       {"scan", ScanCmd, -2, kKeyed, 0, 0, 1},
       {"range", RangeCmd, -3, kKeyed, 1, 2, 1},

@@ -157,31 +157,66 @@ double Keyspace::DecodeScore(std::string_view bytes) {
 
 // ---- locks -----------------------------------------------------------------------------------
 
-class Keyspace::LockSet {
- public:
-  LockSet(Keyspace* ks, const std::vector<std::string_view>& keys) : ks_(ks) {
-    for (auto k : keys) idx_.push_back(std::hash<std::string_view>{}(k) % kStripes);
-    std::sort(idx_.begin(), idx_.end());
-    idx_.erase(std::unique(idx_.begin(), idx_.end()), idx_.end());
-    for (size_t i : idx_) ks_->stripes_[i].lock();
-  }
-  ~LockSet() {
-    for (auto it = idx_.rbegin(); it != idx_.rend(); ++it) ks_->stripes_[*it].unlock();
-  }
-  LockSet(const LockSet&) = delete;
-  LockSet& operator=(const LockSet&) = delete;
+Keyspace::KeyLocks::KeyLocks(Keyspace* ks, const std::vector<std::string_view>& keys, const Txn* txn) : ks_(ks) {
+  if (txn) return;
+  for (auto k : keys) idx_.push_back(std::hash<std::string_view>{}(k) % kStripes);
+  std::sort(idx_.begin(), idx_.end());
+  idx_.erase(std::unique(idx_.begin(), idx_.end()), idx_.end());
+  for (size_t i : idx_) ks_->stripes_[i].lock();
+}
 
- private:
-  Keyspace* ks_;
-  std::vector<size_t> idx_;
-};
+Keyspace::KeyLocks::~KeyLocks() {
+  for (auto it = idx_.rbegin(); it != idx_.rend(); ++it) ks_->stripes_[*it].unlock();
+}
+
+// ---- EXEC's transaction ------------------------------------------------------------------------
+
+Status Txn::Put(std::string_view key, std::string_view value) {
+  PMTREE_RETURN_IF_ERROR(t_->Put(key, value));
+  written_[std::string(key)] = true;
+  return Status::Ok();
+}
+
+Status Txn::Delete(std::string_view key) {
+  PMTREE_RETURN_IF_ERROR(t_->Delete(key));
+  written_[std::string(key)] = false;
+  return Status::Ok();
+}
+
+Status Txn::Write(const kv::WriteBatch& batch) {
+  for (const auto& op : batch.ops()) PMTREE_RETURN_IF_ERROR(op.value ? Put(op.key, *op.value) : Delete(op.key));
+  return Status::Ok();
+}
+
+// The store's keys in the range (unchanged since the snapshot: the caller
+// holds their locks), minus those this transaction deleted, plus those it
+// put, in order.
+Status Txn::ForEachKey(std::string_view prefix, const std::string& end,
+                       const std::function<void(std::string_view)>& fn) {
+  auto it = store_->NewIterator({.upper_bound = end});
+  auto own = written_.lower_bound(prefix);
+  auto own_end = written_.lower_bound(end);
+  for (it->Seek(prefix); it->Valid(); it->Next()) {
+    for (; own != own_end && own->first < it->key(); ++own)
+      if (own->second) fn(own->first);
+    if (own != own_end && own->first == it->key()) {
+      if (own->second) fn(own->first);
+      ++own;
+      continue;
+    }
+    fn(it->key());
+  }
+  for (; own != own_end; ++own)
+    if (own->second) fn(own->first);
+  return it->status();
+}
 
 // ---- heads -----------------------------------------------------------------------------------
 
-Status Keyspace::ReadHead(std::string_view head_key, Head* head) {
+Status Keyspace::ReadHead(std::string_view head_key, Head* head, Txn* txn) {
   head->value.clear();
   head->large_hash = false;
-  auto r = store_->Get(head_key, &head->value);
+  auto r = Read(txn, head_key, &head->value);
   if (!r.ok()) {
     // Keys are length-checked before they get here, so the only
     // InvalidArgument left is "holds a field record": a hash.
@@ -208,9 +243,10 @@ Status Keyspace::ReadHead(std::string_view head_key, Head* head) {
   return Status::Corruption("server: head record with an unknown type tag");
 }
 
-Status Keyspace::DeleteMembers(std::string_view key, const Head& head, kv::WriteBatch* batch) {
+Status Keyspace::DeleteMembers(std::string_view key, const Head& head, kv::WriteBatch* batch, Txn* txn) {
   if (head.type != KeyType::kZset && !head.large_hash) return Status::Ok();
   std::string prefix = MemberPrefix(head.type == KeyType::kZset ? kZsetPrefix : kHashPrefix, key);
+  if (txn) return txn->ForEachKey(prefix, PrefixEnd(prefix), [&](std::string_view k) { batch->Delete(k); });
   auto it = store_->NewIterator({.upper_bound = PrefixEnd(prefix)});
   for (it->Seek(prefix); it->Valid(); it->Next()) batch->Delete(it->key());
   return it->status();
@@ -224,18 +260,18 @@ std::string Keyspace::PrefixEnd(std::string prefix) {
   return prefix;
 }
 
-Status Keyspace::Type(std::string_view key, KeyType* type) {
+Status Keyspace::Type(std::string_view key, KeyType* type, Txn* txn) {
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h, txn));
   *type = h.type;
   return Status::Ok();
 }
 
 // ---- generic ---------------------------------------------------------------------------------
 
-Status Keyspace::Del(const std::vector<std::string>& keys, int64_t* deleted) {
+Status Keyspace::Del(const std::vector<std::string>& keys, int64_t* deleted, Txn* txn) {
   std::vector<std::string_view> views(keys.begin(), keys.end());
-  LockSet lock(this, views);
+  KeyLocks lock(this, views, txn);
   kv::WriteBatch batch;
   *deleted = 0;
   std::vector<std::string_view> seen;
@@ -244,13 +280,13 @@ Status Keyspace::Del(const std::vector<std::string>& keys, int64_t* deleted) {
     seen.push_back(key);
     Head h;
     std::string hk = HeadKey(key);
-    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
     if (h.type == KeyType::kNone) continue;
     ++*deleted;
-    PMTREE_RETURN_IF_ERROR(DeleteMembers(key, h, &batch));
+    PMTREE_RETURN_IF_ERROR(DeleteMembers(key, h, &batch, txn));
     batch.Delete(hk);
   }
-  return batch.size() ? store_->Write(batch) : Status::Ok();
+  return batch.size() ? Commit(txn, batch) : Status::Ok();
 }
 
 Status Keyspace::DbSize(int64_t* n) {
@@ -303,9 +339,9 @@ Status Keyspace::ScanKeys(std::string_view from, const std::optional<std::string
 
 // ---- strings ---------------------------------------------------------------------------------
 
-Status Keyspace::Get(std::string_view key, std::optional<std::string>* value) {
+Status Keyspace::Get(std::string_view key, std::optional<std::string>* value, Txn* txn) {
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h, txn));
   if (h.type == KeyType::kNone) {
     value->reset();
     return Status::Ok();
@@ -316,11 +352,11 @@ Status Keyspace::Get(std::string_view key, std::optional<std::string>* value) {
 }
 
 Status Keyspace::Set(std::string_view key, std::string_view value, SetCondition cond, bool* applied,
-                     std::optional<std::string>* old) {
-  LockSet lock(this, {key});
+                     std::optional<std::string>* old, Txn* txn) {
+  KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
   if (old) {
     if (h.type != KeyType::kNone && h.type != KeyType::kString) return WrongType();
     if (h.type == KeyType::kString) *old = std::move(h.value);
@@ -333,31 +369,31 @@ Status Keyspace::Set(std::string_view key, std::string_view value, SetCondition 
   stored.reserve(value.size() + 1);
   stored.push_back(kStringTag);
   stored.append(value);
-  if (h.type != KeyType::kZset && !h.large_hash) return store_->Put(hk, stored);
+  if (h.type != KeyType::kZset && !h.large_hash) return PutKey(txn, hk, stored);
   kv::WriteBatch batch;
-  PMTREE_RETURN_IF_ERROR(DeleteMembers(key, h, &batch));
+  PMTREE_RETURN_IF_ERROR(DeleteMembers(key, h, &batch, txn));
   batch.Put(hk, stored);
-  return store_->Write(batch);
+  return Commit(txn, batch);
 }
 
-Status Keyspace::GetDel(std::string_view key, std::optional<std::string>* old) {
-  LockSet lock(this, {key});
+Status Keyspace::GetDel(std::string_view key, std::optional<std::string>* old, Txn* txn) {
+  KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
   old->reset();
   if (h.type == KeyType::kNone) return Status::Ok();
   if (h.type != KeyType::kString) return WrongType();
-  PMTREE_RETURN_IF_ERROR(store_->Delete(hk).status());
+  PMTREE_RETURN_IF_ERROR((txn ? txn->Delete(hk) : store_->Delete(hk).status()));
   *old = std::move(h.value);
   return Status::Ok();
 }
 
-Status Keyspace::IncrBy(std::string_view key, int64_t delta, int64_t* result) {
-  LockSet lock(this, {key});
+Status Keyspace::IncrBy(std::string_view key, int64_t delta, int64_t* result, Txn* txn) {
+  KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
   int64_t v = 0;
   if (h.type == KeyType::kString) {
     if (!ParseStrictInt64(h.value, &v)) return Status::InvalidArgument("ERR value is not an integer or out of range");
@@ -365,16 +401,16 @@ Status Keyspace::IncrBy(std::string_view key, int64_t delta, int64_t* result) {
     return WrongType();
   }
   if (__builtin_add_overflow(v, delta, &v)) return Status::InvalidArgument("ERR increment or decrement would overflow");
-  PMTREE_RETURN_IF_ERROR(store_->Put(hk, std::string(1, kStringTag) + std::to_string(v)));
+  PMTREE_RETURN_IF_ERROR(PutKey(txn, hk, std::string(1, kStringTag) + std::to_string(v)));
   *result = v;
   return Status::Ok();
 }
 
-Status Keyspace::Append(std::string_view key, std::string_view suffix, int64_t* new_length) {
-  LockSet lock(this, {key});
+Status Keyspace::Append(std::string_view key, std::string_view suffix, int64_t* new_length, Txn* txn) {
+  KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
   if (h.type != KeyType::kNone && h.type != KeyType::kString) return WrongType();
   std::string stored(1, kStringTag);
   stored += h.value;
@@ -382,24 +418,24 @@ Status Keyspace::Append(std::string_view key, std::string_view suffix, int64_t* 
   if (stored.size() > kv::kMaxValueBytes)
     return Status::InvalidArgument("ERR string exceeds maximum allowed size (" +
                                    std::to_string(kv::kMaxValueBytes - 1) + " bytes)");
-  PMTREE_RETURN_IF_ERROR(store_->Put(hk, stored));
+  PMTREE_RETURN_IF_ERROR(PutKey(txn, hk, stored));
   *new_length = static_cast<int64_t>(stored.size() - 1);
   return Status::Ok();
 }
 
-Status Keyspace::MSet(const std::vector<std::pair<std::string, std::string>>& pairs) {
+Status Keyspace::MSet(const std::vector<std::pair<std::string, std::string>>& pairs, Txn* txn) {
   std::vector<std::string_view> keys;
   for (const auto& [k, v] : pairs) keys.push_back(k);
-  LockSet lock(this, keys);
+  KeyLocks lock(this, keys, txn);
   kv::WriteBatch batch;
   for (const auto& [k, v] : pairs) {
     std::string hk = HeadKey(k);
     Head h;
-    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
-    PMTREE_RETURN_IF_ERROR(DeleteMembers(k, h, &batch));
+    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
+    PMTREE_RETURN_IF_ERROR(DeleteMembers(k, h, &batch, txn));
     batch.Put(hk, std::string(1, kStringTag) + v);
   }
-  return store_->Write(batch);
+  return Commit(txn, batch);
 }
 
 // ---- hashes ----------------------------------------------------------------------------------
@@ -409,7 +445,7 @@ Status Keyspace::HSet(std::string_view key, const kv::FieldMap& fields, int64_t*
     if (HashFieldKey(key, f).size() > kMaxKeyBytes)
       return Status::InvalidArgument("ERR key and field of " + std::to_string(key.size() + f.size()) +
                                      " bytes; the limit is " + std::to_string(kMaxKeyBytes - 5));
-  LockSet lock(this, {key});
+  KeyLocks lock(this, {key});
   std::string hk = HeadKey(key);
   kv::FieldMap existing;
   auto r = store_->GetFields(hk, {}, &existing);
@@ -503,7 +539,7 @@ Status Keyspace::HLen(std::string_view key, int64_t* n) {
 }
 
 Status Keyspace::HDel(std::string_view key, const std::vector<std::string>& names, int64_t* removed) {
-  LockSet lock(this, {key});
+  KeyLocks lock(this, {key});
   std::string hk = HeadKey(key);
   kv::FieldMap fields;
   auto r = store_->GetFields(hk, {}, &fields);
@@ -542,15 +578,15 @@ Status Keyspace::HDel(std::string_view key, const std::vector<std::string>& name
 // ---- sorted sets -----------------------------------------------------------------------------
 
 Status Keyspace::ZAdd(std::string_view key, const std::vector<std::pair<double, std::string>>& members,
-                      int64_t* added) {
+                      int64_t* added, Txn* txn) {
   for (const auto& [score, m] : members)
     if (ZsetScoreKey(key, score, m).size() > kMaxKeyBytes)
       return Status::InvalidArgument("ERR key and member of " + std::to_string(key.size() + m.size()) +
                                      " bytes; the limit is " + std::to_string(kMaxKeyBytes - 14));
-  LockSet lock(this, {key});
+  KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
   if (h.type != KeyType::kNone && h.type != KeyType::kZset) return WrongType();
   std::map<std::string_view, double> last;  // ZADD k 1 a 2 a: the last score wins
   for (const auto& [score, m] : members) last[m] = score;
@@ -560,7 +596,7 @@ Status Keyspace::ZAdd(std::string_view key, const std::vector<std::pair<double, 
   std::string old;
   for (const auto& [m, score] : last) {
     std::string mk = ZsetMemberKey(key, m);
-    PMTREE_ASSIGN_OR_RETURN(bool had, store_->Get(mk, &old));
+    PMTREE_ASSIGN_OR_RETURN(bool had, Read(txn, mk, &old));
     std::string enc = EncodeScore(score);
     if (had) {
       if (old == enc) continue;
@@ -574,14 +610,14 @@ Status Keyspace::ZAdd(std::string_view key, const std::vector<std::pair<double, 
   }
   if (batch.size() == 0) return Status::Ok();
   batch.Put(hk, CardValue(card));
-  return store_->Write(batch);
+  return Commit(txn, batch);
 }
 
-Status Keyspace::ZRem(std::string_view key, const std::vector<std::string>& members, int64_t* removed) {
-  LockSet lock(this, {key});
+Status Keyspace::ZRem(std::string_view key, const std::vector<std::string>& members, int64_t* removed, Txn* txn) {
+  KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
   *removed = 0;
   if (h.type == KeyType::kNone) return Status::Ok();
   if (h.type != KeyType::kZset) return WrongType();
@@ -592,7 +628,7 @@ Status Keyspace::ZRem(std::string_view key, const std::vector<std::string>& memb
     if (std::find(done.begin(), done.end(), m) != done.end()) continue;
     done.push_back(m);
     std::string mk = ZsetMemberKey(key, m);
-    PMTREE_ASSIGN_OR_RETURN(bool had, store_->Get(mk, &old));
+    PMTREE_ASSIGN_OR_RETURN(bool had, Read(txn, mk, &old));
     if (!had) continue;
     batch.Delete(mk);
     batch.Delete(ZsetScoreKey(key, DecodeScore(old), m));
@@ -602,25 +638,25 @@ Status Keyspace::ZRem(std::string_view key, const std::vector<std::string>& memb
   uint64_t card = h.card - static_cast<uint64_t>(*removed);
   if (card == 0) batch.Delete(hk);
   else batch.Put(hk, CardValue(card));
-  return store_->Write(batch);
+  return Commit(txn, batch);
 }
 
-Status Keyspace::ZScore(std::string_view key, std::string_view member, std::optional<double>* score) {
+Status Keyspace::ZScore(std::string_view key, std::string_view member, std::optional<double>* score, Txn* txn) {
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h, txn));
   score->reset();
   if (h.type == KeyType::kNone) return Status::Ok();
   if (h.type != KeyType::kZset) return WrongType();
   if (ZsetMemberKey(key, member).size() > kMaxKeyBytes) return Status::Ok();
   std::string enc;
-  PMTREE_ASSIGN_OR_RETURN(bool had, store_->Get(ZsetMemberKey(key, member), &enc));
+  PMTREE_ASSIGN_OR_RETURN(bool had, Read(txn, ZsetMemberKey(key, member), &enc));
   if (had) *score = DecodeScore(enc);
   return Status::Ok();
 }
 
-Status Keyspace::ZCard(std::string_view key, int64_t* n) {
+Status Keyspace::ZCard(std::string_view key, int64_t* n, Txn* txn) {
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h, txn));
   if (h.type != KeyType::kNone && h.type != KeyType::kZset) return WrongType();
   *n = static_cast<int64_t>(h.card);
   return Status::Ok();

@@ -39,6 +39,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -59,6 +62,30 @@ Status WrongType();
 struct ScoreBound {
   double value = 0;
   bool exclusive = false;
+};
+
+// EXEC's transaction: the Keyspace methods that take a Txn* read its
+// snapshot plus its own writes and buffer their writes in it; Commit makes
+// them all durable at once, or none (kv::Transaction).  Only string and
+// sorted-set commands run inside one (hashes use field records, which a
+// kv::Transaction does not hold).  The caller holds the keys' locks
+// (Keyspace::KeyLocks) for the transaction's lifetime, so the keys' member
+// ranges cannot change under it.
+class Txn {
+ public:
+  explicit Txn(kv::Store* store) : store_(store), t_(store->BeginTransaction()) {}
+  Result<bool> Get(std::string_view key, std::string* value) { return t_->Get(key, value); }
+  Status Put(std::string_view key, std::string_view value);
+  Status Delete(std::string_view key);
+  Status Write(const kv::WriteBatch& batch);
+  // Every key in [prefix, end) as the transaction sees it.
+  Status ForEachKey(std::string_view prefix, const std::string& end, const std::function<void(std::string_view)>& fn);
+  Status Commit() { return t_->Commit(); }
+
+ private:
+  kv::Store* store_;
+  std::unique_ptr<kv::Transaction> t_;
+  std::map<std::string, bool, std::less<>> written_;  // key -> put (true) or deleted (false)
 };
 
 class Keyspace {
@@ -87,9 +114,9 @@ class Keyspace {
   static constexpr size_t kMaxUserKeyBytes = kMaxKeyBytes - 1;
 
   // ---- generic ----
-  Status Type(std::string_view key, KeyType* type);
+  Status Type(std::string_view key, KeyType* type, Txn* txn = nullptr);
   // Deletes each key of any type; *deleted counts those that existed.
-  Status Del(const std::vector<std::string>& keys, int64_t* deleted);
+  Status Del(const std::vector<std::string>& keys, int64_t* deleted, Txn* txn = nullptr);
   // Number of user keys (walks the 'k' range).
   Status DbSize(int64_t* n);
   // Deletes every key in the pool, in batches (not atomic).
@@ -104,17 +131,17 @@ class Keyspace {
   // ---- strings ----
   enum class SetCondition { kAlways, kIfAbsent, kIfPresent };
   // Get: nullopt when absent; WRONGTYPE for a hash or sorted set.
-  Status Get(std::string_view key, std::optional<std::string>* value);
+  Status Get(std::string_view key, std::optional<std::string>* value, Txn* txn = nullptr);
   // SET: *applied false when the condition failed; *old (when asked) is the
   // previous string value.  Replaces a key of any type (as Redis), but with
   // old requested a non-string is WRONGTYPE.
   Status Set(std::string_view key, std::string_view value, SetCondition cond, bool* applied,
-             std::optional<std::string>* old = nullptr);
-  Status GetDel(std::string_view key, std::optional<std::string>* old);
-  Status IncrBy(std::string_view key, int64_t delta, int64_t* result);
-  Status Append(std::string_view key, std::string_view suffix, int64_t* new_length);
+             std::optional<std::string>* old = nullptr, Txn* txn = nullptr);
+  Status GetDel(std::string_view key, std::optional<std::string>* old, Txn* txn = nullptr);
+  Status IncrBy(std::string_view key, int64_t delta, int64_t* result, Txn* txn = nullptr);
+  Status Append(std::string_view key, std::string_view suffix, int64_t* new_length, Txn* txn = nullptr);
   // Atomic: one WriteBatch.
-  Status MSet(const std::vector<std::pair<std::string, std::string>>& pairs);
+  Status MSet(const std::vector<std::pair<std::string, std::string>>& pairs, Txn* txn = nullptr);
 
   // ---- hashes ----
   Status HSet(std::string_view key, const kv::FieldMap& fields, int64_t* added);
@@ -124,10 +151,11 @@ class Keyspace {
   Status HLen(std::string_view key, int64_t* n);
 
   // ---- sorted sets ----
-  Status ZAdd(std::string_view key, const std::vector<std::pair<double, std::string>>& members, int64_t* added);
-  Status ZRem(std::string_view key, const std::vector<std::string>& members, int64_t* removed);
-  Status ZScore(std::string_view key, std::string_view member, std::optional<double>* score);
-  Status ZCard(std::string_view key, int64_t* n);
+  Status ZAdd(std::string_view key, const std::vector<std::pair<double, std::string>>& members, int64_t* added,
+              Txn* txn = nullptr);
+  Status ZRem(std::string_view key, const std::vector<std::string>& members, int64_t* removed, Txn* txn = nullptr);
+  Status ZScore(std::string_view key, std::string_view member, std::optional<double>* score, Txn* txn = nullptr);
+  Status ZCard(std::string_view key, int64_t* n, Txn* txn = nullptr);
   // Members with min <= score <= max (bounds may be exclusive), in score
   // then member order, skipping `offset` and returning at most `count`
   // (negative = all).
@@ -135,6 +163,21 @@ class Keyspace {
                        std::vector<std::pair<std::string, double>>* out);
 
   kv::Store& store() { return *store_; }
+
+  // Striped per-key mutexes (see ATOMICITY): holds the stripes of some keys,
+  // taken in index order so two holders never deadlock.  Constructed with a
+  // Txn it takes nothing (EXEC already holds every key's stripe).
+  class KeyLocks {
+   public:
+    KeyLocks(Keyspace* ks, const std::vector<std::string_view>& keys, const Txn* txn = nullptr);
+    ~KeyLocks();
+    KeyLocks(const KeyLocks&) = delete;
+    KeyLocks& operator=(const KeyLocks&) = delete;
+
+   private:
+    Keyspace* ks_;
+    std::vector<size_t> idx_;
+  };
 
  private:
   // The head of a user key: its type, and the string value or member count.
@@ -144,17 +187,22 @@ class Keyspace {
     std::string value;
     uint64_t card = 0;  // members of a sorted set, fields of a large hash
   };
-  Status ReadHead(std::string_view head_key, Head* head);
+  Status ReadHead(std::string_view head_key, Head* head, Txn* txn = nullptr);
   // Adds to *batch the deletes of every member key of a sorted set or large
   // hash (nothing for other types).
-  Status DeleteMembers(std::string_view key, const Head& head, kv::WriteBatch* batch);
+  Status DeleteMembers(std::string_view key, const Head& head, kv::WriteBatch* batch, Txn* txn = nullptr);
+  // The store or the transaction (txn null: the store, durable on return).
+  Result<bool> Read(Txn* txn, std::string_view key, std::string* value) {
+    return txn ? txn->Get(key, value) : store_->Get(key, value);
+  }
+  Status PutKey(Txn* txn, std::string_view key, std::string_view value) {
+    return txn ? txn->Put(key, value) : store_->Put(key, value);
+  }
+  Status Commit(Txn* txn, const kv::WriteBatch& batch) { return txn ? txn->Write(batch) : store_->Write(batch); }
   Status HSetLarge(std::string_view key, uint64_t card, const kv::FieldMap& convert, const kv::FieldMap& fields,
                    int64_t* added);
 
-  // Striped per-key mutexes (see ATOMICITY): a LockSet holds the stripes of
-  // some keys, taken in index order so two commands never deadlock.
   static constexpr size_t kStripes = 1024;
-  class LockSet;
   std::array<std::mutex, kStripes> stripes_;
 
   kv::Store* store_;

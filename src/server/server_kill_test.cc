@@ -2,7 +2,8 @@
 //
 // Acknowledged writes survive kill -9: `pmtree serve` runs as a child
 // process on a pool file under /dev/shm; one client writes strings, hashes
-// and sorted-set members one acknowledged command at a time while another
+// sorted-set members and MULTI/EXEC transactions one acknowledged command at
+// a time while another
 // streams pipelined SETs; the server is SIGKILLed mid-stream, restarted on
 // the same pool, and every write that was acknowledged must be there.
 
@@ -97,7 +98,7 @@ TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) {
     // got; replies come in order, so the acknowledged SETs are a prefix.
     std::thread stream([&] {
       Client b(serve.port());
-      for (int64_t j = 0;; j += 100) {
+      for (int64_t j = 0; j < 100000; j += 100) {  // bounded by work, whatever the speed
         std::string wire;
         for (int64_t k = j; k < j + 100; ++k)
           wire += Client::Encode({"SET", "b:" + std::to_string(k), "v" + std::to_string(k)});
@@ -114,6 +115,10 @@ TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) {
       ASSERT_EQ(a.Cmd({"HSET", "h:" + id, "f", id, "g", "x"}), ":2");
       ASSERT_EQ(a.Cmd({"ZADD", "z", id, "m" + id}), ":1");
       ASSERT_EQ(a.Cmd({"INCR", "counter"}), ":" + std::to_string(i + 1));
+      ASSERT_EQ(a.Cmd({"MULTI"}), "+OK");
+      ASSERT_EQ(a.Cmd({"SET", "t:" + id, id}), "+QUEUED");
+      ASSERT_EQ(a.Cmd({"ZADD", "tz", id, id}), "+QUEUED");
+      ASSERT_EQ(a.Cmd({"EXEC"}), "[+OK, :1]");
     }
     serve.Kill();  // mid-stream: the streaming client has writes in flight
     stream.join();
@@ -130,6 +135,8 @@ TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) {
     ASSERT_EQ(c.Cmd({"GET", "a:" + id}), "value" + id);
     ASSERT_EQ(c.Cmd({"HGETALL", "h:" + id}), "[f, " + id + ", g, x]");
     ASSERT_EQ(c.Cmd({"ZSCORE", "z", "m" + id}), id);
+    ASSERT_EQ(c.Cmd({"GET", "t:" + id}), id);
+    ASSERT_EQ(c.Cmd({"ZSCORE", "tz", id}), id);
   }
   EXPECT_EQ(c.Cmd({"ZCARD", "z"}), ":" + std::to_string(kRounds));
   EXPECT_EQ(c.Cmd({"GET", "counter"}), std::to_string(kRounds));

@@ -332,6 +332,37 @@ TEST(ServerTest, MultiExecQueuesAndRuns) {
   EXPECT_EQ(c->Cmd({"SET", "b", "1"}), "+QUEUED");
   EXPECT_EQ(c->Cmd({"DISCARD"}), "+OK");
   EXPECT_EQ(c->Cmd({"EXISTS", "b"}), ":0");
+  // Reads inside see the transaction's own writes; a command's own error
+  // does not stop the others; sorted sets too.
+  ASSERT_EQ(c->Cmd({"HSET", "h", "f", "v"}), ":1");
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  for (const V& cmd : std::vector<V>{{"ZADD", "z", "1", "x", "2", "y"}, {"ZCARD", "z"}, {"ZREM", "z", "x"},
+                                     {"ZSCORE", "z", "y"}, {"MSET", "m1", "a", "m2", "b"}, {"MGET", "m1", "m2", "h"},
+                                     {"APPEND", "m1", "!"}, {"GET", "h"}, {"DEL", "z", "m2"}, {"EXISTS", "z", "m1"}})
+    EXPECT_EQ(c->Cmd(cmd), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"EXEC"}),
+            "[:2, :2, :1, 2, +OK, [a, b, (nil)], :2, "
+            "-WRONGTYPE Operation against a key holding the wrong kind of value, :2, :1]");
+  EXPECT_EQ(c->Cmd({"GET", "m1"}), "a!");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":3");  // a, m1, h: the set's members went with it
+  EXPECT_EQ(f.store().Stats().keys, 3u);
+  // Hash commands cannot join EXEC's transaction: refused, the EXEC aborts.
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  EXPECT_EQ(c->Cmd({"HSET", "h", "g", "w"}).substr(0, 40), "-ERR hset is not supported inside MULTI ");
+  EXPECT_EQ(c->Cmd({"EXEC"}), "-EXECABORT Transaction discarded because of previous errors.");
+}
+
+// EXEC commits all or nothing: on a pool too small for the whole
+// transaction nothing of it is written.
+TEST(ServerTest, ExecOnAFullPoolWritesNothing) {
+  ServerFixture f({}, 4ull << 20);
+  auto c = f.Connect();
+  std::string value(64 * 1024, 'v');
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(c->Cmd({"SET", "k" + std::to_string(i), value}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"EXEC"}).substr(0, 4), "-OOM");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":0");
+  EXPECT_EQ(c->Cmd({"SET", "after", "ok"}), "+OK");
 }
 
 TEST(ServerTest, AuthGatesDataCommands) {
