@@ -448,20 +448,64 @@ Status Keyspace::HSet(std::string_view key, const kv::FieldMap& fields, int64_t*
   KeyLocks lock(this, {key});
   std::string hk = HeadKey(key);
   kv::FieldMap existing;
-  auto r = store_->GetFields(hk, {}, &existing);
+  bool found;
+  Head h;
+  PMTREE_RETURN_IF_ERROR(ReadHash(hk, {}, &existing, &found, &h));
   *added = 0;
-  if (!r.ok()) {
-    if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
-    Head h;  // a plain head: a large hash, or another type
-    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
-    if (!h.large_hash) return WrongType();
-    return HSetLarge(key, h.card, {}, fields, added);
-  }
+  if (h.large_hash) return HSetLarge(key, h.card, {}, fields, added);
   for (const auto& [f, v] : fields) *added += existing.count(f) == 0;
   uint64_t total = existing.size() + static_cast<uint64_t>(*added);
   if (total > kSmallHashFields) return HSetLarge(key, 0, existing, fields, added);
-  if (!*r) return store_->PutFields(hk, fields);
+  if (!found) return store_->PutFields(hk, fields);
   return store_->UpdateFields(hk, fields).status();
+}
+
+// Deletes the members (sorted set) or fields (large hash) `names` that
+// exist, each once, with their score-index keys, and updates or deletes the
+// head, in one batch; *removed counts them.
+Status Keyspace::RemoveMembers(std::string_view key, const Head& h, const std::vector<std::string>& names,
+                               int64_t* removed, Txn* txn) {
+  const bool zset = h.type == KeyType::kZset;
+  kv::WriteBatch batch;
+  std::vector<std::string_view> done;
+  std::string old;
+  *removed = 0;
+  for (const auto& n : names) {
+    if (std::find(done.begin(), done.end(), n) != done.end()) continue;
+    done.push_back(n);
+    std::string mk = zset ? ZsetMemberKey(key, n) : HashFieldKey(key, n);
+    if (mk.size() > kMaxKeyBytes) continue;  // too long to have been added
+    PMTREE_ASSIGN_OR_RETURN(bool had, Read(txn, mk, &old));
+    if (!had) continue;
+    batch.Delete(mk);
+    if (zset) batch.Delete(ZsetScoreKey(key, DecodeScore(old), n));
+    ++*removed;
+  }
+  if (*removed == 0) return Status::Ok();
+  uint64_t card = h.card - static_cast<uint64_t>(*removed);
+  if (card == 0) batch.Delete(HeadKey(key));
+  else batch.Put(HeadKey(key), CardValue(card, zset ? kZsetTag : kHashTag));
+  return Commit(txn, batch);
+}
+
+// Reads hash `hk` from its field record (all fields, or the named ones) into
+// *fields, *found telling whether the key exists; for a large hash it sets
+// head->large_hash and head->card instead; another type is WRONGTYPE.
+Status Keyspace::ReadHash(const std::string& hk, const std::vector<std::string>& names, kv::FieldMap* fields,
+                          bool* found, Head* head) {
+  head->large_hash = false;
+  auto r = store_->GetFields(hk, names, fields);
+  if (r.ok()) {
+    *found = *r;
+    return Status::Ok();
+  }
+  // Keys are length-checked before they get here: InvalidArgument means
+  // "holds a plain value", i.e. a large hash's head or another type.
+  if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, head));
+  if (!head->large_hash) return WrongType();
+  *found = true;
+  return Status::Ok();
 }
 
 // Writes `fields` into the large hash `key` of `card` fields; `convert`
@@ -492,17 +536,9 @@ Status Keyspace::HSetLarge(std::string_view key, uint64_t card, const kv::FieldM
 }
 
 Status Keyspace::HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found) {
-  std::string hk = HeadKey(key);
-  auto r = store_->GetFields(hk, names, out);
-  if (r.ok()) {
-    *found = *r;
-    return Status::Ok();
-  }
-  if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
-  if (!h.large_hash) return WrongType();
-  *found = true;
+  PMTREE_RETURN_IF_ERROR(ReadHash(HeadKey(key), names, out, found, &h));
+  if (!h.large_hash) return Status::Ok();
   out->clear();
   std::string v;
   if (names.empty()) {
@@ -542,31 +578,11 @@ Status Keyspace::HDel(std::string_view key, const std::vector<std::string>& name
   KeyLocks lock(this, {key});
   std::string hk = HeadKey(key);
   kv::FieldMap fields;
-  auto r = store_->GetFields(hk, {}, &fields);
+  bool found;
+  Head h;
+  PMTREE_RETURN_IF_ERROR(ReadHash(hk, {}, &fields, &found, &h));
   *removed = 0;
-  if (!r.ok()) {
-    if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
-    Head h;
-    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
-    if (!h.large_hash) return WrongType();
-    kv::WriteBatch batch;
-    std::vector<std::string_view> done;
-    std::string old;
-    for (const auto& n : names) {
-      if (std::find(done.begin(), done.end(), n) != done.end()) continue;
-      done.push_back(n);
-      std::string fk = HashFieldKey(key, n);
-      PMTREE_ASSIGN_OR_RETURN(bool had, store_->Get(fk, &old));
-      if (!had) continue;
-      batch.Delete(fk);
-      ++*removed;
-    }
-    if (*removed == 0) return Status::Ok();
-    uint64_t card = h.card - static_cast<uint64_t>(*removed);
-    if (card == 0) batch.Delete(hk);
-    else batch.Put(hk, CardValue(card, kHashTag));
-    return store_->Write(batch);
-  }
+  if (h.large_hash) return RemoveMembers(key, h, names, removed);
   for (const auto& n : names) *removed += static_cast<int64_t>(fields.erase(n));
   if (*removed == 0) return Status::Ok();
   // The store has no field delete: the record is rewritten without them
@@ -621,24 +637,7 @@ Status Keyspace::ZRem(std::string_view key, const std::vector<std::string>& memb
   *removed = 0;
   if (h.type == KeyType::kNone) return Status::Ok();
   if (h.type != KeyType::kZset) return WrongType();
-  kv::WriteBatch batch;
-  std::vector<std::string_view> done;
-  std::string old;
-  for (const auto& m : members) {
-    if (std::find(done.begin(), done.end(), m) != done.end()) continue;
-    done.push_back(m);
-    std::string mk = ZsetMemberKey(key, m);
-    PMTREE_ASSIGN_OR_RETURN(bool had, Read(txn, mk, &old));
-    if (!had) continue;
-    batch.Delete(mk);
-    batch.Delete(ZsetScoreKey(key, DecodeScore(old), m));
-    ++*removed;
-  }
-  if (*removed == 0) return Status::Ok();
-  uint64_t card = h.card - static_cast<uint64_t>(*removed);
-  if (card == 0) batch.Delete(hk);
-  else batch.Put(hk, CardValue(card));
-  return Commit(txn, batch);
+  return RemoveMembers(key, h, members, removed, txn);
 }
 
 Status Keyspace::ZScore(std::string_view key, std::string_view member, std::optional<double>* score, Txn* txn) {

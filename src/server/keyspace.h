@@ -199,6 +199,10 @@ class Keyspace {
     return txn ? txn->Put(key, value) : store_->Put(key, value);
   }
   Status Commit(Txn* txn, const kv::WriteBatch& batch) { return txn ? txn->Write(batch) : store_->Write(batch); }
+  Status RemoveMembers(std::string_view key, const Head& h, const std::vector<std::string>& names, int64_t* removed,
+                       Txn* txn = nullptr);
+  Status ReadHash(const std::string& hk, const std::vector<std::string>& names, kv::FieldMap* fields, bool* found,
+                  Head* head);
   Status HSetLarge(std::string_view key, uint64_t card, const kv::FieldMap& convert, const kv::FieldMap& fields,
                    int64_t* added);
 

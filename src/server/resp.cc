@@ -182,33 +182,26 @@ void AppendError(std::string* out, std::string_view msg) {
   out->append("\r\n");
 }
 
-void AppendInt(std::string* out, int64_t v) {
+// "<type><n>\r\n": the header of an integer, bulk or array reply.
+static void AppendHeader(std::string* out, char type, int64_t n) {
   char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out->push_back(':');
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, n);
+  out->push_back(type);
   out->append(buf, end);
   out->append("\r\n");
 }
 
+void AppendInt(std::string* out, int64_t v) { AppendHeader(out, ':', v); }
+
 void AppendBulk(std::string* out, std::string_view s) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, s.size());
-  out->push_back('$');
-  out->append(buf, end);
-  out->append("\r\n");
+  AppendHeader(out, '$', static_cast<int64_t>(s.size()));
   out->append(s);
   out->append("\r\n");
 }
 
 void AppendNull(std::string* out) { out->append("$-1\r\n"); }
 
-void AppendArray(std::string* out, int64_t n) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, n);
-  out->push_back('*');
-  out->append(buf, end);
-  out->append("\r\n");
-}
+void AppendArray(std::string* out, int64_t n) { AppendHeader(out, '*', n); }
 
 void AppendNullArray(std::string* out) { out->append("*-1\r\n"); }
 
