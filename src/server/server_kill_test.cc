@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "server/test_client.h"
@@ -154,6 +156,36 @@ TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) {
   }
   unlink(pool.c_str());
   unlink((pool + ".creating").c_str());
+}
+
+TEST(ServeCliTest, BadOptionsExitTwoWithAMessage) {
+  const std::string pool = "/dev/shm/pmtree-server-cli-" + std::to_string(getpid()) + ".kv";
+  const std::string cli = PMTREE_CLI;
+  const std::string err = "/dev/shm/pmtree-server-cli-" + std::to_string(getpid()) + ".err";
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases = {
+      {"serve", "--pool is required"},
+      {"serve --pool " + pool + " --port 70000", "not in range"},
+      {"serve --pool " + pool + " --threads -1", "not in range"},
+      {"serve --pool " + pool + " --bind 'not an address' --port 0", "is not an IPv4 address"},
+      {"serve --pool " + pool + " --tree nosuchtree --port 0", "nosuchtree"},
+  };
+  for (const auto& c : cases) {
+    int status = std::system((cli + " " + c.args + " 2>" + err).c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << c.args;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << c.args;
+    FILE* f = std::fopen(err.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[4096] = {};
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    EXPECT_NE(std::string(buf, n).find(c.message), std::string::npos) << c.args << ": " << buf;
+  }
+  unlink(pool.c_str());
+  unlink((pool + ".creating").c_str());
+  unlink(err.c_str());
 }
 
 #else
