@@ -19,7 +19,7 @@ namespace pmtree::server {
 namespace {
 
 constexpr std::string_view kRedisCompatVersion = "7.0.15";  // the protocol level we answer as (docs/server.md)
-constexpr std::string_view kNoAuth_ = "NOAUTH Authentication required.";
+constexpr std::string_view kNoAuthReply = "NOAUTH Authentication required.";
 
 std::string Lower(std::string_view s) {
   std::string r(s);
@@ -28,11 +28,10 @@ std::string Lower(std::string_view s) {
 }
 
 bool PasswordMatches(std::string_view given, std::string_view want) {
-  // Constant time in the password's content.
-  unsigned diff = given.size() != want.size();
-  for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i]) ^
-                                                    static_cast<unsigned char>(want.empty() ? 0 : want[i % want.size()]);
-  return diff == 0 && !want.empty();
+  if (want.empty() || given.size() != want.size()) return false;
+  unsigned diff = 0;  // no early exit: the time does not tell how much matched
+  for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ want[i]);
+  return diff == 0;
 }
 
 void PingCmd(Call& c) {
@@ -369,7 +368,7 @@ const CommandSpec* Admit(ServerState& server, ClientState& client, const std::ve
     return nullptr;
   }
   if (!server.requirepass.empty() && !client.authenticated && !(spec->flags & kNoAuth)) {
-    AppendError(out, kNoAuth_);
+    AppendError(out, kNoAuthReply);
     return nullptr;
   }
   int n = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));

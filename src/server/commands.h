@@ -93,10 +93,9 @@ struct Call {
 using Handler = void (*)(Call&);
 
 enum CommandFlag : uint32_t {
-  kNoAuth = 1u << 0,   // allowed before AUTH (AUTH, HELLO, QUIT, PING is not: Redis refuses it)
-  kKeyed = 1u << 1,    // a data command on keys
-  kNoQueue = 1u << 2,  // runs even inside MULTI (MULTI, EXEC, DISCARD, QUIT)
-  kInTxn = 1u << 3,    // may be queued in MULTI: runs inside EXEC's kv transaction
+  kNoAuth = 1u << 0,   // allowed before AUTH (AUTH, HELLO, QUIT; not PING, as in Redis)
+  kNoQueue = 1u << 1,  // runs even inside MULTI (MULTI, EXEC, DISCARD, QUIT)
+  kInTxn = 1u << 2,    // may be queued in MULTI: runs inside EXEC's kv transaction
 };
 
 struct CommandSpec {
