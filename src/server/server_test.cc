@@ -501,6 +501,34 @@ TEST(ServerTest, ConcurrentClientsSerialiseReadModifyWrite) {
   EXPECT_EQ(std::count(all.begin(), all.end(), ','), total - 1);
 }
 
+// EXEC's transactions and single INCRs on the same keys: EXEC holds the
+// keys' locks, so no increment is lost on either side.
+TEST(ServerTest, ConcurrentExecAndSingleCommandsKeepCounts) {
+  ServerFixture f;
+  constexpr int kThreads = 4, kOps = 200;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      Client c(f.port());
+      for (int i = 0; i < kOps; ++i) {
+        if (t % 2 == 0) {
+          failures += c.Cmd({"MULTI"}) != "+OK";
+          failures += c.Cmd({"INCR", "x"}) != "+QUEUED";
+          failures += c.Cmd({"INCR", "y"}) != "+QUEUED";
+          failures += c.Cmd({"EXEC"})[0] != '[';
+        } else {
+          failures += c.Cmd({"INCR", "x"})[0] != ':';
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"GET", "x"}), std::to_string(kThreads * kOps));
+  EXPECT_EQ(c->Cmd({"GET", "y"}), std::to_string(kThreads / 2 * kOps));
+}
+
 TEST(ServerTest, PipelinedRepliesComeBackInOrder) {
   ServerFixture f;
   auto c = f.Connect();
