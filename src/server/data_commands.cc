@@ -42,7 +42,8 @@ std::string FormatScore(double v) {
   return std::string(buf, end);
 }
 
-bool Upper(std::string_view a, std::string_view lower_word) {
+// True when `a` is `lower_word` in any case (option words: NX, LIMIT, ...).
+bool IsKeyword(std::string_view a, std::string_view lower_word) {
   if (a.size() != lower_word.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (std::tolower(static_cast<unsigned char>(a[i])) != lower_word[i]) return false;
@@ -70,14 +71,14 @@ void SetCmd(Call& c) {
   bool get = false;
   for (size_t i = 3; i < c.args.size(); ++i) {
     const std::string& a = c.args[i];
-    if (Upper(a, "nx") && cond != Keyspace::SetCondition::kIfPresent) {
+    if (IsKeyword(a, "nx") && cond != Keyspace::SetCondition::kIfPresent) {
       cond = Keyspace::SetCondition::kIfAbsent;
-    } else if (Upper(a, "xx") && cond != Keyspace::SetCondition::kIfAbsent) {
+    } else if (IsKeyword(a, "xx") && cond != Keyspace::SetCondition::kIfAbsent) {
       cond = Keyspace::SetCondition::kIfPresent;
-    } else if (Upper(a, "get")) {
+    } else if (IsKeyword(a, "get")) {
       get = true;
-    } else if (Upper(a, "keepttl")) {
-    } else if (Upper(a, "ex") || Upper(a, "px") || Upper(a, "exat") || Upper(a, "pxat")) {
+    } else if (IsKeyword(a, "keepttl")) {
+    } else if (IsKeyword(a, "ex") || IsKeyword(a, "px") || IsKeyword(a, "exat") || IsKeyword(a, "pxat")) {
       return AppendError(c.out, "ERR expiry is not supported: pmtree keys do not expire");
     } else {
       return AppendError(c.out, kSyntax);
@@ -324,9 +325,9 @@ void ZRangeByScoreCmd(Call& c) {
   bool with_scores = false;
   int64_t offset = 0, count = -1;
   for (size_t i = 4; i < c.args.size(); ++i) {
-    if (Upper(c.args[i], "withscores")) {
+    if (IsKeyword(c.args[i], "withscores")) {
       with_scores = true;
-    } else if (Upper(c.args[i], "limit") && i + 2 < c.args.size()) {
+    } else if (IsKeyword(c.args[i], "limit") && i + 2 < c.args.size()) {
       if (!ParseInt(c.args[i + 1], &offset) || !ParseInt(c.args[i + 2], &count))
         return AppendError(c.out, kNotInteger);
       i += 2;
@@ -351,14 +352,14 @@ void ZRangeByScoreCmd(Call& c) {
 bool ReadScanOptions(Call& c, size_t from, std::string* match, int64_t* count, bool* with_values) {
   for (size_t i = from; i < c.args.size(); ++i) {
     bool has_arg = i + 1 < c.args.size();
-    if ((Upper(c.args[i], "count") || Upper(c.args[i], "limit")) && has_arg) {
+    if ((IsKeyword(c.args[i], "count") || IsKeyword(c.args[i], "limit")) && has_arg) {
       if (!ParseInt(c.args[++i], count) || *count < 1) {
         AppendError(c.out, kNotInteger);
         return false;
       }
-    } else if (Upper(c.args[i], "match") && has_arg) {
+    } else if (IsKeyword(c.args[i], "match") && has_arg) {
       *match = c.args[++i];
-    } else if (with_values && Upper(c.args[i], "withvalues")) {
+    } else if (with_values && IsKeyword(c.args[i], "withvalues")) {
       *with_values = true;
     } else {
       AppendError(c.out, kSyntax);
