@@ -28,7 +28,8 @@
 // store call or one WriteBatch, so a crash keeps all of a command or none of
 // it (ZADD's members, score index and count together; MSET's keys together).
 // Reads take no lock.  DURABILITY: each method returns after the store call
-// returned, i.e. after the write is durable (kv.h).
+// returned, i.e. after the write is durable (kv.h); given a Txn, its writes
+// become durable when the Txn commits.
 //
 // ERRORS.  Methods return the store's Status (OutOfSpace: nothing changed)
 // or Incompatible for a key of the wrong type (its message is Redis's
