@@ -45,52 +45,64 @@ bool ParseStrictInt64(std::string_view s, int64_t* v) {
   return ec == std::errc() && p == s.data() + s.size() && s != "-";
 }
 
-// Glob match as Redis's stringmatchlen: * ? [abc] [^a-z] and \x escapes.
-bool GlobMatch(std::string_view pat, std::string_view str, int depth = 0) {
-  if (depth > 32) return false;  // bounds the backtracking of many '*'
-  size_t p = 0, s = 0;
-  while (p < pat.size()) {
-    char c = pat[p];
-    if (c == '*') {
-      while (p + 1 < pat.size() && pat[p + 1] == '*') ++p;
-      if (p + 1 == pat.size()) return true;
-      for (size_t i = s; i <= str.size(); ++i)
-        if (GlobMatch(pat.substr(p + 1), str.substr(i), depth + 1)) return true;
+// Matches the pattern element at pat[p] (a literal, '?', "\\x" or a class
+// "[abc]", "[^a-z]") against c; *len = the element's length in the pattern.
+bool MatchOne(std::string_view pat, size_t p, char c, size_t* len) {
+  if (pat[p] == '?') {
+    *len = 1;
+    return true;
+  }
+  if (pat[p] == '\\' && p + 1 < pat.size()) {
+    *len = 2;
+    return pat[p + 1] == c;
+  }
+  if (pat[p] != '[') {
+    *len = 1;
+    return pat[p] == c;
+  }
+  size_t q = p + 1;
+  bool negate = q < pat.size() && pat[q] == '^';
+  if (negate) ++q;
+  bool hit = false;
+  while (q < pat.size() && pat[q] != ']') {
+    if (pat[q] == '\\' && q + 1 < pat.size()) {
+      hit |= pat[q + 1] == c;
+      q += 2;
+    } else if (q + 2 < pat.size() && pat[q + 1] == '-' && pat[q + 2] != ']') {
+      char lo = std::min(pat[q], pat[q + 2]), hi = std::max(pat[q], pat[q + 2]);
+      hit |= c >= lo && c <= hi;
+      q += 3;
+    } else {
+      hit |= pat[q] == c;
+      ++q;
+    }
+  }
+  *len = (q < pat.size() ? q + 1 : q) - p;
+  return hit != negate;
+}
+
+// Glob match with Redis's syntax (* ? [..] \\x).  Greedy with one backtrack
+// point, the last '*': O(len(pat) * len(str)) whatever the pattern, so a
+// MATCH of many stars cannot stall a loop.
+bool GlobMatch(std::string_view pat, std::string_view str) {
+  size_t p = 0, s = 0, star_p = std::string_view::npos, star_s = 0;
+  while (s < str.size()) {
+    size_t len;
+    if (p < pat.size() && pat[p] == '*') {
+      star_p = ++p;
+      star_s = s;
+    } else if (p < pat.size() && MatchOne(pat, p, str[s], &len)) {
+      p += len;
+      ++s;
+    } else if (star_p != std::string_view::npos) {
+      p = star_p;
+      s = ++star_s;
+    } else {
       return false;
     }
-    if (s == str.size()) return false;
-    if (c == '?') {
-      ++p, ++s;
-      continue;
-    }
-    if (c == '[') {
-      size_t q = p + 1;
-      bool negate = q < pat.size() && pat[q] == '^';
-      if (negate) ++q;
-      bool hit = false;
-      while (q < pat.size() && pat[q] != ']') {
-        if (pat[q] == '\\' && q + 1 < pat.size()) {
-          hit |= pat[q + 1] == str[s];
-          q += 2;
-        } else if (q + 2 < pat.size() && pat[q + 1] == '-' && pat[q + 2] != ']') {
-          char lo = std::min(pat[q], pat[q + 2]), hi = std::max(pat[q], pat[q + 2]);
-          hit |= str[s] >= lo && str[s] <= hi;
-          q += 3;
-        } else {
-          hit |= pat[q] == str[s];
-          ++q;
-        }
-      }
-      if (hit == negate) return false;
-      p = q < pat.size() ? q + 1 : q;
-      ++s;
-      continue;
-    }
-    if (c == '\\' && p + 1 < pat.size()) c = pat[++p];
-    if (c != str[s]) return false;
-    ++p, ++s;
   }
-  return s == str.size();
+  while (p < pat.size() && pat[p] == '*') ++p;
+  return p == pat.size();
 }
 
 }  // namespace

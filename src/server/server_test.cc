@@ -303,6 +303,11 @@ TEST(ServerTest, ScanAndRangeVisitUserKeysInOrder) {
   EXPECT_EQ(seen, std::vector<std::string>(keys.begin(), keys.end()));
   EXPECT_EQ(c->Cmd({"SCAN", "0", "MATCH", "key:1?", "COUNT", "1000"}),
             "[0, [key:10, key:11, key:12, key:13, key:14, key:15, key:16, key:17, key:18, key:19]]");
+  EXPECT_EQ(c->Cmd({"SCAN", "0", "MATCH", "k[a-f]y:2[^0-4]*", "COUNT", "1000"}),
+            "[0, [key:25, key:26, key:27, key:28, key:29]]");
+  EXPECT_EQ(c->Cmd({"SCAN", "0", "MATCH", "*:*h", "COUNT", "1000"}), "[0, [key:h]]");
+  // Many stars on a long key: linear work, an answer at once.
+  EXPECT_EQ(c->Cmd({"SCAN", "0", "MATCH", std::string(200, '*') + "x", "COUNT", "1000"}), "[0, []]");
   EXPECT_EQ(c->Cmd({"SCAN", "999999"}), "-ERR invalid cursor");
   EXPECT_EQ(c->Cmd({"RANGE", "key:100", "key:103"}), "[key:100, key:101, key:102]");
   EXPECT_EQ(c->Cmd({"RANGE", "key:100", "key:103", "WITHVALUES"}), "[key:100, v100, key:101, v101, key:102, v102]");
