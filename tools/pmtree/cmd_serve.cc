@@ -6,6 +6,7 @@
 // "ready" once listening.  SIGTERM, SIGINT and SHUTDOWN close the store
 // cleanly (so the next start needs no recovery).
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -27,10 +28,12 @@ struct ServeArgs {
   uint64_t pool_size = kDefaultPoolSize;
 };
 
-server::Server* g_server = nullptr;
+// The running server, for the signal handler (a lock-free atomic: safe to
+// read in a handler).
+std::atomic<server::Server*> g_server{nullptr};
 
 extern "C" void OnStopSignal(int) {
-  if (g_server) g_server->RequestStop();  // async-signal-safe: one write to an eventfd
+  if (server::Server* s = g_server.load()) s->RequestStop();  // async-signal-safe: one write to an eventfd
 }
 
 int RunServe(const ServeArgs& a) {
@@ -57,7 +60,7 @@ int RunServe(const ServeArgs& a) {
       (void)(*store)->Close();
       return 2;
     }
-    g_server = &srv;
+    g_server.store(&srv);
     struct sigaction sa{};
     sa.sa_handler = OnStopSignal;
     sigemptyset(&sa.sa_mask);
@@ -71,7 +74,7 @@ int RunServe(const ServeArgs& a) {
                  a.requirepass.empty() ? "" : " (AUTH required)");
     std::fflush(stderr);
     srv.Wait();
-    g_server = nullptr;
+    g_server.store(nullptr);
     std::fprintf(stderr, "pmtree serve: stopping (%s)\n", srv.shutdown_by_client() ? "SHUTDOWN" : "signal");
   }
   Status c = (*store)->Close();
