@@ -169,8 +169,8 @@ TEST(ServeCliTest, BadOptionsExitTwoWithAMessage) {
       {"serve", "--pool is required"},
       {"serve --pool " + pool + " --port 70000", "not in range"},
       {"serve --pool " + pool + " --threads -1", "not in range"},
-      {"serve --pool " + pool + " --bind 'not an address' --port 0", "is not an IPv4 address"},
-      {"serve --pool " + pool + " --tree nosuchtree --port 0", "nosuchtree"},
+      {"serve --pool " + pool + " --pool-size 16M --bind 'not an address' --port 0", "is not an IPv4 address"},
+      {"serve --pool " + pool + " --pool-size 16M --tree nosuchtree --port 0", "nosuchtree"},
   };
   for (const auto& c : cases) {
     int status = std::system((cli + " " + c.args + " 2>" + err).c_str());
