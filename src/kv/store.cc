@@ -53,12 +53,12 @@ Status CheckFields(const FieldMap& fields) {
 // Impl basics
 
 Store::Impl::Impl(const TreeFactory* factory, TreeHandle<BytesTree> h, KvMeta* meta)
-    : factory_(factory), h_(std::move(h)), meta_(meta), stripes_(new std::mutex[kStripes]) {}
+    : factory_(factory), h_(std::move(h)), meta_(meta), stripes_(new SpinLock[kStripes]) {}
 
 Store::Impl::~Impl() = default;
 
 size_t Store::Impl::StripeOf(std::string_view key) const { return std::hash<std::string_view>{}(key) % kStripes; }
-std::mutex& Store::Impl::LockFor(std::string_view key) { return stripes_[StripeOf(key)]; }
+SpinLock& Store::Impl::LockFor(std::string_view key) { return stripes_[StripeOf(key)]; }
 
 void Store::Impl::Publish(uint64_t ts) {
   // K6: wait for every earlier timestamp to be installed.  The wait is short:
@@ -163,7 +163,7 @@ Result<std::optional<VersionView>> Store::Impl::Visible(std::string_view key, co
 Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
                              bool update_only, bool* found) {
   PMTREE_RETURN_IF_ERROR(Failed());
-  std::lock_guard<std::mutex> lock(LockFor(key));  // K5
+  std::lock_guard<SpinLock> lock(LockFor(key));  // K5
   uint64_t head = 0;
   std::optional<VersionView> hv;
   if (tree().Lookup(key, &head)) {
@@ -273,7 +273,7 @@ void Store::Impl::CollectPending() {
     keys.assign(gc_pending_.begin(), gc_pending_.end());
   }
   for (const std::string& k : keys) {
-    std::lock_guard<std::mutex> lock(LockFor(k));
+    std::lock_guard<SpinLock> lock(LockFor(k));
     Status s = CollectKey(k, Horizon());
     if (!s.ok()) SetFailed(s);
   }

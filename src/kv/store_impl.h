@@ -47,6 +47,7 @@
 #include "kv/layout.h"
 #include "pmtree/kv.h"
 #include "pmtree/registry.h"
+#include "trees/common/version_lock.h"
 
 namespace pmtree::kv {
 
@@ -133,7 +134,7 @@ class Store::Impl {
   void ReleaseSnapshotTs(uint64_t ts);
 
   // ---- locks ----
-  std::mutex& LockFor(std::string_view key);
+  SpinLock& LockFor(std::string_view key);
   size_t StripeOf(std::string_view key) const;
   static constexpr size_t kStripes = 1024;
 
@@ -150,7 +151,11 @@ class Store::Impl {
   KvMeta* meta_;
   std::atomic<uint64_t> next_ts_{0};     // last ts issued
   std::atomic<uint64_t> visible_ts_{0};  // every ts <= this is installed (K6)
-  std::unique_ptr<std::mutex[]> stripes_;
+  // Spin locks, not std::mutex: a batch or transaction holds one per stripe
+  // it writes (up to kStripes at once, K5), which is beyond what
+  // ThreadSanitizer's deadlock detector can track for pthread mutexes (64);
+  // a stripe is held only across one key's version install.
+  std::unique_ptr<SpinLock[]> stripes_;
 
   std::mutex snap_mu_;
   std::multiset<uint64_t> snapshots_;

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "pmtree/kv.h"
+#include "trees/common/version_lock.h"
 
 namespace pmtree::server {
 
@@ -208,7 +209,9 @@ class Keyspace {
                    int64_t* added);
 
   static constexpr size_t kStripes = 1024;
-  std::array<std::mutex, kStripes> stripes_;
+  // Spin locks: MULTI/EXEC and a large-hash conversion hold many at once,
+  // beyond what TSan's deadlock detector tracks for pthread mutexes (64).
+  std::array<SpinLock, kStripes> stripes_;
 
   kv::Store* store_;
 };
