@@ -14,6 +14,7 @@ namespace pmtree::cli {
 void AddInspectCommand(CLI::App& app, int* exit_code);
 void AddCrashCommand(CLI::App& app, int* exit_code);
 void AddBenchCommand(CLI::App& app, int* exit_code);
+void AddServeCommand(CLI::App& app, int* exit_code);
 
 }  // namespace pmtree::cli
 

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     pmtree::cli::AddInspectCommand(app, &exit_code);
     pmtree::cli::AddCrashCommand(app, &exit_code);
     pmtree::cli::AddBenchCommand(app, &exit_code);
+    pmtree::cli::AddServeCommand(app, &exit_code);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

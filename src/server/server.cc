@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: Apache-2.0
+
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <unordered_map>
+
+namespace pmtree::server {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr int kMaxEvents = 128;
+// Parsed input is dropped from the front of a buffer once this much of it
+// is consumed (not after every command: that would be quadratic).
+constexpr size_t kCompactBytes = 64 * 1024;
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+std::string PeerName(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+// One connection: its socket, its unparsed input, its unsent replies.
+struct Connection {
+  int fd = -1;
+  std::string in;
+  size_t in_pos = 0;  // in[0, in_pos) is parsed
+  std::string out;
+  size_t out_pos = 0;  // out[0, out_pos) is sent
+  RespParser parser;
+  ClientState client;
+  std::vector<std::string> args;
+  uint32_t events = 0;  // the epoll interest now registered
+};
+
+class Server::Loop {
+ public:
+  Loop(Server* server) : server_(server) {}
+  ~Loop() {
+    for (auto& [fd, c] : conns_) close(fd);
+    if (epfd_ >= 0) close(epfd_);
+  }
+
+  Status Init() {
+    epfd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd_ < 0) return Status::IoError(Errno("server: epoll_create1"));
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+    ev.data.fd = server_->listen_fd_;
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, server_->listen_fd_, &ev) != 0)
+      return Status::IoError(Errno("server: epoll_ctl(listen)"));
+    ev.events = EPOLLIN;  // never read: stays readable, so every loop sees it
+    ev.data.fd = server_->stop_fd_;
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, server_->stop_fd_, &ev) != 0)
+      return Status::IoError(Errno("server: epoll_ctl(stop)"));
+    return Status::Ok();
+  }
+
+  void Run() {
+    epoll_event events[kMaxEvents];
+    while (true) {
+      int n = epoll_wait(epfd_, events, kMaxEvents, -1);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        std::fprintf(stderr, "pmtree serve: epoll_wait: %s\n", std::strerror(errno));
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        int fd = events[i].data.fd;
+        if (fd == server_->stop_fd_) return;
+        if (fd == server_->listen_fd_) {
+          Accept();
+          continue;
+        }
+        auto it = conns_.find(fd);
+        if (it == conns_.end()) continue;
+        Connection& c = *it->second;
+        bool alive = true;
+        if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) alive = OnReadable(c);
+        if (alive && (events[i].events & EPOLLOUT)) alive = Flush(c);
+        if (alive) alive = UpdateInterest(c);
+        if (!alive) Close(fd);
+      }
+    }
+  }
+
+ private:
+  void Accept() {
+    for (int i = 0; i < 64; ++i) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      int fd = accept4(server_->listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE)
+          std::fprintf(stderr, "pmtree serve: accept: %s (raise the open-file limit)\n", std::strerror(errno));
+        return;  // EAGAIN: another loop took it, or none left
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_unique<Connection>();
+      c->fd = fd;
+      c->parser = RespParser(server_->options_.limits);
+      c->client.id = server_->state_.next_client_id.fetch_add(1);
+      c->client.peer = PeerName(ss);
+      c->client.authenticated = server_->state_.requirepass.empty();
+      c->events = EPOLLIN;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        close(fd);
+        continue;
+      }
+      server_->state_.connected_clients.fetch_add(1);
+      server_->state_.total_connections.fetch_add(1);
+      conns_.emplace(fd, std::move(c));
+    }
+  }
+
+  // Reads once, runs every complete command, writes the replies.  False
+  // when the connection is to be closed now.
+  bool OnReadable(Connection& c) {
+    const uint64_t limit = server_->options_.max_client_buffer;
+    size_t old = c.in.size();
+    c.in.resize(old + kReadChunk);
+    ssize_t n = read(c.fd, c.in.data() + old, kReadChunk);
+    if (n <= 0) {
+      c.in.resize(old);
+      return n < 0 && (errno == EAGAIN || errno == EINTR);
+    }
+    c.in.resize(old + static_cast<size_t>(n));
+    while (!c.client.close_after_reply) {
+      auto outcome = c.parser.Parse(c.in, &c.in_pos, &c.args);
+      if (outcome == RespParser::Outcome::kNeedMore) break;
+      if (outcome == RespParser::Outcome::kError) {
+        AppendError(&c.out, "ERR " + c.parser.error());
+        Reject(c, c.parser.error());
+        break;
+      }
+      Execute(server_->state_, c.client, c.args, &c.out);
+      c.args.clear();
+      if (c.out.size() - c.out_pos > limit) {
+        Reject(c, "reply buffer limit reached");
+        break;
+      }
+    }
+    if (c.in_pos >= kCompactBytes || c.in_pos == c.in.size()) {
+      c.in.erase(0, c.in_pos);
+      c.in_pos = 0;
+    }
+    if (!c.client.close_after_reply && c.in.size() + c.parser.buffered_bytes() > limit) {
+      AppendError(&c.out, "ERR Protocol error: query buffer limit reached");
+      Reject(c, "query buffer limit reached");
+    }
+    return Flush(c);
+  }
+
+  void Reject(Connection& c, const std::string& why) {
+    server_->state_.rejected_protocol.fetch_add(1);
+    if (server_->options_.log_rejected_clients)
+      std::fprintf(stderr, "pmtree serve: closing client %s (id %llu): %s\n", c.client.peer.c_str(),
+                 static_cast<unsigned long long>(c.client.id), why.c_str());
+    c.client.close_after_reply = true;
+  }
+
+  // Writes what it can; false when the connection is done (an error, or
+  // everything sent to a client that is to be closed).
+  bool Flush(Connection& c) {
+    while (c.out_pos < c.out.size()) {
+      ssize_t n = send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) return true;
+        return false;
+      }
+      c.out_pos += static_cast<size_t>(n);
+    }
+    c.out.clear();
+    c.out_pos = 0;
+    return !c.client.close_after_reply;
+  }
+
+  // Level-triggered interest: input unless the client is being closed,
+  // output while replies wait.
+  bool UpdateInterest(Connection& c) {
+    uint32_t want = c.client.close_after_reply ? 0u : static_cast<uint32_t>(EPOLLIN);
+    if (c.out_pos < c.out.size()) want |= EPOLLOUT;
+    if (want == c.events) return true;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.fd = c.fd;
+    if (epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev) != 0) return false;
+    c.events = want;
+    return true;
+  }
+
+  void Close(int fd) {
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
+    conns_.erase(fd);
+    server_->state_.connected_clients.fetch_sub(1);
+  }
+
+  Server* server_;
+  int epfd_ = -1;
+  std::unordered_map<int, std::unique_ptr<Connection>> conns_;
+};
+
+Server::Server(kv::Store* store, ServerOptions options) : keyspace_(store), options_(std::move(options)) {
+  state_.keyspace = &keyspace_;
+  state_.requirepass = options_.requirepass;
+  state_.bind = options_.bind;
+  state_.port = options_.port;
+  state_.pool_path = options_.pool_path;
+  state_.engine = std::string(store->engine());
+  state_.threads = options_.threads > 0 ? options_.threads : static_cast<int>(std::thread::hardware_concurrency());
+  if (state_.threads <= 0) state_.threads = 1;
+  state_.request_shutdown = [this] {
+    shutdown_by_client_.store(true);
+    RequestStop();
+  };
+}
+
+Server::~Server() {
+  RequestStop();
+  Wait();
+  loops_.clear();
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (stop_fd_ >= 0) close(stop_fd_);
+}
+
+Status Server::Start() {
+  // Each connection is a descriptor: lift the soft open-file limit to the
+  // hard one, so >= 1,000 clients need no ulimit from the user.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(options_.port));
+  if (options_.port < 0 || options_.port > 65535)
+    return Status::InvalidArgument("server: port " + std::to_string(options_.port) + " is not 0..65535");
+  if (inet_pton(AF_INET, options_.bind.c_str(), &addr.sin_addr) != 1)
+    return Status::InvalidArgument("server: bind address '" + options_.bind + "' is not an IPv4 address");
+  stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0) return Status::IoError(Errno("server: eventfd"));
+  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return Status::IoError(Errno("server: socket"));
+  int one = 1;
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  std::string where = options_.bind + ":" + std::to_string(options_.port);
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return Status::IoError(Errno(("server: bind " + where).c_str()));
+  if (listen(listen_fd_, 1024) != 0) return Status::IoError(Errno(("server: listen " + where).c_str()));
+  socklen_t len = sizeof addr;
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  state_.port = ntohs(addr.sin_port);
+  for (int i = 0; i < state_.threads; ++i) {
+    auto loop = std::make_unique<Loop>(this);
+    PMTREE_RETURN_IF_ERROR(loop->Init());
+    loops_.push_back(std::move(loop));
+  }
+  for (auto& loop : loops_) threads_.emplace_back([l = loop.get()] { l->Run(); });
+  return Status::Ok();
+}
+
+void Server::RequestStop() {
+  if (stop_fd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t r = write(stop_fd_, &one, sizeof one);
+  (void)r;
+}
+
+void Server::Wait() {
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+}  // namespace pmtree::server

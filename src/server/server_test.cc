@@ -1,0 +1,524 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// `pmtree serve` in process on 127.0.0.1 port 0, driven by a blocking RESP
+// client: every command and its errors, AUTH, the input limits, a full pool,
+// 1,000 idle connections, concurrent clients, SHUTDOWN.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "server/test_client.h"
+
+namespace pmtree::server {
+namespace {
+
+using testing::Client;
+using testing::ServerFixture;
+using V = std::vector<std::string>;
+
+TEST(ServerTest, HousekeepingCommandsAnswerLikeRedis) {
+  ServerFixture f;
+  auto c = f.Connect();
+  ASSERT_TRUE(c->connected());
+  EXPECT_EQ(c->Cmd({"PING"}), "+PONG");
+  EXPECT_EQ(c->Cmd({"ping", "hi"}), "hi");
+  EXPECT_EQ(c->Cmd({"ECHO", "x y"}), "x y");
+  EXPECT_EQ(c->Cmd({"SELECT", "0"}), "+OK");
+  EXPECT_EQ(c->Cmd({"SELECT", "1"}), "-ERR DB index is out of range");
+  EXPECT_EQ(c->Cmd({"HELLO", "3"}), "-NOPROTO unsupported protocol version");
+  std::string hello = c->Cmd({"HELLO", "2"});
+  EXPECT_NE(hello.find("proto, :2"), std::string::npos) << hello;
+  EXPECT_NE(hello.find("role, master"), std::string::npos) << hello;
+  EXPECT_EQ(c->Cmd({"CLIENT", "GETNAME"}), "(nil)");
+  EXPECT_EQ(c->Cmd({"CLIENT", "SETNAME", "me"}), "+OK");
+  EXPECT_EQ(c->Cmd({"CLIENT", "GETNAME"}), "me");
+  EXPECT_EQ(c->Cmd({"CLIENT", "SETNAME", "a b"}),
+            "-ERR Client names cannot contain spaces, newlines or special characters.");
+  EXPECT_EQ(c->Cmd({"CLIENT", "SETINFO", "LIB-NAME", "jedis"}), "+OK");
+  EXPECT_EQ(c->Cmd({"CLIENT", "ID"})[0], ':');
+  EXPECT_EQ(c->Cmd({"CONFIG", "GET", "save"}), "[save, ]");
+  EXPECT_EQ(c->Cmd({"CONFIG", "GET", "appendonly"}), "[appendonly, no]");
+  EXPECT_EQ(c->Cmd({"CONFIG", "GET", "nosuch*"}), "[]");
+  EXPECT_EQ(c->Cmd({"COMMAND", "DOCS"}), "[]");
+  EXPECT_EQ(c->Cmd({"COMMAND", "COUNT"})[0], ':');
+  std::string info = c->Cmd({"INFO"});
+  for (const char* s : {"# Server", "# Clients", "# Memory", "# Persistence", "# Stats", "# Replication",
+                        "role:master", "connected_clients:1"})
+    EXPECT_NE(info.find(s), std::string::npos) << s;
+  EXPECT_EQ(c->Cmd({"INFO", "replication"}).find("# Server"), std::string::npos);
+  EXPECT_EQ(c->Cmd({"NOSUCH", "a"}), "-ERR unknown command 'NOSUCH', with args beginning with: 'a' ");
+  EXPECT_EQ(c->Cmd({"GET"}), "-ERR wrong number of arguments for 'get' command");
+  EXPECT_EQ(c->Cmd({"PING"}), "+PONG");  // the connection stays
+  EXPECT_TRUE(c->SendRaw("PING\r\nECHO \"in line\"\r\n"));  // inline commands
+  EXPECT_EQ(c->Read(), "+PONG");
+  EXPECT_EQ(c->Read(), "in line");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":0");
+  EXPECT_EQ(c->Cmd({"QUIT"}), "+OK");
+  EXPECT_EQ(c->Read(), "(eof)");
+}
+
+TEST(ServerTest, StringCommands) {
+  ServerFixture f;
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"GET", "k"}), "(nil)");
+  EXPECT_EQ(c->Cmd({"SET", "k", "v1"}), "+OK");
+  EXPECT_EQ(c->Cmd({"GET", "k"}), "v1");
+  EXPECT_EQ(c->Cmd({"SET", "k", "v2", "NX"}), "(nil)");
+  EXPECT_EQ(c->Cmd({"SET", "k", "v2", "XX", "GET"}), "v1");
+  EXPECT_EQ(c->Cmd({"SET", "nope", "v", "XX"}), "(nil)");
+  EXPECT_EQ(c->Cmd({"SET", "k", "v", "NX", "XX"}), "-ERR syntax error");
+  EXPECT_EQ(c->Cmd({"SET", "k", "v", "EX", "10"}), "-ERR expiry is not supported: pmtree keys do not expire");
+  EXPECT_EQ(c->Cmd({"SETNX", "k", "x"}), ":0");
+  EXPECT_EQ(c->Cmd({"SETNX", "k2", "x"}), ":1");
+  EXPECT_EQ(c->Cmd({"EXISTS", "k", "k2", "k", "none"}), ":3");
+  EXPECT_EQ(c->Cmd({"DEL", "k", "k2", "none", "k"}), ":2");
+  EXPECT_EQ(c->Cmd({"GETDEL", "k"}), "(nil)");
+  EXPECT_EQ(c->Cmd({"SET", "g", ""}), "+OK");
+  EXPECT_EQ(c->Cmd({"GETDEL", "g"}), "");
+  EXPECT_EQ(c->Cmd({"EXISTS", "g"}), ":0");
+  EXPECT_EQ(c->Cmd({"INCR", "n"}), ":1");
+  EXPECT_EQ(c->Cmd({"INCRBY", "n", "41"}), ":42");
+  EXPECT_EQ(c->Cmd({"DECR", "n"}), ":41");
+  EXPECT_EQ(c->Cmd({"DECRBY", "n", "50"}), ":-9");
+  EXPECT_EQ(c->Cmd({"INCRBY", "n", "x"}), "-ERR value is not an integer or out of range");
+  EXPECT_EQ(c->Cmd({"SET", "s", "12a"}), "+OK");
+  EXPECT_EQ(c->Cmd({"INCR", "s"}), "-ERR value is not an integer or out of range");
+  EXPECT_EQ(c->Cmd({"SET", "s", " 1"}), "+OK");
+  EXPECT_EQ(c->Cmd({"INCR", "s"}), "-ERR value is not an integer or out of range");
+  EXPECT_EQ(c->Cmd({"SET", "big", "9223372036854775807"}), "+OK");
+  EXPECT_EQ(c->Cmd({"INCR", "big"}), "-ERR increment or decrement would overflow");
+  EXPECT_EQ(c->Cmd({"GET", "big"}), "9223372036854775807");
+  EXPECT_EQ(c->Cmd({"APPEND", "a", "hello"}), ":5");
+  EXPECT_EQ(c->Cmd({"APPEND", "a", " world"}), ":11");
+  EXPECT_EQ(c->Cmd({"STRLEN", "a"}), ":11");
+  EXPECT_EQ(c->Cmd({"STRLEN", "none"}), ":0");
+  EXPECT_EQ(c->Cmd({"MSET", "m1", "1", "m2", "2"}), "+OK");
+  EXPECT_EQ(c->Cmd({"MSET", "m1", "1", "m2"}), "-ERR wrong number of arguments for 'mset' command");
+  EXPECT_EQ(c->Cmd({"MGET", "m1", "none", "m2"}), "[1, (nil), 2]");
+  std::string binary("\0\r\n\xff", 4);
+  EXPECT_EQ(c->Cmd({"SET", binary, binary}), "+OK");
+  EXPECT_EQ(c->Cmd({"GET", binary}), binary);
+  EXPECT_EQ(c->Cmd({"TYPE", "a"}), "+string");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":7");
+  std::string long_key(Keyspace::kMaxUserKeyBytes + 1, 'k');
+  EXPECT_EQ(c->Cmd({"SET", long_key, "v"}), "-ERR key of 4096 bytes; the limit is 4095");
+}
+
+TEST(ServerTest, HashCommands) {
+  ServerFixture f;
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"HSET", "h", "f1", "a", "f2", "b"}), ":2");
+  EXPECT_EQ(c->Cmd({"HSET", "h", "f1", "A", "f3", "c"}), ":1");
+  EXPECT_EQ(c->Cmd({"HMSET", "h", "f4", "d"}), "+OK");
+  EXPECT_EQ(c->Cmd({"HGET", "h", "f1"}), "A");
+  EXPECT_EQ(c->Cmd({"HGET", "h", "nope"}), "(nil)");
+  EXPECT_EQ(c->Cmd({"HGET", "none", "f1"}), "(nil)");
+  EXPECT_EQ(c->Cmd({"HMGET", "h", "f2", "nope", "f4"}), "[b, (nil), d]");
+  EXPECT_EQ(c->Cmd({"HGETALL", "h"}), "[f1, A, f2, b, f3, c, f4, d]");
+  EXPECT_EQ(c->Cmd({"HLEN", "h"}), ":4");
+  EXPECT_EQ(c->Cmd({"HEXISTS", "h", "f3"}), ":1");
+  EXPECT_EQ(c->Cmd({"HEXISTS", "h", "f9"}), ":0");
+  EXPECT_EQ(c->Cmd({"HDEL", "h", "f1", "f9", "f1"}), ":1");
+  EXPECT_EQ(c->Cmd({"HLEN", "h"}), ":3");
+  EXPECT_EQ(c->Cmd({"HSET", "h", "f"}), "-ERR wrong number of arguments for 'hset' command");
+  EXPECT_EQ(c->Cmd({"HSET", "h", "", "v"}), "-ERR hash field names have 1..255 bytes");
+  EXPECT_EQ(c->Cmd({"HDEL", "h", "f2", "f3", "f4"}), ":3");
+  EXPECT_EQ(c->Cmd({"EXISTS", "h"}), ":0");  // the last field's removal removes the key
+  EXPECT_EQ(c->Cmd({"HGETALL", "h"}), "[]");
+  EXPECT_EQ(c->Cmd({"HSET", "h", "x", "1"}), ":1");
+  EXPECT_EQ(c->Cmd({"TYPE", "h"}), "+hash");
+}
+
+// Past Keyspace::kSmallHashFields a hash becomes one tree key per field;
+// every command sees the same hash before and after.
+TEST(ServerTest, LargeHashKeepsEveryField) {
+  ServerFixture f;
+  auto c = f.Connect();
+  const int n = static_cast<int>(Keyspace::kSmallHashFields) * 3;
+  for (int i = 0; i < n; ++i)
+    ASSERT_EQ(c->Cmd({"HSET", "big", "f" + std::to_string(i), std::to_string(i)}), ":1") << i;
+  EXPECT_EQ(c->Cmd({"HSET", "big", "f0", "zero", "new", "x"}), ":1");
+  EXPECT_EQ(c->Cmd({"HLEN", "big"}), ":" + std::to_string(n + 1));
+  EXPECT_EQ(c->Cmd({"HGET", "big", "f0"}), "zero");
+  EXPECT_EQ(c->Cmd({"HMGET", "big", "f7", "nope", "new"}), "[7, (nil), x]");
+  EXPECT_EQ(c->Cmd({"HEXISTS", "big", "f100"}), ":1");
+  std::string all = c->Cmd({"HGETALL", "big"});
+  EXPECT_EQ(std::count(all.begin(), all.end(), ','), 2 * (n + 1) - 1);
+  EXPECT_EQ(c->Cmd({"TYPE", "big"}), "+hash");
+  EXPECT_EQ(c->Cmd({"GET", "big"}), "-WRONGTYPE Operation against a key holding the wrong kind of value");
+  EXPECT_EQ(c->Cmd({"HDEL", "big", "f1", "f2", "f1", "nope"}), ":2");
+  EXPECT_EQ(c->Cmd({"HLEN", "big"}), ":" + std::to_string(n - 1));
+  // One HSET of many fields converts at once.
+  V many = {"HMSET", "wide"};
+  for (int i = 0; i < n; ++i) many.insert(many.end(), {"g" + std::to_string(i), "v"});
+  EXPECT_EQ(c->Cmd(many), "+OK");
+  EXPECT_EQ(c->Cmd({"HLEN", "wide"}), ":" + std::to_string(n));
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":2");
+  EXPECT_EQ(c->Cmd({"DEL", "big"}), ":1");
+  EXPECT_EQ(c->Cmd({"SET", "wide", "plain"}), "+OK");
+  EXPECT_EQ(f.store().Stats().keys, 1u);  // no field key left behind
+}
+
+TEST(ServerTest, WrongTypeLikeRedis) {
+  ServerFixture f;
+  auto c = f.Connect();
+  const std::string kWrong = "-WRONGTYPE Operation against a key holding the wrong kind of value";
+  ASSERT_EQ(c->Cmd({"SET", "s", "1"}), "+OK");
+  ASSERT_EQ(c->Cmd({"HSET", "h", "f", "v"}), ":1");
+  ASSERT_EQ(c->Cmd({"ZADD", "z", "1", "m"}), ":1");
+  for (const char* k : {"h", "z"}) {
+    EXPECT_EQ(c->Cmd({"GET", k}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"INCR", k}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"APPEND", k, "x"}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"GETDEL", k}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"SET", k, "v", "GET"}), kWrong) << k;
+  }
+  for (const char* k : {"s", "z"}) {
+    EXPECT_EQ(c->Cmd({"HSET", k, "f", "v"}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"HGET", k, "f"}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"HGETALL", k}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"HDEL", k, "f"}), kWrong) << k;
+  }
+  for (const char* k : {"s", "h"}) {
+    EXPECT_EQ(c->Cmd({"ZADD", k, "1", "m"}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"ZSCORE", k, "m"}), kWrong) << k;
+    EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", k, "-inf", "+inf"}), kWrong) << k;
+  }
+  EXPECT_EQ(c->Cmd({"MGET", "s", "h", "z"}), "[1, (nil), (nil)]");
+  // SET replaces any type, and a replaced sorted set leaves no member behind.
+  EXPECT_EQ(c->Cmd({"SET", "z", "plain"}), "+OK");
+  EXPECT_EQ(c->Cmd({"ZADD", "z2", "1", "m"}), ":1");
+  EXPECT_EQ(c->Cmd({"DEL", "z", "z2"}), ":2");
+  EXPECT_EQ(c->Cmd({"ZADD", "z", "5", "n"}), ":1");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "-inf", "+inf", "WITHSCORES"}), "[n, 5]");
+  EXPECT_EQ(c->Cmd({"SET", "h", "plain"}), "+OK");
+  EXPECT_EQ(c->Cmd({"GET", "h"}), "plain");
+}
+
+TEST(ServerTest, SortedSetCommands) {
+  ServerFixture f;
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"ZADD", "z", "1", "a", "2", "b", "2", "c", "-1.5", "d", "+inf", "e", "-inf", "f"}), ":6");
+  EXPECT_EQ(c->Cmd({"ZADD", "z", "3", "a"}), ":0");  // an update adds nothing
+  EXPECT_EQ(c->Cmd({"ZCARD", "z"}), ":6");
+  EXPECT_EQ(c->Cmd({"ZCARD", "none"}), ":0");
+  EXPECT_EQ(c->Cmd({"ZSCORE", "z", "a"}), "3");
+  EXPECT_EQ(c->Cmd({"ZSCORE", "z", "d"}), "-1.5");
+  EXPECT_EQ(c->Cmd({"ZSCORE", "z", "e"}), "inf");
+  EXPECT_EQ(c->Cmd({"ZSCORE", "z", "x"}), "(nil)");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "-inf", "+inf"}), "[f, d, b, c, a, e]");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "2", "3", "WITHSCORES"}), "[b, 2, c, 2, a, 3]");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "(2", "3"}), "[a]");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "-1.5", "(3"}), "[d, b, c]");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "1", "2"}), "[d, b]");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "4", "-1"}), "[a, e]");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "5", "1"}), "[]");
+  EXPECT_EQ(c->Cmd({"ZRANGEBYSCORE", "z", "x", "1"}), "-ERR min or max is not a float");
+  EXPECT_EQ(c->Cmd({"ZADD", "z", "nan", "q"}), "-ERR value is not a valid float");
+  EXPECT_EQ(c->Cmd({"ZADD", "z", "NX", "1", "q"}).substr(0, 17), "-ERR ZADD options");
+  EXPECT_EQ(c->Cmd({"ZREM", "z", "a", "x", "a"}), ":1");
+  EXPECT_EQ(c->Cmd({"ZCARD", "z"}), ":5");
+  EXPECT_EQ(c->Cmd({"TYPE", "z"}), "+zset");
+  // Members and the score index are internal keys: the keyspace sees one key.
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":1");
+  EXPECT_EQ(c->Cmd({"SCAN", "0", "COUNT", "100"}), "[0, [z]]");
+  EXPECT_EQ(c->Cmd({"ZREM", "z", "b", "c", "d", "e", "f"}), ":5");
+  EXPECT_EQ(c->Cmd({"EXISTS", "z"}), ":0");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":0");
+  EXPECT_EQ(f.store().Stats().keys, 0u);  // no internal key left behind either
+}
+
+// ZADD/ZREM/ZRANGEBYSCORE against a std::set model (random, seeded).
+TEST(ServerTest, SortedSetMatchesModel) {
+  ServerFixture f;
+  auto c = f.Connect();
+  uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::map<std::string, double> scores;
+  for (int op = 0; op < 2000; ++op) {
+    std::string m = "m" + std::to_string(rng() % 200);
+    if (rng() % 3) {
+      double s = static_cast<double>(static_cast<int64_t>(rng() % 41) - 20) / 4;
+      bool fresh = !scores.count(m);
+      scores[m] = s;
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", s);
+      ASSERT_EQ(c->Cmd({"ZADD", "zs", buf, m}), fresh ? ":1" : ":0");
+    } else {
+      ASSERT_EQ(c->Cmd({"ZREM", "zs", m}), scores.erase(m) ? ":1" : ":0");
+    }
+    if (op % 50 == 0) {
+      std::set<std::pair<double, std::string>> order;
+      for (const auto& [mm, s] : scores) order.emplace(s, mm);
+      std::string want = "[";
+      bool first = true;
+      for (const auto& [s, mm] : order)
+        if (s > -2.5 && s <= 3) {
+          want += (first ? "" : ", ") + mm;
+          first = false;
+        }
+      ASSERT_EQ(c->Cmd({"ZRANGEBYSCORE", "zs", "(-2.5", "3"}), want + "]");
+      ASSERT_EQ(c->Cmd({"ZCARD", "zs"}), ":" + std::to_string(scores.size()));
+    }
+  }
+}
+
+TEST(ServerTest, ScanAndRangeVisitUserKeysInOrder) {
+  ServerFixture f;
+  auto c = f.Connect();
+  std::set<std::string> keys;
+  for (int i = 0; i < 250; ++i) {
+    std::string k = "key:" + std::to_string(i);
+    keys.insert(k);
+    ASSERT_EQ(c->Cmd({"SET", k, "v" + std::to_string(i)}), "+OK");
+  }
+  ASSERT_EQ(c->Cmd({"ZADD", "key:z", "1", "member"}), ":1");
+  keys.insert("key:z");
+  ASSERT_EQ(c->Cmd({"HSET", "key:h", "f", "v"}), ":1");
+  keys.insert("key:h");
+  // SCAN with COUNT 7: every key exactly once, in key order.
+  std::vector<std::string> seen;
+  std::string cursor = "0";
+  int rounds = 0;
+  do {
+    ASSERT_TRUE(c->Send({"SCAN", cursor, "COUNT", "7"}));
+    std::string r = c->Read();  // "[cursor, [k1, k2, ...]]"
+    size_t comma = r.find(',');
+    cursor = r.substr(1, comma - 1);
+    std::string list = r.substr(r.find('[', 1) + 1);
+    list.resize(list.size() - 2);
+    for (size_t p = 0; !list.empty();) {
+      size_t q = list.find(", ", p);
+      seen.push_back(list.substr(p, q - p));
+      if (q == std::string::npos) break;
+      p = q + 2;
+    }
+    ASSERT_LT(++rounds, 100);
+  } while (cursor != "0");
+  EXPECT_EQ(seen, std::vector<std::string>(keys.begin(), keys.end()));
+  EXPECT_EQ(c->Cmd({"SCAN", "0", "MATCH", "key:1?", "COUNT", "1000"}),
+            "[0, [key:10, key:11, key:12, key:13, key:14, key:15, key:16, key:17, key:18, key:19]]");
+  EXPECT_EQ(c->Cmd({"SCAN", "999999"}), "-ERR invalid cursor");
+  EXPECT_EQ(c->Cmd({"RANGE", "key:100", "key:103"}), "[key:100, key:101, key:102]");
+  EXPECT_EQ(c->Cmd({"RANGE", "key:100", "key:103", "WITHVALUES"}), "[key:100, v100, key:101, v101, key:102, v102]");
+  EXPECT_EQ(c->Cmd({"RANGE", "key:98", "+", "LIMIT", "3"}), "[key:98, key:99, key:h]");
+  EXPECT_EQ(c->Cmd({"RANGE", "-", "key:1"}), "[key:0]");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":252");
+  EXPECT_EQ(c->Cmd({"FLUSHALL"}), "+OK");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":0");
+  EXPECT_EQ(f.store().Stats().keys, 0u);
+}
+
+TEST(ServerTest, MultiExecQueuesAndRuns) {
+  ServerFixture f;
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"EXEC"}), "-ERR EXEC without MULTI");
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  EXPECT_EQ(c->Cmd({"SET", "a", "1"}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"INCR", "a"}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"GET", "a"}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"EXEC"}), "[+OK, :2, 2]");
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  EXPECT_EQ(c->Cmd({"SET", "b", "1"}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"NOSUCH"}).substr(0, 20), "-ERR unknown command");
+  EXPECT_EQ(c->Cmd({"EXEC"}), "-EXECABORT Transaction discarded because of previous errors.");
+  EXPECT_EQ(c->Cmd({"EXISTS", "b"}), ":0");
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  EXPECT_EQ(c->Cmd({"SET", "b", "1"}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"DISCARD"}), "+OK");
+  EXPECT_EQ(c->Cmd({"EXISTS", "b"}), ":0");
+  // Reads inside see the transaction's own writes; a command's own error
+  // does not stop the others; sorted sets too.
+  ASSERT_EQ(c->Cmd({"HSET", "h", "f", "v"}), ":1");
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  for (const V& cmd : std::vector<V>{{"ZADD", "z", "1", "x", "2", "y"}, {"ZCARD", "z"}, {"ZREM", "z", "x"},
+                                     {"ZSCORE", "z", "y"}, {"MSET", "m1", "a", "m2", "b"}, {"MGET", "m1", "m2", "h"},
+                                     {"APPEND", "m1", "!"}, {"GET", "h"}, {"DEL", "z", "m2"}, {"EXISTS", "z", "m1"}})
+    EXPECT_EQ(c->Cmd(cmd), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"EXEC"}),
+            "[:2, :2, :1, 2, +OK, [a, b, (nil)], :2, "
+            "-WRONGTYPE Operation against a key holding the wrong kind of value, :2, :1]");
+  EXPECT_EQ(c->Cmd({"GET", "m1"}), "a!");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":3");  // a, m1, h: the set's members went with it
+  EXPECT_EQ(f.store().Stats().keys, 3u);
+  // Hash commands cannot join EXEC's transaction: refused, the EXEC aborts.
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  EXPECT_EQ(c->Cmd({"HSET", "h", "g", "w"}).substr(0, 40), "-ERR hset is not supported inside MULTI ");
+  EXPECT_EQ(c->Cmd({"EXEC"}), "-EXECABORT Transaction discarded because of previous errors.");
+}
+
+// EXEC commits all or nothing: on a pool too small for the whole
+// transaction nothing of it is written.
+TEST(ServerTest, ExecOnAFullPoolWritesNothing) {
+  ServerFixture f({}, 4ull << 20);
+  auto c = f.Connect();
+  std::string value(64 * 1024, 'v');
+  EXPECT_EQ(c->Cmd({"MULTI"}), "+OK");
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(c->Cmd({"SET", "k" + std::to_string(i), value}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"EXEC"}).substr(0, 4), "-OOM");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":0");
+  EXPECT_EQ(c->Cmd({"SET", "after", "ok"}), "+OK");
+}
+
+TEST(ServerTest, AuthGatesDataCommands) {
+  ServerOptions o;
+  o.requirepass = "s3cret";
+  ServerFixture f(o);
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"GET", "k"}), "-NOAUTH Authentication required.");
+  EXPECT_EQ(c->Cmd({"PING"}), "-NOAUTH Authentication required.");
+  EXPECT_EQ(c->Cmd({"HELLO", "2"}).substr(0, 7), "-NOAUTH");
+  EXPECT_EQ(c->Cmd({"AUTH", "wrong"}), "-WRONGPASS invalid username-password pair or user is disabled.");
+  EXPECT_EQ(c->Cmd({"AUTH", "other", "s3cret"}), "-WRONGPASS invalid username-password pair or user is disabled.");
+  EXPECT_EQ(c->Cmd({"AUTH", "s3cret"}), "+OK");
+  EXPECT_EQ(c->Cmd({"SET", "k", "v"}), "+OK");
+  auto d = f.Connect();
+  EXPECT_EQ(d->Cmd({"HELLO", "2", "AUTH", "default", "s3cret"}).substr(0, 8), "[server,");
+  EXPECT_EQ(d->Cmd({"GET", "k"}), "v");
+  ServerFixture open;
+  auto e = open.Connect();
+  EXPECT_EQ(e->Cmd({"AUTH", "x"}).find("-ERR AUTH <password> called without any password configured"), 0u);
+}
+
+TEST(ServerTest, ProtocolErrorClosesOnlyThatClient) {
+  ServerFixture f;
+  auto good = f.Connect();
+  ASSERT_EQ(good->Cmd({"SET", "k", "v"}), "+OK");
+  struct Case {
+    std::string wire, reply;
+  };
+  std::vector<Case> cases = {
+      {"*1\r\n$x\r\n", "-ERR Protocol error: invalid bulk length"},
+      {"*2\r\n+a\r\n", "-ERR Protocol error: expected '$', got '+'"},
+      {"*99999999\r\n", "-ERR Protocol error: invalid multibulk length"},
+      {"*1\r\n$99999999999\r\n", "-ERR Protocol error: invalid bulk length"},
+      {"SET \"unbalanced\r\n", "-ERR Protocol error: unbalanced quotes in request"},
+      {std::string(100000, 'x'), "-ERR Protocol error: too big inline request"},
+  };
+  for (const auto& tc : cases) {
+    auto bad = f.Connect();
+    // Replies before the error are still delivered, in order.
+    ASSERT_TRUE(bad->SendRaw("PING\r\n" + tc.wire));
+    EXPECT_EQ(bad->Read(), "+PONG");
+    EXPECT_EQ(bad->Read(), tc.reply) << tc.wire.substr(0, 40);
+    EXPECT_EQ(bad->Read(), "(eof)");
+    EXPECT_EQ(good->Cmd({"GET", "k"}), "v");
+  }
+}
+
+TEST(ServerTest, LimitsOnBulkCountAndQueryBuffer) {
+  ServerOptions o;
+  o.limits.max_bulk_bytes = 1000;
+  o.limits.max_multibulk_args = 10;
+  o.max_client_buffer = 4096;
+  ServerFixture f(o);
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"SET", "k", std::string(1000, 'v')}), "+OK");  // at the limit
+  auto big = f.Connect();
+  EXPECT_EQ(big->Cmd({"SET", "k", std::string(1001, 'v')}), "-ERR Protocol error: invalid bulk length");
+  auto many = f.Connect();
+  EXPECT_EQ(many->Cmd(V(11, "x")), "-ERR Protocol error: invalid multibulk length");
+  // Many arguments, each within the bulk limit, past the client's buffer.
+  ServerOptions o2;
+  o2.max_client_buffer = 64 * 1024;
+  ServerFixture g(o2);
+  auto flood = g.Connect();
+  std::string wire = "*1000\r\n";
+  for (int i = 0; i < 999; ++i) wire += "$200\r\n" + std::string(200, 'a') + "\r\n";
+  flood->SendRaw(wire);
+  EXPECT_EQ(flood->Read(), "-ERR Protocol error: query buffer limit reached");
+  EXPECT_EQ(flood->Read(), "(eof)");
+  EXPECT_EQ(g.Connect()->Cmd({"PING"}), "+PONG");
+}
+
+TEST(ServerTest, FullPoolIsOomAndDataStaysFine) {
+  ServerFixture f({}, 4ull << 20);
+  auto c = f.Connect();
+  std::string value(16 * 1024, 'v');
+  int written = 0;
+  std::string r;
+  while ((r = c->Cmd({"SET", "k" + std::to_string(written), value})) == "+OK") ASSERT_LT(++written, 100000);
+  EXPECT_EQ(r.substr(0, 4), "-OOM") << r;
+  EXPECT_GT(written, 10);
+  for (int i = 0; i < written; ++i) ASSERT_EQ(c->Cmd({"GET", "k" + std::to_string(i)}), value) << i;
+  // Deleting makes room again.
+  EXPECT_EQ(c->Cmd({"DEL", "k0", "k1", "k2", "k3"}), ":4");
+  EXPECT_EQ(c->Cmd({"SET", "after", "ok"}), "+OK");
+  EXPECT_EQ(c->Cmd({"GET", "after"}), "ok");
+  EXPECT_TRUE(f.store().Verify().ok());
+}
+
+TEST(ServerTest, ThousandIdleConnectionsAreServed) {
+  ServerFixture f;
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 1000; ++i) {
+    idle.push_back(f.Connect());
+    ASSERT_TRUE(idle.back()->connected()) << i;
+  }
+  // Each is accepted and answered (a reply proves the server holds it).
+  for (auto& c : idle) ASSERT_EQ(c->Cmd({"PING"}), "+PONG");
+  auto c = f.Connect();
+  std::string info = c->Cmd({"INFO", "clients"});
+  EXPECT_NE(info.find("connected_clients:1001"), std::string::npos) << info;
+  EXPECT_EQ(c->Cmd({"SET", "k", "v"}), "+OK");
+  EXPECT_EQ(idle[500]->Cmd({"GET", "k"}), "v");
+}
+
+TEST(ServerTest, ConcurrentClientsSerialiseReadModifyWrite) {
+  ServerFixture f({}, 256ull << 20);
+  // 6 x 150 hash fields: within kv::kMaxFields (1,024) for the one hash.
+  constexpr int kThreads = 6, kOps = 150;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      Client c(f.port());
+      std::string zscore = std::to_string(t);
+      for (int i = 0; i < kOps; ++i) {
+        std::string id = std::to_string(t) + ":" + std::to_string(i);
+        failures += c.Cmd({"INCR", "counter"})[0] != ':';
+        failures += c.Cmd({"HSET", "hash", "f" + id, id}) != ":1";
+        failures += c.Cmd({"ZADD", "zset", zscore, id}) != ":1";
+        failures += c.Cmd({"APPEND", "log", "x"})[0] != ':';
+        failures += c.Cmd({"SET", "own:" + id, id}) != "+OK";
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto c = f.Connect();
+  const int total = kThreads * kOps;
+  EXPECT_EQ(c->Cmd({"GET", "counter"}), std::to_string(total));
+  EXPECT_EQ(c->Cmd({"HLEN", "hash"}), ":" + std::to_string(total));
+  EXPECT_EQ(c->Cmd({"ZCARD", "zset"}), ":" + std::to_string(total));
+  EXPECT_EQ(c->Cmd({"STRLEN", "log"}), ":" + std::to_string(total));
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":" + std::to_string(4 + total));
+  std::string all = c->Cmd({"ZRANGEBYSCORE", "zset", "-inf", "+inf"});
+  EXPECT_EQ(std::count(all.begin(), all.end(), ','), total - 1);
+}
+
+TEST(ServerTest, PipelinedRepliesComeBackInOrder) {
+  ServerFixture f;
+  auto c = f.Connect();
+  std::string wire;
+  for (int i = 0; i < 2000; ++i) wire += Client::Encode({"SET", "p" + std::to_string(i), std::to_string(i)});
+  for (int i = 0; i < 2000; ++i) wire += Client::Encode({"GET", "p" + std::to_string(i)});
+  ASSERT_TRUE(c->SendRaw(wire));
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(c->Read(), "+OK");
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(c->Read(), std::to_string(i));
+}
+
+TEST(ServerTest, ShutdownStopsTheServer) {
+  ServerFixture f;
+  auto c = f.Connect();
+  ASSERT_TRUE(c->Send({"SHUTDOWN"}));
+  f.server().Wait();  // returns because SHUTDOWN stopped every loop
+  EXPECT_TRUE(f.server().shutdown_by_client());
+}
+
+}  // namespace
+}  // namespace pmtree::server

@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: Apache-2.0
+# The Redis-protocol server (src/server/README.md): depends on the kv store.
+add_library(pmtree_server
+  src/server/resp.cc
+  src/server/keyspace.cc
+  src/server/commands.cc
+  src/server/data_commands.cc
+  src/server/server.cc)
+add_library(pmtree::server ALIAS pmtree_server)
+target_include_directories(pmtree_server PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>)
+target_link_libraries(pmtree_server PUBLIC pmtree_kv Threads::Threads)
+
+pmtree_test(server_test
+  src/server/resp_test.cc
+  src/server/server_test.cc
+  src/server/server_fuzz_test.cc
+  src/server/server_kill_test.cc
+  LINK pmtree_server)
+# The kill test starts the CLI (`pmtree serve`) as a child process.
+if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)
+  target_compile_definitions(server_test PRIVATE PMTREE_CLI="$<TARGET_FILE:pmtree>")
+  add_dependencies(server_test pmtree)
+endif()
