@@ -28,6 +28,9 @@
 #                     env PMTREE_SHARDS_DIR)
 #   --proxy-port P    nutcracker's port (default: a free one)
 #   --timeout MS      nutcracker's per-request server timeout (default 5000)
+#   --password PW     every shard requires AUTH PW, and so does the proxy
+#                     (nutcracker's redis_auth: it AUTHs to the shards itself);
+#                     env REDISCLI_AUTH is how this script's redis-cli logs in
 # The env (DIR/env, exported in run mode): SHARDS_PROXY=127.0.0.1:P,
 # SHARDS_PROXY_PORT, SHARDS_STATS_PORT, SHARDS_LIST=host:port,... (in shard
 # order: give this list to the YCSB binding's redis.shards), SHARDS_PORTS
@@ -37,7 +40,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=lib/servers.sh
 source "$root/scripts/lib/servers.sh"
 
-engine=pmtree nshards=3 tree=lbtree pool_size=256M serve_args="" proxy_port="" timeout_ms=5000
+engine=pmtree nshards=3 tree=lbtree pool_size=256M serve_args="" proxy_port="" timeout_ms=5000 password=""
 pmtree=${PMTREE_BIN:-$root/build/pmtree}
 dir=${PMTREE_SHARDS_DIR:-/dev/shm/pmtree-shards-${USER:-$(id -un)}}
 command="" args=()
@@ -57,6 +60,7 @@ while (($#)); do
     --dir) need_value "$@"; dir=$2; shift 2 ;;
     --proxy-port) need_value "$@"; positive "$1" "$2"; proxy_port=$2; shift 2 ;;
     --timeout) need_value "$@"; positive "$1" "$2"; timeout_ms=$2; shift 2 ;;
+    --password) need_value "$@"; password=$2; shift 2 ;;
     -h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     start|stop|status) [[ -z $command ]] || die "two commands: $command and $1"; command=$1; shift ;;
     kill|restart)
@@ -102,13 +106,15 @@ alive() {
 launch_shard() {
   local i=$1 port
   port=$(cat "$dir/shard$i.port")
+  local auth=()
+  [[ -n $password ]] && auth=(--requirepass "$password")
   if [[ $engine == pmtree ]]; then
-    setsid "$pmtree" serve --bind 127.0.0.1 --port "$port" --pool "$dir/shard$i.pool" \
+    setsid "$pmtree" serve "${auth[@]}" --bind 127.0.0.1 --port "$port" --pool "$dir/shard$i.pool" \
         --pool-size "$pool_size" --tree "$tree" "${serve_extra[@]}" \
         >>"$dir/shard$i.log" 2>&1 </dev/null &
   else
     mkdir -p "$dir/shard$i.aof"
-    setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/shard$i.aof" --save '' \
+    setsid redis-server "${auth[@]}" --port "$port" --bind 127.0.0.1 --dir "$dir/shard$i.aof" --save '' \
         --appendonly yes --appendfsync always --auto-aof-rewrite-percentage 0 \
         --daemonize no --logfile "$dir/shard$i.log" </dev/null >/dev/null 2>&1 &
   fi
@@ -129,6 +135,7 @@ write_config() {
     echo "  auto_eject_hosts: false"
     echo "  preconnect: true"
     echo "  timeout: $timeout_ms"
+    [[ -z $password ]] || echo "  redis_auth: \"$password\""
     echo "  servers:"
     # Named servers: ketama hashes the names, so a shard may move to another
     # port without remapping keys.
@@ -161,13 +168,14 @@ do_start() {
     die "$dir holds a running or crashed set-up; run 'shards.sh stop --dir $dir' first"
   fi
   install_missing
+  use_password
   if [[ $engine == pmtree ]] && ! pmtree_has_serve "$pmtree"; then
     die "$pmtree is missing or has no 'serve' subcommand (build the pmtree target, or --pmtree BIN)"
   fi
   mkdir -p "$dir"
   # Later commands (kill, restart, status) start shards the same way.
   # (-g: load_settings sources this file inside a function.)
-  declare -p engine nshards tree pool_size serve_extra pmtree |
+  declare -p engine nshards tree pool_size serve_extra pmtree password |
     sed -E 's/^declare -(-|([a-zA-Z]+)) /declare -g\2 /' >"$dir/settings"
   local i
   for ((i = 1; i <= nshards; i++)); do
@@ -222,6 +230,11 @@ load_settings() {
   [[ -f $dir/settings ]] || die "no set-up in $dir (start one first, or give its --dir)"
   # shellcheck disable=SC1091
   source "$dir/settings"
+  use_password
+}
+
+use_password() {
+  [[ -z $password ]] || export REDISCLI_AUTH=$password
 }
 
 shard_number() {
