@@ -84,12 +84,7 @@ install_missing() {
   command -v nutcracker >/dev/null || missing+=(nutcracker)
   command -v redis-cli >/dev/null || missing+=(redis-tools)
   [[ $engine == redis ]] && ! command -v redis-server >/dev/null && missing+=(redis-server)
-  ((${#missing[@]})) || return 0
-  echo "shards.sh: installing ${missing[*]}" >&2
-  local sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  ((${#missing[@]} == 0)) || servers_apt_install "${missing[@]}"
 }
 
 # True while the process of a pid file runs (a zombie no longer counts: the
