@@ -16,7 +16,8 @@
 #      the proxy ever acknowledged is read back with its value;
 #   6. client-side sharding: YCSB A and a short E (scans) with
 #      redis.shards=<the 3 shards> straight to the shards, every operation OK,
-#      each record and its index entry on one shard, the shards within 20 %.
+#      each record and its index entry on one shard, the shards within 20 %;
+#      300 sharded scans over 2,000 records equal to a model of the index.
 # About 60 s on 2 cores; the trap stops everything and removes the pools.
 #
 # Usage: scripts/test_shards.sh [--pmtree BIN] [--tree NAME]
@@ -156,6 +157,16 @@ check_even "client-side sharding of $records YCSB records" "${indexed[@]}"
   fail "YCSB E (scans) with client-side sharding exited non-zero"
 check_phase "$summary" run "$scans" "client-sharded YCSB E"
 ((failures == before)) && echo "ok: YCSB A and E with client-side sharding over $nshards shards, all OK"
+
+# The sharded scans against a model of the index (bench/ycsb ScanCheck).
+for port in "${ports[@]}"; do redis-cli -p "$port" flushall >/dev/null; done
+cache=${PMTREE_YCSB_CACHE:-$root/build/ycsb}
+if out=$(timeout 120 java -cp "$cache/pmtree-ycsb-0.1.0.jar:$cache/lib/*" org.pmtree.ycsb.ScanCheck \
+           2000 300 -p redis.shards="$SHARDS_LIST" 2>&1); then
+  echo "ok: client-side sharding: $out"
+else
+  fail "client-side sharded scans differ from the model: $out"
+fi
 
 if ((failures)); then
   echo "test_shards.sh: $failures failure(s)" >&2
