@@ -77,7 +77,8 @@ done
 [[ -n $command ]] || die "give a command: start, stop, status, kill I, restart I or run CMD (see --help)"
 case $engine in pmtree|redis) ;; *) die "--engine must be pmtree or redis, got '$engine'" ;; esac
 read -ra serve_extra <<<"$serve_args"
-SERVERS_DIR=$dir  # servers_wait_ready reads the logs from there
+# shellcheck disable=SC2034  # read by servers_wait_ready (lib/servers.sh) for the logs
+SERVERS_DIR=$dir
 
 install_missing() {
   local missing=()

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# shellcheck shell=bash
 #
 # Checks of a YCSB summary file written by `scripts/ycsb.sh --out FILE`, for
 # the tests (scripts/test_ycsb.sh, scripts/test_shards.sh).  Source it; the
