@@ -28,6 +28,8 @@
 #                     env PMTREE_SHARDS_DIR)
 #   --proxy-port P    nutcracker's port (default: a free one)
 #   --timeout MS      nutcracker's per-request server timeout (default 5000)
+#   --hash H          nutcracker's key hash (default fnv1a_64; murmur spreads
+#                     short keys that differ only in their last bytes better)
 #   --password PW     every shard requires AUTH PW, and so does the proxy
 #                     (nutcracker's redis_auth: it AUTHs to the shards itself);
 #                     env REDISCLI_AUTH is how this script's redis-cli logs in
@@ -40,7 +42,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=lib/servers.sh
 source "$root/scripts/lib/servers.sh"
 
-engine=pmtree nshards=3 tree=lbtree pool_size=256M serve_args="" proxy_port="" timeout_ms=5000 password=""
+engine=pmtree nshards=3 tree=lbtree pool_size=256M serve_args="" proxy_port="" timeout_ms=5000 password="" hash=fnv1a_64
 pmtree=${PMTREE_BIN:-$root/build/pmtree}
 dir=${PMTREE_SHARDS_DIR:-/dev/shm/pmtree-shards-${USER:-$(id -un)}}
 command="" args=()
@@ -61,6 +63,7 @@ while (($#)); do
     --proxy-port) need_value "$@"; positive "$1" "$2"; proxy_port=$2; shift 2 ;;
     --timeout) need_value "$@"; positive "$1" "$2"; timeout_ms=$2; shift 2 ;;
     --password) need_value "$@"; password=$2; shift 2 ;;
+    --hash) need_value "$@"; hash=$2; shift 2 ;;
     -h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     start|stop|status) [[ -z $command ]] || die "two commands: $command and $1"; command=$1; shift ;;
     kill|restart)
@@ -125,7 +128,7 @@ write_config() {
     echo "pmtree_shards:"
     echo "  listen: 127.0.0.1:$proxy_port"
     echo "  redis: true"
-    echo "  hash: fnv1a_64"
+    echo "  hash: $hash"
     echo "  hash_tag: \"{}\""
     echo "  distribution: ketama"
     echo "  auto_eject_hosts: false"
