@@ -18,6 +18,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=lib/servers.sh
 source "$root/scripts/lib/servers.sh"
+# shellcheck source=lib/ycsb_checks.sh
+source "$root/scripts/lib/ycsb_checks.sh"
 
 pmtree=${PMTREE_BIN:-$root/build/pmtree} tree=lbtree serve_args=""
 while (($#)); do
@@ -40,22 +42,6 @@ servers_install_redis
 servers_init "/dev/shm/pmtree_test_ycsb.$$"
 trap servers_stop_all EXIT
 "$root/scripts/ycsb.sh" --build-only
-
-# Sum of the `[OP], Return=OK, n` counts of one phase of a summary file, and
-# a failure for every other Return= status or -FAILED line in that phase.
-# With VERIFY set, the phase must also show YCSB's check of what reads returned.
-# Usage: check_phase FILE PHASE WANT_OK LABEL [VERIFY]
-check_phase() {
-  local file=$1 phase=$2 want=$3 label=$4 verify=${5:-} section ok bad
-  section=$(awk -v p="# phase $phase" '/^# phase / { on = ($0 == p); next } on' "$file")
-  ok=$(awk -F', ' '/Return=OK/ && !/^\[(VERIFY|CLEANUP)/ { n += $3 } END { print n + 0 }' <<<"$section")
-  bad=$(grep -E 'Return=|-FAILED\]' <<<"$section" | grep -v 'Return=OK' || true)
-  [[ -z $bad ]] || fail "$label $phase: operations not OK: $bad"
-  [[ $ok -eq $want ]] || fail "$label $phase: $ok operations returned OK, want $want"
-  if [[ -n $verify ]] && ! grep -q '^\[VERIFY\], Return=OK' <<<"$section"; then
-    fail "$label $phase: YCSB verified no read (data integrity check did not run)"
-  fi
-}
 
 # Exactly `want` records and their index entries, nothing else.
 check_contents() {

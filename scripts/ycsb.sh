@@ -13,6 +13,9 @@
 #   --host H          server address (default 127.0.0.1)
 #   --port P          server port (default 6379)
 #   --password X      AUTH password (default none)
+#   --shards LIST     client-side sharding over host:port,host:port,... (the
+#                     binding's redis.shards: Jedis consistent hashing);
+#                     replaces --host/--port
 #   --workload W      a..f, or a path to a YCSB property file (default a)
 #   --records N       recordcount (default 1000)
 #   --operations N    operationcount (default 1000)
@@ -26,7 +29,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-host=127.0.0.1 port=6379 password="" workload=a records=1000 operations=1000 threads=1
+host=127.0.0.1 port=6379 password="" shards="" workload=a records=1000 operations=1000 threads=1
 phase=both out="" cache=${PMTREE_YCSB_CACHE:-$root/build/ycsb} build_only=0
 extra=()
 
@@ -39,6 +42,7 @@ while (($#)); do
     --host) need_value "$@"; host=$2; shift 2 ;;
     --port) need_value "$@"; positive "$1" "$2"; port=$2; shift 2 ;;
     --password) need_value "$@"; password=$2; shift 2 ;;
+    --shards) need_value "$@"; shards=$2; shift 2 ;;
     --workload) need_value "$@"; workload=$2; shift 2 ;;
     --records) need_value "$@"; positive "$1" "$2"; records=$2; shift 2 ;;
     --operations) need_value "$@"; positive "$1" "$2"; operations=$2; shift 2 ;;
@@ -106,6 +110,7 @@ props=(-P "$workload_file" -p recordcount="$records" -p operationcount="$operati
        -p redis.host="$host" -p redis.port="$port"
        -p measurementtype=hdrhistogram -p hdrhistogram.percentiles=50,99)
 [[ -n $password ]] && props+=(-p redis.password="$password")
+[[ -n $shards ]] && props+=(-p redis.shards="$shards")
 [[ -n $out ]] && : >"$out"
 
 # One YCSB phase; its summary (stdout) is printed and kept, its progress
@@ -117,7 +122,7 @@ run_phase() {
   log=$(mktemp)
   java -cp "$cp" site.ycsb.Client "$flag" -db org.pmtree.ycsb.PmtreeRedisClient \
       "${props[@]}" "${extra[@]}" -threads "$threads" -s >"$log.out" 2>"$log" || status=$?
-  echo "# ycsb $name: workload $(basename "$workload_file"), $records records, $operations operations, $threads threads, $host:$port"
+  echo "# ycsb $name: workload $(basename "$workload_file"), $records records, $operations operations, $threads threads, ${shards:-$host:$port}"
   grep '^\[' "$log.out" || true
   [[ -n $out ]] && { echo "# phase $name"; grep '^\[' "$log.out" || true; } >>"$out"
   done_ok=$(awk -F', ' '$2 == "Operations" && $1 !~ /^\[(CLEANUP|VERIFY)\]$/ && $1 !~ /-FAILED\]$/ { n += $3 }

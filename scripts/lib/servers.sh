@@ -6,6 +6,7 @@
 # remembered by pid and stopped by servers_stop_all (call it from a trap).
 #
 #   servers_init DIR             work directory (AOF dirs, pools, logs) under it
+#   servers_apt_install PKG...   apt-get install (via sudo unless root)
 #   servers_install_redis        apt-get install redis-server redis-tools if missing
 #   servers_start_redis NAME FSYNC   redis-server, AOF on with appendfsync FSYNC
 #   pmtree_has_serve BIN         true when BIN exists and has a `serve` subcommand
@@ -21,15 +22,19 @@ servers_init() {
   mkdir -p "$SERVERS_DIR"
 }
 
-servers_install_redis() {
-  command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
-    command -v redis-cli >/dev/null && return 0
-  echo "servers: installing redis-server redis-tools" >&2
+# apt-get install PKG... (through sudo unless root), saying so on stderr.
+servers_apt_install() {
+  echo "servers: installing $*" >&2
   local sudo=()
   [[ $(id -u) -eq 0 ]] || sudo=(sudo)
   "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      redis-server redis-tools >/dev/null
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+servers_install_redis() {
+  command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
+    command -v redis-cli >/dev/null && return 0
+  servers_apt_install redis-server redis-tools
 }
 
 # A loopback port the kernel just handed out (and released), so parallel
