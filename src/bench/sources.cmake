@@ -48,6 +48,7 @@ pmtree_test(bench_test
   src/bench/workload_test.cc
   src/bench/driver_test.cc
   src/bench/suites_test.cc
+  src/bench/ycsb_test.cc
   LINK pmtree_bench)
 # The CLI's `bench` subcommand, and the figures over its output (below).
 if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)
