@@ -391,22 +391,32 @@ class BdbTarget final : public Target {
   }
 
   Result<bool> Update(uint64_t key, std::string_view bkey, uint64_t value) override {
-    if (c_.ycsb) return UpdateRecord(key, bkey, value);
     KeyBuf k(key, bkey);
-    DBT dk = Dbt(k.view), dv = Dbt(ValueBuf(value, c_.value_size));
+    DBT dk = Dbt(k.view), dv = Dbt(c_.ycsb ? std::string_view() : ValueBuf(value, c_.value_size));
+    char none[8];
+    char* old = c_.ycsb ? ReadBuf(c_.value_size) : none;
     for (;;) {
       // Replace only a present key: get (write-locked) and put in one
-      // transaction.  The get reads no value bytes (a zero-length partial get).
+      // transaction.  The get reads no value bytes (a zero-length partial
+      // get), except in YCSB mode: there it reads the record, and the put
+      // writes it back with one field changed.
       DB_TXN* txn;
       int rc = env_->txn_begin(env_, nullptr, &txn, 0);
       if (rc) return BdbError("txn_begin", rc);
-      char none[8];
       DBT dold;
       memset(&dold, 0, sizeof dold);
-      dold.data = none;
-      dold.ulen = sizeof none;
-      dold.flags = DB_DBT_USERMEM | DB_DBT_PARTIAL;  // doff = dlen = 0
+      dold.data = old;
+      dold.ulen = c_.ycsb ? c_.value_size : sizeof none;
+      dold.flags = DB_DBT_USERMEM | (c_.ycsb ? 0 : DB_DBT_PARTIAL);  // partial: doff = dlen = 0
       rc = db_->get(db_, txn, &dk, &dold, DB_RMW);
+      if (rc == 0 && c_.ycsb) {
+        std::string_view rec = ModifyRecord({old, dold.size}, value);
+        if (rec.empty()) {
+          txn->abort(txn);
+          return Status::Corruption("berkeley db: a stored record is malformed");
+        }
+        dv = Dbt(rec);
+      }
       if (rc == 0) rc = db_->put(db_, txn, &dk, &dv, 0);
       if (rc == DB_LOCK_DEADLOCK) {
         txn->abort(txn);
@@ -517,48 +527,6 @@ class BdbTarget final : public Target {
   }
 
  private:
-  // YCSB mode: read the record (write-locked), change one field, rewrite it,
-  // in one transaction.
-  Result<bool> UpdateRecord(uint64_t key, std::string_view bkey, uint64_t value) {
-    KeyBuf k(key, bkey);
-    DBT dk = Dbt(k.view);
-    char* buf = ReadBuf(c_.value_size);
-    for (;;) {
-      DB_TXN* txn;
-      int rc = env_->txn_begin(env_, nullptr, &txn, 0);
-      if (rc) return BdbError("txn_begin", rc);
-      DBT dold;
-      memset(&dold, 0, sizeof dold);
-      dold.data = buf;
-      dold.ulen = c_.value_size;
-      dold.flags = DB_DBT_USERMEM;
-      rc = db_->get(db_, txn, &dk, &dold, DB_RMW);
-      if (rc == 0) {
-        std::string_view rec = ModifyRecord({buf, dold.size}, value);
-        if (rec.empty()) {
-          txn->abort(txn);
-          return Status::Corruption("berkeley db: malformed record");
-        }
-        DBT dv = Dbt(rec);
-        rc = db_->put(db_, txn, &dk, &dv, 0);
-      }
-      if (rc == DB_LOCK_DEADLOCK) {
-        txn->abort(txn);
-        continue;
-      }
-      if (rc == DB_NOTFOUND) {
-        txn->abort(txn);
-        return false;
-      }
-      if (rc) {
-        txn->abort(txn);
-        return BdbError("update", rc);
-      }
-      if ((rc = txn->commit(txn, 0))) return BdbError("commit", rc);
-      return true;
-    }
-  }
-
   // Reads the value of key into out (value_size bytes).
   bool Get(uint64_t key, std::string_view bkey, char* out) {
     KeyBuf k(key, bkey);
