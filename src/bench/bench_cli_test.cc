@@ -112,6 +112,8 @@ TEST(BenchCliTest, YcsbWorkloadsReportOneRowPerWorkloadAndStore) {
     EXPECT_EQ(j["workload"], workload[i]);
     EXPECT_EQ(j["tree"], store[i]);
     EXPECT_EQ(j["ops"], 400);
+    EXPECT_EQ(j["key_size"], "user<n>");
+    EXPECT_EQ(j["value_size"], 1000);
     // A: reads and one-field updates; F: reads and read-modify-writes.
     EXPECT_TRUE(j["by_op"].contains("read"));
     EXPECT_TRUE(j["by_op"].contains(i < 2 ? "update" : "rmw"));

@@ -426,7 +426,7 @@ Measurement BaseRow(const BenchConfig& c, const std::string& name, uint32_t thre
   m.scan_length = c.workload.scan_length;
   m.key_min = c.workload.key_min;
   m.key_max = c.workload.key_max;
-  m.value_size = c.value_size;
+  m.value_size = c.kind == WorkloadKind::kYcsb ? kYcsbFields * kYcsbFieldBytes : c.value_size;
   m.records = c.records;
   m.window_ms = c.window_ms;
   m.backend = c.backend;

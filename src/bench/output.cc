@@ -25,6 +25,10 @@
 namespace pmtree::bench {
 namespace {
 
+// YCSB rows (workload "ycsb-a".."ycsb-f") name their key form instead of a size.
+bool IsYcsb(const Measurement& m) { return m.workload.rfind("ycsb-", 0) == 0; }
+constexpr const char* kYcsbKeySize = "user<n>";
+
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -154,6 +158,7 @@ nlohmann::json ToJson(const Measurement& m) {
   j["key_size"] = m.key_min == 0 ? nlohmann::json(8) : m.key_min == m.key_max
                                                            ? nlohmann::json(m.key_min)
                                                            : nlohmann::json(std::to_string(m.key_min) + "-" + std::to_string(m.key_max));
+  if (IsYcsb(m)) j["key_size"] = kYcsbKeySize;
   j["value_size"] = m.value_size;
   j["distribution"] = m.dist;
   j["mix"] = m.mix;
@@ -248,6 +253,7 @@ std::string ToCsv(const Measurement& m) {
     return std::string(b);
   };
   std::string key = m.key_min == 0 ? "8" : std::to_string(m.key_min) + (m.key_max != m.key_min ? "-" + std::to_string(m.key_max) : "");
+  if (IsYcsb(m)) key = kYcsbKeySize;
   std::string c = q(m.tree) + "," + q(m.variant) + "," + m.workload + "," + std::to_string(m.threads) + "," +
                   std::to_string(m.records) + "," + std::to_string(m.ops) + "," +
                   (m.summary ? "summary" : std::to_string(m.rep)) + "," + q(m.backend) + "," +
@@ -287,7 +293,7 @@ void HumanTable::Add(const Measurement& m) {
     fflush(out_);
     return;
   }
-  if (m.workload.rfind("ycsb-", 0) == 0) {
+  if (IsYcsb(m)) {
     AddYcsb(m);
     return;
   }
