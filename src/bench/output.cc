@@ -293,8 +293,14 @@ void HumanTable::Add(const Measurement& m) {
     fflush(out_);
     return;
   }
+  std::string note = m.error;
+  if (m.summary) {
+    char b[96];
+    snprintf(b, sizeof b, "min %.3f max %.3f Mops/s", m.throughput_spread.min / 1e6, m.throughput_spread.max / 1e6);
+    note = b;
+  }
   if (IsYcsb(m)) {
-    AddYcsb(m);
+    AddYcsb(m, note);
     return;
   }
   if (!header_done_) {
@@ -305,12 +311,6 @@ void HumanTable::Add(const Measurement& m) {
   }
   std::string rep = m.summary ? "med" : std::to_string(m.rep);
   auto per = [&](double v) { return m.counted ? Num(v) : std::string("-"); };
-  std::string note = m.error;
-  if (m.summary) {
-    char b[96];
-    snprintf(b, sizeof b, "min %.3f max %.3f Mops/s", m.throughput_spread.min / 1e6, m.throughput_spread.max / 1e6);
-    note = b;
-  }
   fprintf(out_, "%-14s %-12s %3u %4s %9s %9.3f %8s %8s %8s %8s %7s %7s %7s %7s %8.1f %8.1f %s\n", m.tree.c_str(),
           m.variant.c_str(), m.threads, rep.c_str(), Num(static_cast<double>(m.ops)).c_str(), m.throughput_ops_s / 1e6,
           Num(m.latency.p50).c_str(), Num(m.latency.p99).c_str(), Num(m.latency.p999).c_str(),
@@ -322,7 +322,7 @@ void HumanTable::Add(const Measurement& m) {
 // YCSB rows: the workload and the store first ("kv/<engine>" for the KV
 // store over a tree, the peer's name otherwise); per-op persistence cost
 // for the KV store only.
-void HumanTable::AddYcsb(const Measurement& m) {
+void HumanTable::AddYcsb(const Measurement& m, const std::string& note) {
   if (!ycsb_header_done_) {
     fprintf(out_, "%-8s %-16s %3s %4s %9s %9s %8s %8s %8s %7s %7s %8s %s\n", "workload", "store", "thr", "rep", "ops",
             "Mops/s", "p50 ns", "p99 ns", "p99.9 ns", "flush", "lines", "PM MB", "note");
@@ -334,7 +334,7 @@ void HumanTable::AddYcsb(const Measurement& m) {
   fprintf(out_, "%-8s %-16s %3u %4s %9s %9.3f %8s %8s %8s %7s %7s %8.1f %s\n", m.workload.c_str(), store.c_str(),
           m.threads, rep.c_str(), Num(static_cast<double>(m.ops)).c_str(), m.throughput_ops_s / 1e6,
           Num(m.latency.p50).c_str(), Num(m.latency.p99).c_str(), Num(m.latency.p999).c_str(), per(m.flushes).c_str(),
-          per(m.lines).c_str(), m.stats.pm_bytes / 1048576.0, m.error.c_str());
+          per(m.lines).c_str(), m.stats.pm_bytes / 1048576.0, note.c_str());
   fflush(out_);
 }
 

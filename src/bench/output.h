@@ -50,7 +50,7 @@ class HumanTable {
   void Add(const Measurement& m);
 
  private:
-  void AddYcsb(const Measurement& m);
+  void AddYcsb(const Measurement& m, const std::string& note);
   FILE* out_;
   bool header_done_ = false;
   bool recovery_header_done_ = false;
