@@ -54,6 +54,14 @@ TEST(YcsbTest, WorkloadListsParseAndBadOnesAreRejected) {
   EXPECT_NE(bad.status().message().find("ycsb-a .. ycsb-f"), std::string::npos);
 }
 
+TEST(YcsbTest, RmwIsAnOperationOfTheMix) {
+  auto m = ParseMix("read=0.5,rmw=0.5");
+  ASSERT_TRUE(m.ok());
+  EXPECT_DOUBLE_EQ(m->ratio[kRmw], 0.5);
+  EXPECT_EQ(m->ToString(), "read=0.5,rmw=0.5");
+  EXPECT_EQ(OpName(OpType::kRmw), "rmw");
+}
+
 TEST(YcsbTest, EveryWorkloadHasYcsbsMixDistributionAndKeys) {
   Workload base;
   base.seed = 7;
@@ -188,6 +196,40 @@ TEST(YcsbTest, EveryWorkloadRunsOnTheKvStoreAndOnAPeerWithTheWorkloadsOpCounts) 
   // Nothing left behind.
   EXPECT_NE(access(PoolPathFor(c, std::string(engine->name)).c_str(), F_OK), 0);
   EXPECT_NE(access(PoolPathFor(c, "lmdb-nosync").c_str(), F_OK), 0);
+}
+
+TEST(YcsbTest, TwoThreadsRunUpdatesAndScansOnTheStoreAndAPeerAndTheStoreVerifies) {
+  const TreeFactory* engine = KvEngine();
+  if (!engine) GTEST_SKIP() << "no persistent tree with byte-string keys registered";
+  BenchConfig c;
+  c.kind = WorkloadKind::kYcsb;
+  c.ycsb = "ae";
+  c.targets = {std::string(engine->name), "bdb-nosync"};
+  c.records = 300;
+  c.ops = 600;
+  c.threads = {2};
+  c.pool_size = 64ull << 20;
+  c.progress = false;
+  c.verify = true;  // the store's Verify(): tree, records, no leaked bytes
+  c.pool_path = "/dev/shm/pmtree-ycsb-mt-test-" + std::to_string(getpid());
+  std::vector<Measurement> rows;
+  ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
+  ASSERT_EQ(rows.size(), 4u);
+  for (const Measurement& m : rows) {
+    SCOPED_TRACE(m.tree + " " + m.workload);
+    EXPECT_EQ(m.error, "");
+    EXPECT_EQ(m.threads, 2u);
+    EXPECT_EQ(m.ops, 600u);
+    uint64_t sum = 0;
+    for (int k = 0; k < kOpTypes; k++) {
+      sum += m.done[k];
+      // Loaded keys are never removed: every read, update and scan finds its key.
+      if (k != kInsert) {
+        EXPECT_EQ(m.succeeded[k], m.done[k]) << OpName(static_cast<OpType>(k));
+      }
+    }
+    EXPECT_EQ(sum, 600u);
+  }
 }
 
 // Applies a single-threaded stream to a model of the records, as the
