@@ -52,6 +52,11 @@ TEST(BenchCliTest, BadOptionsExitTwoNamingTheOption) {
       {"bench --tree volatile --key-size 3", "--key-size"},
       {"bench --tree volatile --workload nope", "ops, recovery"},
       {"bench --suite nosuch", "nvtree, circtree"},
+      {"bench --workload ycsb-g", "ycsb-a .. ycsb-f"},
+      {"bench --workload ycsb-a,ops", "YCSB workloads only"},
+      {"bench --workload ycsb-a --tree volatile", "KV-store engine"},
+      {"bench --workload ycsb-a --tree lbtree --value-size 64", "do not apply to YCSB"},
+      {"bench --workload ycsb-a --tree lbtree --bulk-load", "do not apply to YCSB"},
   };
   for (const Case& c : cases) {
     CliRun r = Pmtree(c.args, true);
@@ -76,6 +81,55 @@ TEST(BenchCliTest, JsonLinesCarryTheRequiredFields) {
     lines++;
   }
   EXPECT_EQ(lines, 1u);
+}
+
+// Every line of `out` parsed as JSON.
+std::vector<nlohmann::json> JsonLines(const std::string& out) {
+  std::vector<nlohmann::json> rows;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t end = out.find('\n', pos);
+    std::string line = out.substr(pos, end - pos);
+    pos = end == std::string::npos ? out.size() : end + 1;
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  }
+  return rows;
+}
+
+TEST(BenchCliTest, YcsbWorkloadsReportOneRowPerWorkloadAndStore) {
+  CliRun r = Pmtree("bench --workload ycsb-a,ycsb-f --tree lbtree,lmdb-nosync --records 300 --ops 400 --verify --json "
+                    "--no-progress",
+                    false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<nlohmann::json> rows = JsonLines(r.out);
+  ASSERT_EQ(rows.size(), 4u) << r.out;
+  const char* workload[] = {"ycsb-a", "ycsb-a", "ycsb-f", "ycsb-f"};
+  const char* store[] = {"lbtree", "lmdb-nosync", "lbtree", "lmdb-nosync"};
+  for (size_t i = 0; i < rows.size(); i++) {
+    const nlohmann::json& j = rows[i];
+    SCOPED_TRACE(j.dump());
+    EXPECT_FALSE(j.contains("error"));
+    EXPECT_EQ(j["workload"], workload[i]);
+    EXPECT_EQ(j["tree"], store[i]);
+    EXPECT_EQ(j["ops"], 400);
+    EXPECT_EQ(j["key_size"], "user<n>");
+    EXPECT_EQ(j["value_size"], 1000);
+    // A: reads and one-field updates; F: reads and read-modify-writes.
+    EXPECT_TRUE(j["by_op"].contains("read"));
+    EXPECT_TRUE(j["by_op"].contains(i < 2 ? "update" : "rmw"));
+    EXPECT_EQ(j["by_op"].size(), 2u);
+    EXPECT_EQ(j["by_op"]["read"]["completed"].get<uint64_t>() +
+                  j["by_op"][i < 2 ? "update" : "rmw"]["completed"].get<uint64_t>(),
+              400u);
+    for (const char* p : {"p50", "p99", "p999"}) EXPECT_GT(j["latency_ns"][p].get<double>(), 0) << p;
+    // Flushes and lines per op: the store's pool counts them; the peer has none.
+    if (i % 2 == 0) {
+      EXPECT_GT(j["per_op"]["flushes"].get<double>(), 0);
+      EXPECT_GT(j["per_op"]["lines"].get<double>(), 0);
+    } else {
+      EXPECT_TRUE(j["per_op"]["flushes"].is_null());
+    }
+  }
 }
 
 }  // namespace

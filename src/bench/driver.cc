@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/peers.h"
+#include "bench/ycsb.h"
 #include "pmtree/registry.h"
 
 namespace pmtree::bench {
@@ -95,6 +96,9 @@ Status BenchConfig::Validate() const {
     if (kind == WorkloadKind::kRecovery)
       return Status::InvalidArgument("--value-size > 8 applies to the ops workload only, not --workload recovery");
   }
+  if (kind == WorkloadKind::kYcsb) {
+    if (Status s = ValidateYcsb(); !s.ok()) return s;
+  }
   if (skip_load && kind == WorkloadKind::kRecovery)
     return Status::InvalidArgument("--skip-load does not apply to the recovery workload");
   if (skip_load)
@@ -104,6 +108,24 @@ Status BenchConfig::Validate() const {
     for (const auto& t : targets)
       if (const TreeFactory* f = FindTree(t); f && !(f->capabilities & kCapBytesKeys))
         return Status::InvalidArgument(t + " does not offer byte-string keys; --key-size 8 or choose another tree");
+  return Status::Ok();
+}
+
+Status BenchConfig::ValidateYcsb() const {
+  if (ycsb.empty() || ycsb.find_first_not_of("abcdef") != std::string::npos)
+    return Status::InvalidArgument("YCSB workloads must be letters a..f, got '" + ycsb + "'");
+  for (const auto& t : targets) {
+    const TreeFactory* f = FindTree(t);
+    if (f && (!f->persistent() || !(f->capabilities & kCapBytesKeys)))
+      return Status::InvalidArgument(t + " cannot be a KV-store engine (it needs a persistent tree with byte-string "
+                                         "keys); YCSB targets: persistent trees with byte keys, peers");
+  }
+  if (skip_load || bulk_load)
+    return Status::InvalidArgument("--skip-load and --bulk-load do not apply to YCSB workloads (the load phase is "
+                                   "inserts, as in YCSB)");
+  if (workload.key_min != 0 || value_size != 8)
+    return Status::InvalidArgument("--key-size and --value-size do not apply to YCSB workloads (keys are "
+                                   "\"user<number>\", records 10 fields x 100 B)");
   return Status::Ok();
 }
 
@@ -185,8 +207,13 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
           break;
         }
         case OpType::kScan:
-          ok = target.Scan(op.key, bkey, p.scan_length) > 0;
+          ok = target.Scan(op.key, bkey, op.scan_len ? op.scan_len : p.scan_length) > 0;
           break;
+        case OpType::kRmw: {
+          auto r = target.ReadModifyWrite(op.key, bkey, ValueFor(op.key) + i);
+          if (r.ok()) ok = *r; else err = r.status();
+          break;
+        }
       }
       if (sample) me.lat_ticks.push_back(TickClock::Now() - t0);
       if (!err.ok()) {
@@ -330,6 +357,7 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
     pc.key_min = c.workload.key_min;
     pc.key_max = c.workload.key_max;
     pc.value_size = c.value_size;
+    pc.ycsb = c.kind == WorkloadKind::kYcsb;
     auto r = peer->open(pc);
     if (r.ok()) o.target = std::move(*r); else o.status = r.status();
     return o;
@@ -352,6 +380,23 @@ Opened OpenTarget(const BenchConfig& c, const std::string& name, bool open_exist
     o.status = CheckNewPoolPath(c, tc.pool_path, name, &tc.pool_options.overwrite);
     if (!o.status.ok()) return o;
   }
+  if (c.kind == WorkloadKind::kYcsb) {
+    // The KV store with this tree as its engine.
+    KvTargetConfig kc;
+    kc.engine = name;
+    kc.pool_path = tc.pool_path;
+    kc.pool_size = c.pool_size;
+    kc.pool_options = tc.pool_options;
+    kc.pool_options.use_env = true;
+    kc.replace = tc.pool_options.overwrite;
+    kc.pool_options.overwrite = false;
+    kc.tree_options.node_size = c.node_size;
+    kc.tree_options.extra = c.extra;
+    kc.keep_pool = c.keep_pool;
+    auto r = OpenKvTarget(kc);
+    if (r.ok()) o.target = std::move(*r); else o.status = r.status();
+    return o;
+  }
   // A tool: PMTREE_BACKEND / PMTREE_WRITE_LATENCY_NS apply (README, Durability).
   tc.pool_options.use_env = true;
   tc.tree_options.node_size = c.node_size;
@@ -372,7 +417,9 @@ Measurement BaseRow(const BenchConfig& c, const std::string& name, uint32_t thre
   m.tree = name;
   m.variant = c.variant;
   m.experiment = c.experiment;
-  m.workload = c.kind == WorkloadKind::kRecovery ? "recovery" : "ops";
+  m.workload = c.kind == WorkloadKind::kRecovery ? "recovery"
+               : c.kind == WorkloadKind::kYcsb   ? "ycsb-" + c.ycsb
+                                                 : "ops";
   m.dist = c.workload.dist.ToString();
   m.mix = c.workload.mix.ToString();
   m.command = c.command;
@@ -383,7 +430,7 @@ Measurement BaseRow(const BenchConfig& c, const std::string& name, uint32_t thre
   m.scan_length = c.workload.scan_length;
   m.key_min = c.workload.key_min;
   m.key_max = c.workload.key_max;
-  m.value_size = c.value_size;
+  m.value_size = c.kind == WorkloadKind::kYcsb ? kYcsbFields * kYcsbFieldBytes : c.value_size;
   m.records = c.records;
   m.window_ms = c.window_ms;
   m.backend = c.backend;
@@ -631,10 +678,7 @@ void EmitSummary(const std::vector<Measurement>& reps, const Sink& sink) {
   sink(s);
 }
 
-}  // namespace
-
-Status RunBench(const BenchConfig& c, const Sink& sink) {
-  if (Status s = c.Validate(); !s.ok()) return s;
+void RunTargets(const BenchConfig& c, const Sink& sink) {
   for (const auto& name : c.targets) {
     if (c.kind == WorkloadKind::kRecovery) {
       for (uint32_t rep = 0; rep < c.repeat; rep++) RunRecovery(c, name, rep, sink);
@@ -650,6 +694,24 @@ Status RunBench(const BenchConfig& c, const Sink& sink) {
       if (c.repeat > 1) EmitSummary(reps, sink);
     }
   }
+}
+
+}  // namespace
+
+Status RunBench(const BenchConfig& c, const Sink& sink) {
+  if (Status s = c.Validate(); !s.ok()) return s;
+  if (c.kind == WorkloadKind::kYcsb) {
+    // One workload at a time over every target, each on a fresh load.
+    for (char letter : c.ycsb) {
+      BenchConfig one = c;
+      one.ycsb = std::string(1, letter);
+      one.workload = YcsbWorkloadFor(letter, c.workload);
+      one.kind = WorkloadKind::kYcsb;
+      RunTargets(one, sink);
+    }
+    return Status::Ok();
+  }
+  RunTargets(c, sink);
   return Status::Ok();
 }
 

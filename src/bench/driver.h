@@ -44,7 +44,9 @@
 
 namespace pmtree::bench {
 
-enum class WorkloadKind { kOps, kRecovery };
+// kYcsb: the YCSB core workloads (ycsb.h) on record-mode targets: the KV
+// store over each tree, and the peers storing the same records.
+enum class WorkloadKind { kOps, kRecovery, kYcsb };
 
 // Ranges BenchConfig::Validate enforces on the sizes of a run: beyond them
 // the pre-built key and operation streams alone outgrow any machine we run on.
@@ -56,6 +58,9 @@ struct BenchConfig {
   // Registry names and peer names ("lbtree", "lmdb"); resolved by Validate().
   std::vector<std::string> targets;
   WorkloadKind kind = WorkloadKind::kOps;
+  // kYcsb: the workloads to run, letters 'a'..'f' in order (ParseYcsbList).
+  // Each replaces `workload`'s mix, distribution and keys (YcsbWorkloadFor).
+  std::string ycsb;
   uint64_t records = 100000;
   uint64_t ops = 100000;        // total over all threads (the cap in time-based runs)
   double duration_s = 0;        // > 0: stop after this many seconds
@@ -95,6 +100,7 @@ struct BenchConfig {
 
   // Checks every option; InvalidArgument naming the option and valid values.
   Status Validate() const;
+  Status ValidateYcsb() const;  // the kYcsb part of Validate
 };
 
 // Persistence cost summed over the operations of one type during which the

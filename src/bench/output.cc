@@ -25,6 +25,10 @@
 namespace pmtree::bench {
 namespace {
 
+// YCSB rows (workload "ycsb-a".."ycsb-f") name their key form instead of a size.
+bool IsYcsb(const Measurement& m) { return m.workload.rfind("ycsb-", 0) == 0; }
+constexpr const char* kYcsbKeySize = "user<n>";
+
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -94,6 +98,7 @@ Environment DetectEnvironment(const BenchConfig& c) {
   e.backend = c.backend;
   e.write_latency_ns = c.write_latency_ns;
   e.value_size = c.value_size;
+  e.ycsb_records = c.kind == WorkloadKind::kYcsb;
   e.pool_path = c.targets.empty() ? PoolPathFor(c, "<tree>") : PoolPathFor(c, c.targets.front());
   e.pool_kind = PoolKind(e.pool_path);
   e.compiler = "gcc " __VERSION__;
@@ -111,7 +116,11 @@ std::string FormatEnvironment(const Environment& e) {
   line("cpu", e.cpu_model + " (" + std::to_string(e.cores) + " cores)");
   line("flush instruction (CPUID)", e.flush_instruction);
   line("backend", e.backend + (e.write_latency_ns ? " + " + std::to_string(e.write_latency_ns) + " ns/line emulated" : ""));
-  line("values", e.value_size <= 8 ? std::string("8 B, inline in the tree")
+  if (e.ycsb_records)
+    line("values", "YCSB records of 10 fields x 100 B (field0..field9); a tree runs as the engine of a kv::Store, "
+                   "peers store the serialised record");
+  else
+    line("values", e.value_size <= 8 ? std::string("8 B, inline in the tree")
                                      : std::to_string(e.value_size) +
                                            " B: trees hold a reference to a record in the same pool (volatile: "
                                            "heap); peers store the bytes");
@@ -126,7 +135,7 @@ std::string FormatEnvironment(const Environment& e) {
 
 nlohmann::json EnvironmentJson(const Environment& e) {
   return {{"cpu", e.cpu_model},        {"cores", e.cores},         {"flush_instruction", e.flush_instruction},
-          {"backend", e.backend},      {"value_size", e.value_size},
+          {"backend", e.backend},      {"value_size", e.value_size}, {"ycsb_records", e.ycsb_records},
           {"pool_path", e.pool_path}, {"pool_kind", e.pool_kind},
           {"compiler", e.compiler},    {"build_type", e.build_type}, {"git_revision", e.git_revision},
           {"clock", e.clock},          {"kernel", e.kernel}};
@@ -149,6 +158,7 @@ nlohmann::json ToJson(const Measurement& m) {
   j["key_size"] = m.key_min == 0 ? nlohmann::json(8) : m.key_min == m.key_max
                                                            ? nlohmann::json(m.key_min)
                                                            : nlohmann::json(std::to_string(m.key_min) + "-" + std::to_string(m.key_max));
+  if (IsYcsb(m)) j["key_size"] = kYcsbKeySize;
   j["value_size"] = m.value_size;
   j["distribution"] = m.dist;
   j["mix"] = m.mix;
@@ -253,6 +263,7 @@ std::string ToCsv(const Measurement& m) {
     return std::string(b);
   };
   std::string key = m.key_min == 0 ? "8" : std::to_string(m.key_min) + (m.key_max != m.key_min ? "-" + std::to_string(m.key_max) : "");
+  if (IsYcsb(m)) key = kYcsbKeySize;
   std::string c = q(m.tree) + "," + q(m.variant) + "," + m.workload + "," + std::to_string(m.threads) + "," +
                   std::to_string(m.records) + "," + std::to_string(m.ops) + "," +
                   (m.summary ? "summary" : std::to_string(m.rep)) + "," + q(m.backend) + "," +
@@ -292,6 +303,16 @@ void HumanTable::Add(const Measurement& m) {
     fflush(out_);
     return;
   }
+  std::string note = m.error;
+  if (m.summary) {
+    char b[96];
+    snprintf(b, sizeof b, "min %.3f max %.3f Mops/s", m.throughput_spread.min / 1e6, m.throughput_spread.max / 1e6);
+    note = b;
+  }
+  if (IsYcsb(m)) {
+    AddYcsb(m, note);
+    return;
+  }
   if (!header_done_) {
     fprintf(out_, "%-14s %-12s %3s %4s %9s %9s %8s %8s %8s %8s %7s %7s %7s %7s %8s %8s %s\n", "tree", "variant", "thr",
             "rep", "ops", "Mops/s", "p50 ns", "p99 ns", "p99.9 ns", "geo ns", "flush", "fence", "lines", "blk256",
@@ -300,17 +321,30 @@ void HumanTable::Add(const Measurement& m) {
   }
   std::string rep = m.summary ? "med" : std::to_string(m.rep);
   auto per = [&](double v) { return m.counted ? Num(v) : std::string("-"); };
-  std::string note = m.error;
-  if (m.summary) {
-    char b[96];
-    snprintf(b, sizeof b, "min %.3f max %.3f Mops/s", m.throughput_spread.min / 1e6, m.throughput_spread.max / 1e6);
-    note = b;
-  }
   fprintf(out_, "%-14s %-12s %3u %4s %9s %9.3f %8s %8s %8s %8s %7s %7s %7s %7s %8.1f %8.1f %s\n", m.tree.c_str(),
           m.variant.c_str(), m.threads, rep.c_str(), Num(static_cast<double>(m.ops)).c_str(), m.throughput_ops_s / 1e6,
           Num(m.latency.p50).c_str(), Num(m.latency.p99).c_str(), Num(m.latency.p999).c_str(),
           Num(m.latency.geomean).c_str(), per(m.flushes).c_str(), per(m.fences).c_str(), per(m.lines).c_str(),
           per(m.blocks256).c_str(), m.stats.pm_bytes / 1048576.0, m.stats.dram_bytes / 1048576.0, note.c_str());
+  fflush(out_);
+}
+
+// YCSB rows: the workload and the store first ("kv/<engine>" for the KV
+// store over a tree, the peer's name otherwise); per-op persistence cost
+// for the KV store only.
+void HumanTable::AddYcsb(const Measurement& m, const std::string& note) {
+  if (!ycsb_header_done_) {
+    fprintf(out_, "%-8s %-16s %3s %4s %9s %9s %8s %8s %8s %7s %7s %8s %s\n", "workload", "store", "thr", "rep", "ops",
+            "Mops/s", "p50 ns", "p99 ns", "p99.9 ns", "flush", "lines", "PM MB", "note");
+    ycsb_header_done_ = true;
+  }
+  const std::string store = m.counted ? "kv/" + m.tree : m.tree;
+  const std::string rep = m.summary ? "med" : std::to_string(m.rep);
+  auto per = [&](double v) { return m.counted ? Num(v) : std::string("-"); };
+  fprintf(out_, "%-8s %-16s %3u %4s %9s %9.3f %8s %8s %8s %7s %7s %8.1f %s\n", m.workload.c_str(), store.c_str(),
+          m.threads, rep.c_str(), Num(static_cast<double>(m.ops)).c_str(), m.throughput_ops_s / 1e6,
+          Num(m.latency.p50).c_str(), Num(m.latency.p99).c_str(), Num(m.latency.p999).c_str(), per(m.flushes).c_str(),
+          per(m.lines).c_str(), m.stats.pm_bytes / 1048576.0, note.c_str());
   fflush(out_);
 }
 

@@ -25,6 +25,7 @@ struct Environment {
   std::string backend;            // what the run uses (--backend)
   uint32_t write_latency_ns = 0;
   uint32_t value_size = 8;        // --value-size
+  bool ycsb_records = false;      // --workload ycsb-*: YCSB records instead of values
   std::string pool_path;          // first pool path (or the pattern)
   std::string pool_kind;          // "tmpfs (DRAM)", "DAX", "file system"
   std::string compiler;
@@ -49,9 +50,11 @@ class HumanTable {
   void Add(const Measurement& m);
 
  private:
+  void AddYcsb(const Measurement& m, const std::string& note);
   FILE* out_;
   bool header_done_ = false;
   bool recovery_header_done_ = false;
+  bool ycsb_header_done_ = false;
 };
 
 }  // namespace pmtree::bench

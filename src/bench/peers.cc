@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "bench/workload.h"
+#include "bench/ycsb.h"
 
 namespace pmtree::bench {
 namespace {
@@ -41,6 +42,46 @@ std::string_view ValueBuf(uint64_t v, uint32_t n) {
   buf.resize(n);
   FillValueBytes(v, n, buf.data());
   return buf;
+}
+
+// The bytes a peer stores for value v: the encoded YCSB record in YCSB mode,
+// else ValueBytes; per-thread, valid until the next call on this thread.
+std::string_view StoredValue(const PeerConfig& c, uint64_t v) {
+  if (!c.ycsb) return ValueBuf(v, c.value_size);
+  thread_local kv::FieldMap rec;
+  thread_local std::string buf;
+  FillYcsbRecord(v, &rec);
+  EncodeRecord(rec, &buf);
+  return buf;
+}
+
+// YCSB mode: a read decodes the record into its fields, as a client of a
+// store that keeps records as one value must.  False when malformed.
+bool DecodeRead(const PeerConfig& c, std::string_view bytes) {
+  thread_local kv::FieldMap fields;
+  return !c.ycsb || DecodeRecord(bytes, &fields);
+}
+
+// YCSB mode: the record `old` with the one field an update of value v
+// writes replaced (ycsb.h); empty when `old` is malformed.
+std::string_view ModifyRecord(std::string_view old, uint64_t v) {
+  thread_local kv::FieldMap fields;
+  thread_local std::string buf;
+  if (!DecodeRecord(old, &fields)) return {};
+  const uint32_t f = YcsbUpdateField(v);
+  FillYcsbField(v, f, &fields[YcsbFieldName(f)]);
+  EncodeRecord(fields, &buf);
+  return buf;
+}
+
+// The byte-string key the load stores for a 64-bit key (empty: the 8
+// big-endian bytes, KeyBuf).
+void LoadKeyBytes(const PeerConfig& c, uint64_t key, std::string* out) {
+  out->clear();
+  if (c.ycsb)
+    AppendYcsbKey(key, out);
+  else if (c.key_min)
+    AppendBytesKey(key, c.key_min, c.key_max, out);
 }
 
 // A per-thread buffer a lookup copies a value into.
@@ -86,29 +127,15 @@ Status PrepareDir(const std::string& dir, bool reuse, bool* owned) {
   return Status::Ok();
 }
 
-// The order single-insert loads use (as for trees: a fixed permutation).
-template <class Fn>
-Status ForEachLoadRank(size_t n, bool bulk, Fn fn) {
-  uint64_t step = 1;
-  if (!bulk && n > 1) {
-    step = static_cast<uint64_t>(static_cast<double>(n) * 0.6180339887) | 1;
-    while (std::gcd(step, static_cast<uint64_t>(n)) != 1) step++;
-  }
-  uint64_t r = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (Status s = fn(i, r); !s.ok()) return s;
-    r = (r + step) % n;
-  }
-  return Status::Ok();
-}
-
 // ---- LMDB -------------------------------------------------------------------------
 
 Status LmdbError(const char* what, int rc) { return Status::IoError(std::string("lmdb ") + what + ": " + mdb_strerror(rc)); }
 
 class LmdbTarget final : public Target {
  public:
-  LmdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {}
+  LmdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {
+    if (c_.ycsb) c_.value_size = YcsbRecordBytes();
+  }
   ~LmdbTarget() override {
     if (env_) mdb_env_close(env_);
     if (!c_.keep && owned_) {
@@ -150,6 +177,7 @@ class LmdbTarget final : public Target {
       char* out = ReadBuf(static_cast<uint32_t>(mv.mv_size));
       memcpy(out, mv.mv_data, mv.mv_size);
       if (mv.mv_size >= 8) memcpy(value, out, 8);
+      found = DecodeRead(c_, std::string_view(out, mv.mv_size));
     }
     mdb_txn_abort(txn);
     return found;
@@ -166,18 +194,21 @@ class LmdbTarget final : public Target {
   }
 
   Result<bool> Insert(uint64_t key, std::string_view bkey, uint64_t value) override {
-    std::string_view vb = ValueBuf(value, c_.value_size);
+    std::string_view vb = StoredValue(c_, value);
     return Write(key, bkey, [&](MDB_txn* txn, MDB_val* mk) {
       MDB_val mv{vb.size(), const_cast<char*>(vb.data())};
       return mdb_put(txn, dbi_, mk, &mv, MDB_NOOVERWRITE);
     });
   }
   Result<bool> Update(uint64_t key, std::string_view bkey, uint64_t value) override {
-    std::string_view vb = ValueBuf(value, c_.value_size);
+    std::string_view vb = c_.ycsb ? std::string_view() : ValueBuf(value, c_.value_size);
     return Write(key, bkey, [&](MDB_txn* txn, MDB_val* mk) {
       MDB_val old;
       int rc = mdb_get(txn, dbi_, mk, &old);
       if (rc) return rc;
+      // YCSB mode: one field of the record changes; the record is rewritten.
+      if (c_.ycsb && (vb = ModifyRecord({static_cast<const char*>(old.mv_data), old.mv_size}, value)).empty())
+        return MDB_CORRUPTED;
       MDB_val mv{vb.size(), const_cast<char*>(vb.data())};
       return mdb_put(txn, dbi_, mk, &mv, 0);
     });
@@ -195,7 +226,7 @@ class LmdbTarget final : public Target {
     if (mdb_cursor_open(txn, dbi_, &cur) == 0) {
       MDB_val mk{k.view.size(), const_cast<char*>(k.view.data())}, mv;
       int rc = mdb_cursor_get(cur, &mk, &mv, MDB_SET_RANGE);
-      while (rc == 0 && got < n) {
+      while (rc == 0 && got < n && DecodeRead(c_, {static_cast<const char*>(mv.mv_data), mv.mv_size})) {
         got++;
         rc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT);
       }
@@ -212,10 +243,9 @@ class LmdbTarget final : public Target {
     Status s = ForEachLoadRank(sorted.size(), bulk, [&](size_t i, uint64_t r) -> Status {
       int rc;
       if (txn == nullptr && (rc = mdb_txn_begin(env_, nullptr, 0, &txn))) return LmdbError("txn_begin", rc);
-      bytes.clear();
-      if (c_.key_min) AppendBytesKey(sorted[r], c_.key_min, c_.key_max, &bytes);
+      LoadKeyBytes(c_, sorted[r], &bytes);
       KeyBuf k(sorted[r], bytes);
-      std::string_view vb = ValueBuf(ValueFor(sorted[r]), c_.value_size);
+      std::string_view vb = StoredValue(c_, ValueFor(sorted[r]));
       MDB_val mk{k.view.size(), const_cast<char*>(k.view.data())}, mv{vb.size(), const_cast<char*>(vb.data())};
       if ((rc = mdb_put(txn, dbi_, &mk, &mv, bulk ? MDB_APPEND : 0))) return LmdbError("put (load)", rc);
       if ((i + 1) % 10000 == 0) {
@@ -295,7 +325,9 @@ Status BdbError(const char* what, int rc) { return Status::IoError(std::string("
 
 class BdbTarget final : public Target {
  public:
-  BdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {}
+  BdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {
+    if (c_.ycsb) c_.value_size = YcsbRecordBytes();
+  }
   ~BdbTarget() override {
     CloseHandles();
     if (!c_.keep && owned_) {
@@ -339,7 +371,7 @@ class BdbTarget final : public Target {
     char* out = ReadBuf(c_.value_size);
     if (!Get(key, bkey, out)) return false;
     memcpy(value, out, 8);
-    return true;
+    return DecodeRead(c_, std::string_view(out, c_.value_size));
   }
   bool LookupBytes(uint64_t key, std::string_view bkey, std::string* out) override {
     out->resize(c_.value_size);
@@ -348,7 +380,7 @@ class BdbTarget final : public Target {
 
   Result<bool> Insert(uint64_t key, std::string_view bkey, uint64_t value) override {
     KeyBuf k(key, bkey);
-    DBT dk = Dbt(k.view), dv = Dbt(ValueBuf(value, c_.value_size));
+    DBT dk = Dbt(k.view), dv = Dbt(StoredValue(c_, value));
     for (;;) {
       int rc = db_->put(db_, nullptr, &dk, &dv, DB_NOOVERWRITE);  // auto-commit
       if (rc == DB_LOCK_DEADLOCK) continue;
@@ -360,20 +392,31 @@ class BdbTarget final : public Target {
 
   Result<bool> Update(uint64_t key, std::string_view bkey, uint64_t value) override {
     KeyBuf k(key, bkey);
-    DBT dk = Dbt(k.view), dv = Dbt(ValueBuf(value, c_.value_size));
+    DBT dk = Dbt(k.view), dv = Dbt(c_.ycsb ? std::string_view() : ValueBuf(value, c_.value_size));
+    char none[8];
+    char* old = c_.ycsb ? ReadBuf(c_.value_size) : none;
     for (;;) {
       // Replace only a present key: get (write-locked) and put in one
-      // transaction.  The get reads no value bytes (a zero-length partial get).
+      // transaction.  The get reads no value bytes (a zero-length partial
+      // get), except in YCSB mode: there it reads the record, and the put
+      // writes it back with one field changed.
       DB_TXN* txn;
       int rc = env_->txn_begin(env_, nullptr, &txn, 0);
       if (rc) return BdbError("txn_begin", rc);
-      char none[8];
       DBT dold;
       memset(&dold, 0, sizeof dold);
-      dold.data = none;
-      dold.ulen = sizeof none;
-      dold.flags = DB_DBT_USERMEM | DB_DBT_PARTIAL;  // doff = dlen = 0
+      dold.data = old;
+      dold.ulen = c_.ycsb ? c_.value_size : sizeof none;
+      dold.flags = DB_DBT_USERMEM | (c_.ycsb ? 0 : DB_DBT_PARTIAL);  // partial: doff = dlen = 0
       rc = db_->get(db_, txn, &dk, &dold, DB_RMW);
+      if (rc == 0 && c_.ycsb) {
+        std::string_view rec = ModifyRecord({old, dold.size}, value);
+        if (rec.empty()) {
+          txn->abort(txn);
+          return Status::Corruption("berkeley db: a stored record is malformed");
+        }
+        dv = Dbt(rec);
+      }
       if (rc == 0) rc = db_->put(db_, txn, &dk, &dv, 0);
       if (rc == DB_LOCK_DEADLOCK) {
         txn->abort(txn);
@@ -424,7 +467,7 @@ class BdbTarget final : public Target {
       dv.flags = DB_DBT_USERMEM;
       size_t got = 0;
       int rc = cur->get(cur, &dk, &dv, DB_SET_RANGE);
-      while (rc == 0 && got < n) {
+      while (rc == 0 && got < n && DecodeRead(c_, {v, dv.size})) {
         got++;
         rc = cur->get(cur, &dk, &dv, DB_NEXT);
       }
@@ -440,10 +483,9 @@ class BdbTarget final : public Target {
     Status s = ForEachLoadRank(sorted.size(), bulk, [&](size_t i, uint64_t r) -> Status {
       int rc;
       if (txn == nullptr && (rc = env_->txn_begin(env_, nullptr, &txn, 0))) return BdbError("txn_begin", rc);
-      bytes.clear();
-      if (c_.key_min) AppendBytesKey(sorted[r], c_.key_min, c_.key_max, &bytes);
+      LoadKeyBytes(c_, sorted[r], &bytes);
       KeyBuf k(sorted[r], bytes);
-      DBT dk = Dbt(k.view), dv = Dbt(ValueBuf(ValueFor(sorted[r]), c_.value_size));
+      DBT dk = Dbt(k.view), dv = Dbt(StoredValue(c_, ValueFor(sorted[r])));
       if ((rc = db_->put(db_, txn, &dk, &dv, 0))) return BdbError("put (load)", rc);
       if ((i + 1) % 10000 == 0) {
         rc = txn->commit(txn, 0);

@@ -16,7 +16,8 @@
 //
 // Keys are the big-endian 8 bytes of the 64-bit key (so the stores' byte
 // order is the integer order) or the workload's byte-string key; values are
-// PeerConfig::value_size bytes (ValueBytes(), target.h), stored natively.  Peers are not in the tree registry: they are not PM trees, have
+// PeerConfig::value_size bytes (ValueBytes(), target.h), stored natively, or
+// in YCSB mode the records of ycsb.h, serialised by EncodeRecord.  Peers are not in the tree registry: they are not PM trees, have
 // no pool and no persistence counters (per-op flush columns are empty).
 //
 // Thread safety: every peer accepts concurrent operations (LMDB serialises
@@ -43,6 +44,10 @@ struct PeerConfig {
   bool reuse = false;
   uint32_t key_min = 0, key_max = 0;  // byte-string keys when key_min != 0
   uint32_t value_size = 8;            // bytes per value
+  // YCSB record mode (ycsb.h): YCSB keys, values are encoded 10 x 100 B
+  // records (value_size is ignored), a read decodes the record, an update
+  // reads, changes one field of and rewrites the record in one write txn.
+  bool ycsb = false;
 };
 
 struct PeerInfo {

@@ -20,13 +20,14 @@ add_library(pmtree_bench
   src/bench/stats.cc
   src/bench/tree_target.cc
   src/bench/peers.cc
+  src/bench/ycsb.cc
   src/bench/driver.cc
   src/bench/output.cc
   src/bench/suites.cc
   src/bench/suite_defs.cc)
 target_include_directories(pmtree_bench PUBLIC src PRIVATE ${PMTREE_LMDB_INCLUDE} ${PMTREE_BDB_INCLUDE})
 target_link_libraries(pmtree_bench
-  PUBLIC pmtree_trees nlohmann_json::nlohmann_json
+  PUBLIC pmtree_kv pmtree_trees nlohmann_json::nlohmann_json
   PRIVATE ${PMTREE_LMDB_LIBRARY} ${PMTREE_BDB_LIBRARY})
 
 # Recorded in every report; output.cc prefers the live `git describe` of the
@@ -47,6 +48,7 @@ pmtree_test(bench_test
   src/bench/workload_test.cc
   src/bench/driver_test.cc
   src/bench/suites_test.cc
+  src/bench/ycsb_test.cc
   LINK pmtree_bench)
 # The CLI's `bench` subcommand, and the figures over its output (below).
 if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -74,6 +75,13 @@ class Target {
   virtual Result<bool> Remove(uint64_t key, std::string_view bkey) = 0;
   // Reads up to n entries from key on; returns how many.
   virtual size_t Scan(uint64_t key, std::string_view bkey, uint32_t n) = 0;
+  // YCSB's read-modify-write: read the whole value, then update it to
+  // `value`.  Two operations, as a YCSB client issues them (not atomic).
+  virtual Result<bool> ReadModifyWrite(uint64_t key, std::string_view bkey, uint64_t value) {
+    uint64_t old;
+    if (!Lookup(key, bkey, &old)) return false;
+    return Update(key, bkey, value);
+  }
 
   // Loads `sorted` keys (value = ValueFor(key)): bulk (ascending, with the
   // fill factor) or by single inserts in a seed-independent shuffled order.
@@ -91,6 +99,29 @@ class Target {
 };
 
 inline uint64_t ValueFor(uint64_t key) { return key ^ 0x5bd1e9955bd1e995ull; }
+
+// The order single-insert loads of peers and KV stores use: fn(i, r) for
+// i = 0..n-1 visits every rank r once in a fixed, seed-independent order (a
+// multiplicative permutation), or ascending when `sorted`.  Stops at the
+// first error fn returns.
+template <class Fn>
+Status ForEachLoadRank(size_t n, bool sorted, Fn fn) {
+  uint64_t step = 1;
+  if (!sorted && n > 1) {
+    step = static_cast<uint64_t>(static_cast<double>(n) * 0.6180339887) | 1;
+    while (std::gcd(step, static_cast<uint64_t>(n)) != 1) step++;
+  }
+  uint64_t r = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (Status s = fn(i, r); !s.ok()) return s;
+    r = (r + step) % n;
+  }
+  return Status::Ok();
+}
+
+// "hardware(clwb)", "eadr", "hardware(clwb)+300ns": a pool's backend as the
+// row's backend column shows it.
+std::string PoolBackendLabel(const Pool& pool);
 
 // Valid value sizes (--value-size): 8 (inline) up to 1 MiB.
 inline constexpr uint32_t kMinValueSize = 8;

@@ -67,14 +67,7 @@ class TreeTarget final : public Target {
 
   std::string label() const override { return std::string(h_.tree->name()); }
   bool concurrent() const override { return h_.tree->capabilities() & kCapConcurrent; }
-  std::string backend() const override {
-    if (!h_.pool) return "none (volatile tree)";
-    std::string b(BackendName(h_.pool->backend_kind()));
-    if (h_.pool->backend_kind() == BackendKind::kHardware)
-      b += "(" + std::string(FlushInstructionName(h_.pool->flush_instruction())) + ")";
-    if (h_.pool->write_latency_ns()) b += "+" + std::to_string(h_.pool->write_latency_ns()) + "ns";
-    return b;
-  }
+  std::string backend() const override { return h_.pool ? PoolBackendLabel(*h_.pool) : "none (volatile tree)"; }
   std::string describe() const override { return h_.pool ? h_.pool->Describe() : "no pool"; }
   bool counted() const override { return h_.pool != nullptr; }
 
@@ -342,6 +335,14 @@ std::string ValueBytes(uint64_t v, uint32_t n) {
 }
 
 uint64_t ValueRecordAllocations() { return tls_record_allocations; }
+
+std::string PoolBackendLabel(const Pool& pool) {
+  std::string b(BackendName(pool.backend_kind()));
+  if (pool.backend_kind() == BackendKind::kHardware)
+    b += "(" + std::string(FlushInstructionName(pool.flush_instruction())) + ")";
+  if (pool.write_latency_ns()) b += "+" + std::to_string(pool.write_latency_ns()) + "ns";
+  return b;
+}
 
 Result<std::unique_ptr<Target>> OpenTreeTarget(const TreeFactory& f, const TreeTargetConfig& c) {
   TreeOptions to = c.tree_options;

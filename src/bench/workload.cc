@@ -13,7 +13,7 @@ namespace {
 
 std::atomic<uint64_t> g_draws{0};
 
-constexpr std::array<std::string_view, kOpTypes> kOpNames = {"read", "insert", "update", "remove", "scan"};
+constexpr std::array<std::string_view, kOpTypes> kOpNames = {"read", "insert", "update", "remove", "scan", "rmw"};
 constexpr std::array<std::string_view, 6> kDistNames = {"uniform", "zipfian", "selfsimilar",
                                                         "latest", "sequential", "hotzone"};
 
@@ -75,7 +75,7 @@ Result<Mix> ParseMix(std::string_view text) {
   Mix mix;
   mix.ratio.fill(0);
   std::array<bool, kOpTypes> seen{};
-  const std::string valid = "valid operations: read, insert, update, remove, scan (e.g. read=0.5,insert=0.5)";
+  const std::string valid = "valid operations: read, insert, update, remove, scan, rmw (e.g. read=0.5,insert=0.5)";
   if (text.empty()) return Status::InvalidArgument("--mix is empty; " + valid);
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -182,6 +182,13 @@ void AppendBytesKey(uint64_t key, uint32_t key_min, uint32_t key_max, std::strin
   for (int b = 7; b >= 0; b--) out->push_back(static_cast<char>((key >> (8 * b)) & 0xff));
   // Printable filler derived from the key, so equal prefixes never occur.
   for (uint32_t i = 8; i < len; i++) out->push_back(static_cast<char>('a' + (h >> (i % 59)) % 26));
+}
+
+void AppendYcsbKey(uint64_t key, std::string* out) {
+  char digits[20];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof digits, key);
+  out->append("user");
+  out->append(digits, end);
 }
 
 // ---- generators -------------------------------------------------------------------
@@ -296,9 +303,13 @@ class StreamBuilder {
       Op& op = out->ops[i];
       op.type = PickType();
       op.key = op.type == OpType::kInsert ? InsertKey() : ExistingKey();
+      if (op.type == OpType::kScan && w_.scan_length_uniform) op.scan_len = 1 + static_cast<uint32_t>(rng_.Below(w_.scan_length));
       if (w_.bytes_keys()) {
         op.bytes_off = static_cast<uint32_t>(out->arena.size());
-        AppendBytesKey(op.key, w_.key_min, w_.key_max, &out->arena);
+        if (w_.ycsb_keys)
+          AppendYcsbKey(op.key, &out->arena);
+        else
+          AppendBytesKey(op.key, w_.key_min, w_.key_max, &out->arena);
         op.bytes_len = static_cast<uint32_t>(out->arena.size() - op.bytes_off);
       }
     }
@@ -405,7 +416,7 @@ Result<std::vector<Stream>> BuildStreams(const Workload& w, const std::vector<ui
                                          uint32_t threads, uint64_t ops_per_thread) {
   if (Status s = w.dist.Validate(); !s.ok()) return s;
   if (threads == 0) return Status::InvalidArgument("--threads must be at least 1");
-  bool needs_existing = w.mix.ratio[0] + w.mix.ratio[2] + w.mix.ratio[3] + w.mix.ratio[4] > 0;
+  bool needs_existing = w.mix.ratio[0] + w.mix.ratio[2] + w.mix.ratio[3] + w.mix.ratio[4] + w.mix.ratio[5] > 0;
   if (needs_existing && sorted_keys.empty() && w.dist.kind != DistKind::kLatest)
     return Status::InvalidArgument("the mix reads, updates, removes or scans existing keys but --records is 0");
   std::unique_ptr<Zipfian> zipf;

@@ -32,8 +32,10 @@
 
 namespace pmtree::bench {
 
-enum class OpType : uint8_t { kRead = 0, kInsert, kUpdate, kRemove, kScan };
-inline constexpr int kOpTypes = 5;
+// kRmw: read the whole value, then update it (YCSB workload F's
+// read-modify-write; Target::ReadModifyWrite).
+enum class OpType : uint8_t { kRead = 0, kInsert, kUpdate, kRemove, kScan, kRmw };
+inline constexpr int kOpTypes = 6;
 std::string_view OpName(OpType t);
 
 // Ratios of each operation type; they sum to 1.
@@ -41,7 +43,7 @@ struct Mix {
   std::array<double, kOpTypes> ratio{1, 0, 0, 0, 0};
   std::string ToString() const;  // "read=0.5,insert=0.5"
 };
-// Parses "read=0.5,insert=0.3,update=0.1,remove=0.05,scan=0.05".  Names not
+// Parses "read=0.5,insert=0.3,update=0.1,remove=0.05,scan=0.05" (and rmw=).  Names not
 // listed are 0.  InvalidArgument (naming the valid operations) for an unknown
 // name, a value outside [0,1], a repeated name, or a sum that is not 1.
 Result<Mix> ParseMix(std::string_view text);
@@ -67,12 +69,17 @@ struct Workload {
   Mix mix;
   Distribution dist;
   uint32_t scan_length = 100;
+  // Each scan reads a length drawn uniformly from 1..scan_length (YCSB's
+  // scanlengthdistribution=uniform) instead of exactly scan_length.
+  bool scan_length_uniform = false;
   // Byte-string keys of key_min..key_max bytes (8 <= min <= max <= 4096), or
   // 0 for 64-bit integer keys.
   uint32_t key_min = 0;
   uint32_t key_max = 0;
   uint64_t seed = 1;
-  bool bytes_keys() const { return key_min != 0; }
+  // YCSB-style keys instead: "user" + the decimal 64-bit key (AppendYcsbKey).
+  bool ycsb_keys = false;
+  bool bytes_keys() const { return key_min != 0 || ycsb_keys; }
 };
 
 // Parses "--key-size" text: "8" (64-bit integer keys, the default), "N" for
@@ -90,12 +97,18 @@ std::vector<uint64_t> SortedLoadKeys(uint64_t n);
 // chosen from the key.
 void AppendBytesKey(uint64_t key, uint32_t key_min, uint32_t key_max, std::string* out);
 
+// YCSB's key of record number `key`: "user" followed by its decimal digits
+// (YCSB hashes the record number; LoadKey already did).  Byte order is not
+// integer order, as in YCSB; scans start at a key and read on in byte order.
+void AppendYcsbKey(uint64_t key, std::string* out);
+
 // One pre-built operation.
 struct Op {
   uint64_t key;
   OpType type;
   uint32_t bytes_off = 0;  // bytes keys: [bytes_off, bytes_off+bytes_len) in Stream::arena
   uint32_t bytes_len = 0;
+  uint32_t scan_len = 0;   // scans with Workload::scan_length_uniform: this scan's length
 };
 
 struct Stream {

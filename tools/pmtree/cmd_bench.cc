@@ -15,6 +15,7 @@
 #include "bench/output.h"
 #include "bench/peers.h"
 #include "bench/suites.h"
+#include "bench/ycsb.h"
 #include "commands.h"
 #include "pmtree/registry.h"
 
@@ -80,7 +81,6 @@ Status ExpandTargets(const std::string& list, std::vector<std::string>* out) {
 
 Status Finish(BenchArgs& a) {
   BenchConfig& c = a.c;
-  if (Status s = ExpandTargets(a.trees, &c.targets); !s.ok()) return s;
   auto mix = ParseMix(a.mix);
   if (!mix.ok()) return mix.status();
   c.workload.mix = *mix;
@@ -101,10 +101,24 @@ Status Finish(BenchArgs& a) {
       return Status::InvalidArgument("--threads takes a number or a list like 1,2,4; got '" + a.threads + "'");
     }
   }
-  if (a.workload == "recovery")
+  auto ycsb = ParseYcsbList(a.workload, &c.ycsb);
+  if (!ycsb.ok()) return ycsb.status();
+  if (*ycsb)
+    c.kind = WorkloadKind::kYcsb;
+  else if (a.workload == "recovery")
     c.kind = WorkloadKind::kRecovery;
   else if (a.workload != "ops")
-    return Status::InvalidArgument("--workload '" + a.workload + "' is not valid; valid: ops, recovery");
+    return Status::InvalidArgument("--workload '" + a.workload +
+                                   "' is not valid; valid: ops, recovery, ycsb-a .. ycsb-f (a list), ycsb (all six)");
+  if (c.kind == WorkloadKind::kYcsb && a.trees == "all") {
+    // The default target list for YCSB: every tree that can be the store's
+    // engine, and the peers.
+    a.trees.clear();
+    for (const TreeFactory& f : Registry())
+      if (f.persistent() && (f.capabilities & kCapBytesKeys)) a.trees += (a.trees.empty() ? "" : ",") + std::string(f.name);
+    a.trees += ",peers";
+  }
+  if (Status s = ExpandTargets(a.trees, &c.targets); !s.ok()) return s;
   for (const auto& kv : a.tree_options) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -236,7 +250,10 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--latency-sample", c.latency_sample, "Fraction of operations timed individually")
       ->capture_default_str();
   cmd->add_option("--window-ms", c.window_ms, "Throughput series window")->capture_default_str();
-  cmd->add_option("--workload", a->workload, "ops, or recovery (time open+recover after close and after a crash)")
+  cmd->add_option("--workload", a->workload,
+                  "ops; recovery (time open+recover after close and after a crash); ycsb-a .. ycsb-f or a list of "
+                  "them, ycsb = all six: YCSB core workloads on the KV store over each --tree and on the peers, "
+                  "records of 10 x 100 B fields (docs/bench.md)")
       ->capture_default_str();
   cmd->add_option("--recovery-threads", c.recovery_threads, "recovery: max rebuild threads (0 = cores)");
   cmd->add_option("--write-profile", c.write_profile,
