@@ -4,6 +4,7 @@
 
 #include "bench/peers.h"
 
+#include <absl/container/btree_map.h>
 #include <db.h>
 #include <lmdb.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <type_traits>
 
 #include "bench/workload.h"
 #include "bench/ycsb.h"
@@ -131,9 +133,17 @@ Status PrepareDir(const std::string& dir, bool reuse, bool* owned) {
 
 Status LmdbError(const char* what, int rc) { return Status::IoError(std::string("lmdb ") + what + ": " + mdb_strerror(rc)); }
 
+// The LMDB configurations the bench offers (Peers() below).
+enum LmdbMode : int {
+  kLmdbSync,           // default: write() the pages, fsync at commit
+  kLmdbNoSync,         // MDB_NOSYNC: no fsync (relaxed)
+  kLmdbWriteMap,       // MDB_WRITEMAP: pages written in the shared map, msync at commit
+  kLmdbWriteMapAsync,  // MDB_WRITEMAP | MDB_MAPASYNC: msync(MS_ASYNC) at commit (relaxed)
+};
+
 class LmdbTarget final : public Target {
  public:
-  LmdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {
+  LmdbTarget(const PeerConfig& c, int mode) : c_(c), mode_(static_cast<LmdbMode>(mode)) {
     if (c_.ycsb) c_.value_size = YcsbRecordBytes();
   }
   ~LmdbTarget() override {
@@ -150,7 +160,8 @@ class LmdbTarget final : public Target {
     if (rc) return LmdbError("env_create", rc);
     mdb_env_set_mapsize(env_, c_.map_size);
     mdb_env_set_maxreaders(env_, 256);
-    unsigned flags = MDB_NOTLS | (nosync_ ? MDB_NOSYNC : 0);
+    static constexpr unsigned kFlags[] = {0, MDB_NOSYNC, MDB_WRITEMAP, MDB_WRITEMAP | MDB_MAPASYNC};
+    const unsigned flags = MDB_NOTLS | kFlags[mode_];
     if ((rc = mdb_env_open(env_, c_.dir.c_str(), flags, 0644))) return LmdbError("env_open", rc);
     MDB_txn* txn;
     if ((rc = mdb_txn_begin(env_, nullptr, 0, &txn))) return LmdbError("txn_begin", rc);
@@ -159,10 +170,17 @@ class LmdbTarget final : public Target {
     return Status::Ok();
   }
 
-  std::string label() const override { return nosync_ ? "lmdb-nosync" : "lmdb"; }
+  std::string label() const override {
+    static constexpr const char* kLabels[] = {"lmdb", "lmdb-nosync", "lmdb-writemap", "lmdb-writemap-async"};
+    return kLabels[mode_];
+  }
   bool concurrent() const override { return true; }
   std::string backend() const override {
-    return nosync_ ? "lmdb: write txn per op, MDB_NOSYNC" : "lmdb: write txn per op, sync at commit";
+    static constexpr const char* kRules[] = {
+        "lmdb: write txn per op, sync at commit", "lmdb: write txn per op, MDB_NOSYNC",
+        "lmdb: write txn per op, MDB_WRITEMAP, msync at commit",
+        "lmdb: write txn per op, MDB_WRITEMAP|MDB_MAPASYNC"};
+    return kRules[mode_];
   }
   bool counted() const override { return false; }
 
@@ -313,7 +331,7 @@ class LmdbTarget final : public Target {
   }
 
   PeerConfig c_;
-  bool nosync_;
+  LmdbMode mode_;
   bool owned_ = false;  // the directory is ours to remove (PrepareDir made it)
   MDB_env* env_ = nullptr;
   MDB_dbi dbi_ = 0;
@@ -325,7 +343,7 @@ Status BdbError(const char* what, int rc) { return Status::IoError(std::string("
 
 class BdbTarget final : public Target {
  public:
-  BdbTarget(const PeerConfig& c, bool nosync) : c_(c), nosync_(nosync) {
+  BdbTarget(const PeerConfig& c, int nosync) : c_(c), nosync_(nosync != 0) {
     if (c_.ycsb) c_.value_size = YcsbRecordBytes();
   }
   ~BdbTarget() override {
@@ -562,9 +580,111 @@ class BdbTarget final : public Target {
   DB* db_ = nullptr;
 };
 
-template <class T, bool kNoSync>
+// ---- absl::btree_map (volatile) -----------------------------------------------------
+
+// The field's reference volatile ordered index, for "how close to DRAM speed"
+// (issue 19): absl::btree_map in the process heap, no persistence at all.
+// Integer keys with 8-byte values use btree_map<uint64_t, uint64_t>; byte
+// keys, larger values and YCSB records btree_map<std::string, std::string>.
+// Not thread-safe, so a single-threaded target.
+template <class K, class V>
+class AbslTarget final : public Target {
+ public:
+  AbslTarget(const PeerConfig& c, int /*mode*/) : c_(c) {
+    if (c_.ycsb) c_.value_size = YcsbRecordBytes();
+  }
+  Status Open() { return Status::Ok(); }
+
+  std::string label() const override { return "absl-btree"; }
+  bool concurrent() const override { return false; }
+  std::string backend() const override { return "absl::btree_map in DRAM (volatile)"; }
+  bool counted() const override { return false; }
+
+  bool Lookup(uint64_t key, std::string_view bkey, uint64_t* value) override {
+    auto it = map_.find(Key(key, bkey));
+    if (it == map_.end()) return false;
+    if constexpr (std::is_same_v<V, uint64_t>) {
+      *value = it->second;
+      return true;
+    } else {
+      // Copy the value out, as a reader of it would.
+      char* out = ReadBuf(static_cast<uint32_t>(it->second.size()));
+      memcpy(out, it->second.data(), it->second.size());
+      if (it->second.size() >= 8) memcpy(value, out, 8);
+      return DecodeRead(c_, std::string_view(out, it->second.size()));
+    }
+  }
+  Result<bool> Insert(uint64_t key, std::string_view bkey, uint64_t value) override {
+    return map_.try_emplace(Key(key, bkey), Val(value)).second;
+  }
+  Result<bool> Update(uint64_t key, std::string_view bkey, uint64_t value) override {
+    auto it = map_.find(Key(key, bkey));
+    if (it == map_.end()) return false;
+    if constexpr (std::is_same_v<V, uint64_t>) {
+      it->second = value;
+    } else if (c_.ycsb) {
+      std::string_view rec = ModifyRecord(it->second, value);
+      if (rec.empty()) return Status::Corruption("absl-btree: malformed record");
+      it->second.assign(rec);
+    } else {
+      it->second.assign(ValueBuf(value, c_.value_size));
+    }
+    return true;
+  }
+  Result<bool> Remove(uint64_t key, std::string_view bkey) override { return map_.erase(Key(key, bkey)) == 1; }
+  size_t Scan(uint64_t key, std::string_view bkey, uint32_t n) override {
+    size_t got = 0;
+    for (auto it = map_.lower_bound(Key(key, bkey)); it != map_.end() && got < n; ++it) got++;
+    return got;
+  }
+  Status Load(const std::vector<uint64_t>& sorted, bool bulk, double /*fill*/) override {
+    std::string bytes;
+    return ForEachLoadRank(sorted.size(), bulk, [&](size_t, uint64_t r) -> Status {
+      LoadKeyBytes(c_, sorted[r], &bytes);
+      map_.insert_or_assign(Key(sorted[r], bytes), Val(ValueFor(sorted[r])));
+      return Status::Ok();
+    });
+  }
+  TargetStats Stats() override {
+    TargetStats t;
+    t.entries = map_.size();
+    return t;
+  }
+  Status Finish() override {
+    map_.clear();
+    return Status::Ok();
+  }
+
+ private:
+  K Key(uint64_t key, std::string_view bkey) const {
+    if constexpr (std::is_same_v<K, uint64_t>) {
+      return key;
+    } else {
+      return std::string(KeyBuf(key, bkey).view);
+    }
+  }
+  V Val(uint64_t v) const {
+    if constexpr (std::is_same_v<V, uint64_t>) {
+      return v;
+    } else {
+      return std::string(StoredValue(c_, v));
+    }
+  }
+
+  PeerConfig c_;
+  absl::btree_map<K, V> map_;
+};
+
+Result<std::unique_ptr<Target>> OpenAbsl(const PeerConfig& c) {
+  if (c.key_min == 0 && !c.ycsb && c.value_size == 8)
+    return std::unique_ptr<Target>(new AbslTarget<uint64_t, uint64_t>(c, 0));
+  return std::unique_ptr<Target>(new AbslTarget<std::string, std::string>(c, 0));
+}
+
+// kMode: the target's configuration (LmdbMode; 1 = relaxed for Berkeley DB).
+template <class T, int kMode>
 Result<std::unique_ptr<Target>> OpenPeer(const PeerConfig& c) {
-  auto t = std::make_unique<T>(c, kNoSync);
+  auto t = std::make_unique<T>(c, kMode);
   if (Status s = t->Open(); !s.ok()) return s;
   return std::unique_ptr<Target>(std::move(t));
 }
@@ -576,17 +696,26 @@ const std::vector<PeerInfo>& Peers() {
       {"lmdb", "LMDB B+-tree, one write transaction per op, synchronous commit",
        "a committed op survives a process crash and (on a durable medium) power loss; on /dev/shm the file is "
        "DRAM, so power loss loses everything",
-       &OpenPeer<LmdbTarget, false>},
+       &OpenPeer<LmdbTarget, kLmdbSync>},
       {"lmdb-nosync", "LMDB with MDB_NOSYNC (relaxed)",
        "a committed op is in the OS page cache: survives a process crash, not an OS crash or power loss",
-       &OpenPeer<LmdbTarget, true>},
+       &OpenPeer<LmdbTarget, kLmdbNoSync>},
+      {"lmdb-writemap", "LMDB with MDB_WRITEMAP: pages written in place in the shared map, msync at commit",
+       "as lmdb (durable at commit); a stray write through the map can corrupt the file (LMDB's own caveat)",
+       &OpenPeer<LmdbTarget, kLmdbWriteMap>},
+      {"lmdb-writemap-async", "LMDB with MDB_WRITEMAP|MDB_MAPASYNC (relaxed)",
+       "a committed op is in the shared map (the page cache): survives a process crash, not an OS crash or power "
+       "loss",
+       &OpenPeer<LmdbTarget, kLmdbWriteMapAsync>},
       {"bdb", "Berkeley DB B-tree, auto-commit per op with write-ahead logging, synchronous log flush",
        "a committed op survives a process crash and (on a durable medium) power loss; on /dev/shm the files are "
        "DRAM, so power loss loses everything",
-       &OpenPeer<BdbTarget, false>},
+       &OpenPeer<BdbTarget, 0>},
       {"bdb-nosync", "Berkeley DB with DB_TXN_NOSYNC (relaxed)",
        "the commit record may still be in the process's log buffer: a process crash can lose recent ops",
-       &OpenPeer<BdbTarget, true>},
+       &OpenPeer<BdbTarget, 1>},
+      {"absl-btree", "absl::btree_map in DRAM: the reference volatile ordered index (single-threaded)",
+       "volatile: a process crash loses everything", &OpenAbsl},
   };
   return peers;
 }

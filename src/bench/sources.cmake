@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # The benchmark driver (src/bench/README.md): a library the CLI's `bench`
 # subcommand fronts.  Depends on the trees (through the registry only),
-# nlohmann_json, and the peers LMDB and Berkeley DB (Debian: liblmdb-dev,
-# libdb++-dev / libdb5.3-dev; scripts/setup.sh installs them).
+# nlohmann_json, and the peers LMDB, Berkeley DB and absl::btree_map (Debian:
+# liblmdb-dev, libdb++-dev / libdb5.3-dev, libabsl-dev; scripts/setup.sh
+# installs them).
+find_package(absl CONFIG REQUIRED)
 
 find_path(PMTREE_LMDB_INCLUDE lmdb.h)
 find_library(PMTREE_LMDB_LIBRARY lmdb)
@@ -28,7 +30,7 @@ add_library(pmtree_bench
 target_include_directories(pmtree_bench PUBLIC src PRIVATE ${PMTREE_LMDB_INCLUDE} ${PMTREE_BDB_INCLUDE})
 target_link_libraries(pmtree_bench
   PUBLIC pmtree_kv pmtree_trees nlohmann_json::nlohmann_json
-  PRIVATE ${PMTREE_LMDB_LIBRARY} ${PMTREE_BDB_LIBRARY})
+  PRIVATE ${PMTREE_LMDB_LIBRARY} ${PMTREE_BDB_LIBRARY} absl::btree)
 
 # Recorded in every report; output.cc prefers the live `git describe` of the
 # source tree when it is available at run time.
