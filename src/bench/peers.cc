@@ -648,6 +648,9 @@ class AbslTarget final : public Target {
   TargetStats Stats() override {
     TargetStats t;
     t.entries = map_.size();
+    // A lower bound: the entries themselves (absl does not report its node
+    // overhead or string heap blocks).
+    t.dram_bytes = map_.size() * sizeof(typename absl::btree_map<K, V>::value_type);
     return t;
   }
   Status Finish() override {

@@ -13,6 +13,10 @@
 //                 write-ahead logging and the default synchronous log flush
 //   bdb-nosync    the same with DB_TXN_NOSYNC (the commit record stays in the
 //                 in-process log buffer)
+//   lmdb-writemap MDB_WRITEMAP (pages written in the shared map, msync at
+//                 commit); lmdb-writemap-async adds MDB_MAPASYNC (relaxed)
+//   absl-btree    absl::btree_map in the heap: volatile, single-threaded, the
+//                 reference for "how close to DRAM speed"
 //
 // Keys are the big-endian 8 bytes of the 64-bit key (so the stores' byte
 // order is the integer order) or the workload's byte-string key; values are
