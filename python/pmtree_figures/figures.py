@@ -109,7 +109,7 @@ def _draw_profile(ax, fig, kind, rows, folder):
             if not w:
                 continue
             ax.plot(w, [(i + 1) / len(w) for i in range(len(w))], drawstyle="steps-post",
-                    label="%s (max %d, median %d)" % (label, w[-1], w[len(w) // 2]))
+                    label="%s (max %d, median %d, min %d)" % (label, w[-1], w[len(w) // 2], w[0]))
         ax.set_xscale("symlog")
         ax.set_xlabel("writes (store calls) per page")
         ax.set_ylabel("fraction of pages")

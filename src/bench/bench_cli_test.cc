@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -30,6 +31,43 @@ CliRun Pmtree(const std::string& args, bool merge_stderr) {
   int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+std::string Slurp(const std::string& path) {
+  std::string s;
+  if (FILE* f = fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    fclose(f);
+  }
+  return s;
+}
+
+// Issue 20's determinism: the same seeded single-threaded run twice gives
+// byte-identical write profiles; another seed gives another profile.
+TEST(BenchCliTest, WriteProfilesOfTheSameSeededRunAreIdentical) {
+  const std::string dir = "/dev/shm/pmtree-bench-cli-wp-" + std::to_string(getpid());
+  auto run = [&](const std::string& tag, int seed) {
+    CliRun r = Pmtree("bench --tree fastfair,cdds --records 500 --ops 1000 --mix read=0.5,insert=0.3,remove=0.2 "
+                      "--seed " + std::to_string(seed) + " --pool " + dir + "-" + tag + ".pool --pool-size 16M "
+                      "--write-profile " + dir + "-" + tag + " --profile-window 50 --json --no-progress",
+                      false);
+    EXPECT_EQ(r.status, 0) << r.out;
+    std::string all;
+    for (const char* tree : {"fastfair", "cdds"}) {
+      const std::string path = dir + "-" + tag + "." + tree + "-t1-r0.profile.json";
+      const std::string body = Slurp(path);
+      EXPECT_FALSE(body.empty()) << path;
+      EXPECT_NE(r.out.find(path), std::string::npos) << "the row names its profile: " << r.out;
+      all += body;
+      unlink(path.c_str());
+    }
+    return all;
+  };
+  const std::string a = run("a", 7), b = run("b", 7), c = run("c", 8);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
 }
 
 TEST(BenchCliTest, UnknownTreeExitsTwoListingValidNames) {

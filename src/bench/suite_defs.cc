@@ -676,7 +676,8 @@ void RunWearExperiment(SuiteContext& s) {
     s.Run("cdds-wear", c);
   }
   std::string table = "| tree | blocks (1K) | page writes max / median (1K) | page writes max / median (" + Scale(big) +
-                      ") | writes per window with / without an allocation (1K) |\n|---|---|---|---|---|\n";
+                      ") | hottest page / median (" + Scale(big) +
+                      ") | writes per window with / without an allocation (1K) |\n|---|---|---|---|---|---|\n";
   for (const std::string& t : trees) {
     const Measurement* a = s.Find("cdds-wear", [&](const Measurement& m) { return m.tree == t && m.variant == "1K"; });
     const Measurement* b =
@@ -685,8 +686,9 @@ void RunWearExperiment(SuiteContext& s) {
     table += "| " + t + " | " + std::to_string(a->profile.blocks) + " | " + std::to_string(a->profile.page_max) +
              " / " + std::to_string(a->profile.page_median) + " | " +
              (b && !b->profile.path.empty()
-                  ? std::to_string(b->profile.page_max) + " / " + std::to_string(b->profile.page_median)
-                  : std::string("n/a")) +
+                  ? std::to_string(b->profile.page_max) + " / " + std::to_string(b->profile.page_median) + " | " +
+                        Num(PageSpread(*b), 1) + "x"
+                  : std::string("n/a | n/a")) +
              " | " + Num(a->profile.alloc_window_writes, 0) + " / " + Num(a->profile.quiet_window_writes, 0) + " |\n";
   }
   s.Text(table);
