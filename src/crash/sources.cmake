@@ -7,9 +7,10 @@ add_library(pmtree_crash
   src/crash/check.cc
   src/crash/key_shapes.cc
   src/crash/explorer.cc
-  src/crash/kill.cc)
+  src/crash/kill.cc
+  src/crash/kv_explore.cc)
 target_include_directories(pmtree_crash PUBLIC include src)
-target_link_libraries(pmtree_crash PUBLIC pmtree_trees PRIVATE nlohmann_json::nlohmann_json)
+target_link_libraries(pmtree_crash PUBLIC pmtree_trees pmtree_kv PRIVATE nlohmann_json::nlohmann_json)
 list(APPEND PMTREE_TOOL_LIBS pmtree_crash)
 
 pmtree_test(crash_test src/crash/crash_test.cc src/crash/test_trees.cc)

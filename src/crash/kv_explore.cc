@@ -1,0 +1,569 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The crash explorer on key-value store workloads (kv_explore.h).
+
+#include "crash/kv_explore.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_set>
+#include <utility>
+
+#include "crash/explorer_internal.h"
+#include "crash/shadow.h"
+#include "crash/trace.h"
+#include "pmtree/kv.h"
+#include "pmtree/registry.h"
+
+namespace pmtree::crash {
+namespace {
+
+// ---- the model --------------------------------------------------------------------------
+
+struct KvVal {
+  bool is_fields = false;
+  std::string value;
+  kv::FieldMap fields;
+  bool operator==(const KvVal& o) const {
+    return is_fields == o.is_fields && (is_fields ? fields == o.fields : value == o.value);
+  }
+};
+using KvModel = std::map<std::string, KvVal, std::less<>>;
+
+// n bytes that depend on `tag` (a multi-line value differs in every line).
+std::string Filler(uint64_t n, uint64_t tag) {
+  std::string s(n, '\0');
+  uint64_t x = tag * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  for (uint64_t i = 0; i < n; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    s[i] = static_cast<char>(x >> 56);
+  }
+  return s;
+}
+
+std::string Describe(const KvVal* v) {
+  if (v == nullptr) return "absent";
+  if (!v->is_fields) return std::to_string(v->value.size()) + " B value";
+  return std::to_string(v->fields.size()) + " fields";
+}
+
+// The first key where `got` and `want` differ, described.
+std::string FirstDifference(const KvModel& got, const KvModel& want) {
+  auto find = [](const KvModel& m, const std::string& k) -> const KvVal* {
+    auto it = m.find(k);
+    return it == m.end() ? nullptr : &it->second;
+  };
+  std::set<std::string> keys;
+  for (const auto& [k, v] : got) keys.insert(k);
+  for (const auto& [k, v] : want) keys.insert(k);
+  for (const std::string& k : keys) {
+    const KvVal* g = find(got, k);
+    const KvVal* w = find(want, k);
+    if (g != nullptr && w != nullptr && *g == *w) continue;
+    std::string d = "key '" + k + "': recovered " + Describe(g) + ", expected " + Describe(w);
+    if (g != nullptr && w != nullptr && g->is_fields == w->is_fields) d += " (contents differ)";
+    return d;
+  }
+  return "no difference";
+}
+
+// ---- the scenarios ------------------------------------------------------------------------
+
+// DRAM state of the traced session that outlives one operation.
+struct Session {
+  kv::Store* store = nullptr;
+  const kv::Snapshot* held = nullptr;
+};
+
+struct KvOp {
+  std::string name;                           // "put(n, 16384 B)"
+  std::function<Status(Session&)> run;        // null: the traced open
+  std::function<void(KvModel*)> apply;        // null: the contents do not change
+};
+
+struct KvScenario {
+  std::string name;
+  std::vector<KvOp> ops;  // ops[0] is the traced open
+  // Untraced operations after the pre-state, then a crash instead of the
+  // clean close: the traced open is a recovery.
+  std::vector<KvOp> crash_after;
+};
+
+Status Found(Result<bool> r, const std::string& what) {
+  if (!r.ok()) return r.status();
+  if (!*r) return Status::Corruption(what + " found no key, the model has it");
+  return Status::Ok();
+}
+
+KvOp Put(const std::string& k, std::string v) {
+  const std::string name = "put(" + k + ", " + std::to_string(v.size()) + " B)";
+  return {name, [k, v](Session& s) { return s.store->Put(k, v); },
+          [k, v](KvModel* m) { (*m)[k] = KvVal{false, v, {}}; }};
+}
+
+KvOp PutFields(const std::string& k, kv::FieldMap f) {
+  return {"put_fields(" + k + ", " + std::to_string(f.size()) + " fields)",
+          [k, f](Session& s) { return s.store->PutFields(k, f); },
+          [k, f](KvModel* m) { (*m)[k] = KvVal{true, {}, f}; }};
+}
+
+KvOp UpdateFields(const std::string& k, kv::FieldMap f) {
+  return {"update_fields(" + k + ", " + std::to_string(f.size()) + " field)",
+          [k, f](Session& s) { return Found(s.store->UpdateFields(k, f), "update_fields(" + k + ")"); },
+          [k, f](KvModel* m) {
+            for (const auto& [n, v] : f) (*m)[k].fields[n] = v;
+          }};
+}
+
+KvOp Delete(const std::string& k) {
+  return {"delete(" + k + ")", [k](Session& s) { return Found(s.store->Delete(k), "delete(" + k + ")"); },
+          [k](KvModel* m) { m->erase(k); }};
+}
+
+using Writes = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
+void ApplyWrites(const Writes& w, KvModel* m) {
+  for (const auto& [k, v] : w) {
+    if (v) (*m)[k] = KvVal{false, *v, {}};
+    else m->erase(k);
+  }
+}
+
+KvOp Batch(Writes w) {
+  return {"write(batch of " + std::to_string(w.size()) + ")",
+          [w](Session& s) {
+            kv::WriteBatch b;
+            for (const auto& [k, v] : w) v ? b.Put(k, *v) : b.Delete(k);
+            return s.store->Write(b);
+          },
+          [w](KvModel* m) { ApplyWrites(w, m); }};
+}
+
+KvOp Txn(Writes w) {
+  return {"transaction(" + std::to_string(w.size()) + " writes).commit",
+          [w](Session& s) {
+            auto t = s.store->BeginTransaction();
+            for (const auto& [k, v] : w) PMTREE_RETURN_IF_ERROR(v ? t->Put(k, *v) : t->Delete(k));
+            return t->Commit();
+          },
+          [w](KvModel* m) { ApplyWrites(w, m); }};
+}
+
+KvOp TakeSnapshot() {
+  return {"get_snapshot", [](Session& s) {
+            s.held = s.store->GetSnapshot();
+            return Status::Ok();
+          },
+          nullptr};
+}
+
+KvOp ReleaseSnapshot() {
+  return {"release_snapshot (GC of the versions it kept)", [](Session& s) {
+            s.store->ReleaseSnapshot(s.held);
+            s.held = nullptr;
+            return Status::Ok();
+          },
+          nullptr};
+}
+
+// The pre-state every scenario starts from (built untraced, closed cleanly).
+std::vector<KvOp> PreState() {
+  return {Put("a", Filler(100, 1)), Put("b", Filler(2000, 2)), Put("d", Filler(60, 3)),
+          PutFields("f", {{"f0", Filler(100, 4)}, {"f1", Filler(100, 5)}, {"f2", Filler(100, 6)}})};
+}
+
+std::vector<KvScenario> Scenarios(uint64_t value_bytes) {
+  std::vector<KvScenario> out = {
+      {"put-1k", {Put("n", Filler(1024, 11))}},
+      {"put-large", {Put("n", Filler(value_bytes, 12))}},
+      {"replace", {Put("b", Filler(3000, 13))}},
+      {"put-fields", {PutFields("g", {{"x", "1"}, {"y", Filler(300, 14)}})}},
+      {"field-update", {UpdateFields("f", {{"f1", Filler(100, 15)}})}},
+      {"batch", {Batch({{"a", Filler(500, 16)}, {"c", Filler(1000, 17)}, {"d", std::nullopt}, {"b", Filler(40, 18)}})}},
+      {"transaction", {Txn({{"a", Filler(200, 19)}, {"e", Filler(70, 20)}, {"b", std::nullopt}})}},
+      {"delete", {Delete("d")}},
+      {"gc-replace", {TakeSnapshot(), Put("a", Filler(600, 21)), ReleaseSnapshot()}},
+      {"gc-delete", {TakeSnapshot(), Delete("b"), ReleaseSnapshot()}},
+      // A crash with a snapshot holding a's old version: recovery (traced)
+      // trims the chain and frees the old version (K7), then a write.
+      {"recover-after-crash", {Put("n", Filler(100, 22))}, {TakeSnapshot(), Put("a", Filler(600, 23))}},
+  };
+  for (KvScenario& s : out)
+    s.ops.insert(s.ops.begin(), KvOp{s.crash_after.empty() ? "open (after a clean close)" : "open (recovery after a crash)",
+                                     nullptr, nullptr});
+  return out;
+}
+
+// ---- checks ----------------------------------------------------------------------------------
+
+std::string ReadAll(kv::Store& s, KvModel* out) {
+  auto it = s.NewIterator();
+  for (it->SeekToFirst(); it->Valid(); it->Next())
+    (*out)[std::string(it->key())] = KvVal{it->is_fields(), std::string(it->value()), it->fields()};
+  if (!it->status().ok()) return "iteration failed: " + it->status().ToString();
+  return "";
+}
+
+// Verify, then the scan and a point read of every key against `want`.
+std::string CheckStore(kv::Store& s, const KvModel& want) {
+  if (Status v = s.Verify(); !v.ok()) return "Verify: " + v.ToString();
+  KvModel got;
+  if (std::string e = ReadAll(s, &got); !e.empty()) return e;
+  if (!(got == want)) return "scan: " + FirstDifference(got, want);
+  for (const auto& [k, v] : want) {
+    KvVal r{v.is_fields, {}, {}};
+    Result<bool> found = v.is_fields ? s.GetFields(k, {}, &r.fields) : s.Get(k, &r.value);
+    if (!found.ok() || !*found || !(r == v))
+      return "get(" + k + "): " + (found.ok() ? (*found ? "wrong contents" : "absent") : found.status().ToString());
+  }
+  return "";
+}
+
+// Writes on a recovered store (latent damage shows up here), checked.
+std::string Continue(kv::Store& s, KvModel m) {
+  const std::vector<KvOp> more = {Put("zz", Filler(300, 31)), Delete(m.empty() ? "zz" : m.begin()->first),
+                                  Batch({{"n", Filler(200, 32)}, {"zy", Filler(90, 33)}})};
+  Session session{&s, nullptr};
+  for (const KvOp& op : more) {
+    if (Status st = op.run(session); !st.ok()) return "continuation " + op.name + ": " + st.ToString();
+    op.apply(&m);
+  }
+  std::string e = CheckStore(s, m);
+  return e.empty() ? e : "after the continuation writes: " + e;
+}
+
+double CpuSeconds() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::string ReplayCommand(const KvExploreOptions& o, const ImageRef& r) {
+  std::string c = "pmtree crash --kv --tree " + o.engine + " --mode " + std::string(ModeName(o.mode));
+  if (o.seed != 1) c += " --seed " + std::to_string(o.seed);
+  if (o.value_bytes != 16384) c += " --value-bytes " + std::to_string(o.value_bytes);
+  if (o.max_images != 4096) c += " --max-images " + std::to_string(o.max_images);
+  if (o.samples != 512) c += " --samples " + std::to_string(o.samples);
+  if (o.pool_size != (4ull << 20)) c += " --pool-size " + std::to_string(o.pool_size);
+  if (o.tree_options.node_size != 0) c += " --node-size " + std::to_string(o.tree_options.node_size);
+  for (const auto& [k, v] : o.tree_options.extra) c += " --tree-option " + k + "=" + v;
+  if (o.testing_skip_redo) c += " --kv-flaw skip-redo";
+  if (o.testing_skip_record_persist) c += " --kv-flaw skip-record-persist";
+  return c + " --replay " + ImageRefString(r);
+}
+
+// ---- one scenario ------------------------------------------------------------------------------
+
+class ScenarioRun {
+ public:
+  ScenarioRun(const KvExploreOptions& o, const KvScenario& sc, uint64_t index, KvExploreReport* rep)
+      : o_(o), sc_(sc), index_(index), rep_(rep) {}
+
+  Status Run() {
+    static std::atomic<uint64_t> counter{0};
+    path_ = o_.dir + "/pmtree-kvcrash-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".pool";
+    Cleanup();
+    Status s = RunIn();
+    Cleanup();
+    return s;
+  }
+
+ private:
+  void Cleanup() {
+    unlink(path_.c_str());
+    unlink((path_ + ".creating").c_str());
+  }
+
+  kv::Options BaseOptions() const {
+    kv::Options ko;
+    ko.engine = o_.engine;
+    ko.pool_size = o_.pool_size;
+    ko.tree_options = o_.tree_options;
+    ko.pool_options.use_env = false;
+    ko.pool_options.counting = false;
+    return ko;
+  }
+
+  Status RunIn() {
+    // 1. The pre-state, untraced, closed cleanly (or crashed).
+    KvModel model;
+    {
+      auto st = kv::Store::Open(path_, BaseOptions());
+      if (!st.ok()) return st.status().Annotate("kv crash: creating the store");
+      Session session{st->get(), nullptr};
+      std::vector<KvOp> pre = PreState();
+      pre.insert(pre.end(), sc_.crash_after.begin(), sc_.crash_after.end());
+      for (const KvOp& op : pre) {
+        PMTREE_RETURN_IF_ERROR(op.run(session).Annotate("kv crash: pre-state " + op.name));
+        if (op.apply) op.apply(&model);
+      }
+      if (sc_.crash_after.empty()) PMTREE_RETURN_IF_ERROR((*st)->Close());
+      st->reset();              // a crash when not closed: every store made is in the file
+      delete session.held;      // DRAM only; the store that issued it is gone
+    }
+    // P before the traced session: the file as the close or crash left it.
+    PMTREE_RETURN_IF_ERROR(img_.Open(o_.pool_size));
+    {
+      const int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return Status::IoError("kv crash: cannot read back " + path_);
+      const ssize_t n = pread(fd, img_.map, o_.pool_size, 0);
+      close(fd);
+      if (n != static_cast<ssize_t>(o_.pool_size)) return Status::IoError("kv crash: short read of " + path_);
+    }
+    // 2. The traced session: the open is operation 0.
+    models_ = {model, model};  // before the open, and after it (the open changes nothing)
+    for (size_t i = 1; i < sc_.ops.size(); i++) {
+      if (sc_.ops[i].apply) sc_.ops[i].apply(&model);
+      models_.push_back(model);
+    }
+    TraceLog log;
+    {
+      TracingBackend* tb = nullptr;
+      kv::Options ko = BaseOptions();
+      ko.pool_options.backend = BackendKind::kCustom;
+      ko.pool_options.backend_factory = TracingFactory(&log, &tb);
+      ko.testing_skip_record_persist = o_.testing_skip_record_persist;
+      log.events.push_back(Event{EventKind::kOpBegin, 0, 0, 0, 0});  // no backend exists before the open
+      auto st = kv::Store::Open(path_, ko);
+      if (!st.ok() || tb == nullptr) {
+        Violation({index_, 0, 0}, 0, "-", "-",
+                  "the traced open failed: " + (st.ok() ? std::string("no backend") : st.status().ToString()));
+        return Status::Ok();
+      }
+      tb->EndOp(0);
+      Session session{st->get(), nullptr};
+      for (size_t i = 1; i < sc_.ops.size(); i++) {
+        tb->BeginOp(i);
+        Status s = sc_.ops[i].run(session);
+        tb->EndOp(i);
+        if (!s.ok()) {
+          Violation({index_, 0, 0}, i, "while running the workload (no crash)", "-", s.ToString());
+          return Status::Ok();
+        }
+      }
+      if (session.held != nullptr) (*st)->ReleaseSnapshot(session.held);
+      st->reset();  // a crash: no Close()
+    }
+    image_path_ = "/proc/self/fd/" + std::to_string(img_.fd);
+    Replay(log);
+    return Status::Ok();
+  }
+
+  // 3. The trace on the shadow model, a crash point at a time.
+  void Replay(const TraceLog& log) {
+    Shadow shadow(img_.map, img_.size, o_.mode);
+    uint64_t op = 0;
+    bool inside = false;
+    uint64_t last_gen = UINT64_MAX;
+    std::unordered_set<uint64_t> seen;
+    for (const Event& ev : log.events) {
+      if (stop_) return;
+      switch (ev.kind) {
+        case EventKind::kOpBegin:
+          op = ev.off;
+          inside = true;
+          last_gen = UINT64_MAX;
+          seen.clear();
+          rep_->operations++;
+          break;
+        case EventKind::kOpEnd:
+          shadow.OpEnd();
+          CrashPoint(shadow, op, "end of " + sc_.ops[op].name, true, &last_gen, &seen);
+          inside = false;
+          break;
+        case EventKind::kStore:
+        case EventKind::kNtStore:
+          if (o_.mode == Mode::kEadr) {
+            for (uint64_t off = 0; off < ev.len && !stop_;) {
+              const uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
+              shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
+              off += n;
+              if (inside)
+                CrashPoint(shadow, op, "after the store at " + log.sites.Name(ev.site), false, &last_gen, &seen);
+            }
+          } else {
+            shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+          }
+          break;
+        case EventKind::kFlush:
+          shadow.Flush(ev.off, ev.len, ev.site);
+          break;
+        case EventKind::kFence:
+          if (inside && o_.mode != Mode::kEadr)
+            CrashPoint(shadow, op, "before the fence at " + log.sites.Name(ev.site), false, &last_gen, &seen);
+          shadow.Fence(ev.site);
+          break;
+      }
+    }
+  }
+
+  // 4. Every image of one crash point, recovered and checked.
+  void CrashPoint(Shadow& shadow, uint64_t op, const std::string& where, bool at_end, uint64_t* last_gen,
+                  std::unordered_set<uint64_t>* seen) {
+    if (!at_end && shadow.generation() == *last_gen) return;  // same images as the last point
+    *last_gen = at_end ? UINT64_MAX : shadow.generation();
+    const uint64_t p = point_++;
+    if (o_.replay && p != o_.replay->point) return;
+    const uint64_t seed = Mix(o_.seed ^ Mix(index_ * 1000003 + p));
+    std::vector<Unit*> units;
+    if (o_.mode != Mode::kEadr) units = shadow.DirtyUnits();
+    ImagePlan plan(units, img_.map, o_.max_images, o_.samples, seed);
+    rep_->crash_points++;
+    if (plan.exhaustive()) rep_->crash_points_exhaustive++;
+    const KvModel& m0 = models_[op];
+    const KvModel& m1 = models_[op + 1];
+    std::vector<uint32_t> choice;
+    uint64_t checked_here = 0;
+    for (uint64_t i = 0; i < plan.planned(); i++) {
+      if (o_.replay && i != o_.replay->image) continue;
+      plan.Apply(i, &choice);
+      const uint64_t h = plan.ImageHash(shadow.p_hash()) ^ (at_end ? 0x5bd1e995ull : 0);
+      if (!o_.replay && !seen->insert(h).second) {
+        rep_->images_deduplicated++;
+        continue;
+      }
+      const bool cont = o_.continuation_every > 0 && checked_here++ % o_.continuation_every == 0;
+      const std::string failure = CheckImage(m0, m1, !at_end, cont);
+      rep_->images_checked++;
+      if (o_.replay)
+        std::fprintf(stderr, "replay %s: scenario %s; in flight %s; %s; image %s: %s\n",
+                     ImageRefString({index_, p, i}).c_str(), sc_.name.c_str(), sc_.ops[op].name.c_str(),
+                     where.c_str(), plan.Describe(choice).c_str(), failure.empty() ? "OK" : failure.c_str());
+      if (!failure.empty()) {
+        Violation({index_, p, i}, op, where, plan.Describe(choice), failure);
+        break;  // one ticket per crash point is enough
+      }
+      Progress();
+    }
+  }
+
+  std::string CheckImage(const KvModel& m0, const KvModel& m1, bool m0_ok, bool continuation) {
+    kv::Options ro = BaseOptions();
+    ro.create_if_missing = false;
+    ro.pool_options.private_mapping = true;  // recovery writes never reach the image
+    ro.testing_skip_redo = o_.testing_skip_redo;
+    auto st = kv::Store::Open(image_path_, ro);
+    if (!st.ok()) return "kv::Store::Open: " + st.status().ToString();
+    const std::string after = CheckStore(**st, m1);
+    const KvModel* state = &m1;
+    if (!after.empty()) {
+      if (!m0_ok) return "not the state after the acknowledged operation: " + after;
+      const std::string before = CheckStore(**st, m0);
+      if (!before.empty())
+        return "neither the state before nor after the operation in flight: after: " + after + "; before: " + before;
+      state = &m0;
+    }
+    if (!continuation) return "";
+    rep_->continuation_runs++;
+    return Continue(**st, *state);
+  }
+
+  void Violation(const ImageRef& r, uint64_t op, const std::string& point, const std::string& image,
+                 const std::string& failure) {
+    rep_->violations++;
+    if (o_.stop_at_first_violation) stop_ = true;
+    if (rep_->tickets.size() >= o_.max_tickets) return;
+    Ticket t;
+    t.where = r;
+    t.scenario = sc_.name;
+    t.op = op < sc_.ops.size() ? sc_.ops[op].name : "?";
+    t.point = point;
+    t.image = image;
+    t.failure = failure;
+    t.command = ReplayCommand(o_, r);
+    rep_->tickets.push_back(std::move(t));
+  }
+
+  void Progress() {
+    if (!o_.progress) return;
+    static double last = 0;
+    if (Now() - last < 2) return;
+    last = Now();
+    std::fprintf(stderr, "kv crash %s %s: scenario %s, %llu crash points, %llu images, %llu violations\n",
+                 o_.engine.c_str(), std::string(ModeName(o_.mode)).c_str(), sc_.name.c_str(),
+                 static_cast<unsigned long long>(rep_->crash_points),
+                 static_cast<unsigned long long>(rep_->images_checked),
+                 static_cast<unsigned long long>(rep_->violations));
+  }
+
+ public:
+  bool stopped() const { return stop_; }
+
+ private:
+  const KvExploreOptions& o_;
+  const KvScenario& sc_;
+  const uint64_t index_;
+  KvExploreReport* rep_;
+  std::string path_;
+  std::string image_path_;
+  ImageFile img_;
+  std::vector<KvModel> models_;  // models_[j]: the contents before operation j, [j + 1] after it
+  uint64_t point_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+std::vector<std::string> KvScenarioNames() {
+  std::vector<std::string> out;
+  for (const KvScenario& s : Scenarios(1)) out.push_back(s.name);
+  return out;
+}
+
+Result<KvExploreReport> ExploreKv(const KvExploreOptions& o) {
+  const TreeFactory* f = FindTree(o.engine);
+  if (f == nullptr) return Status::InvalidArgument("kv crash: unknown engine '" + o.engine + "'; valid: " + TreeNames());
+  if (!f->persistent() || f->create_bytes == nullptr)
+    return Status::InvalidArgument("kv crash: engine '" + o.engine +
+                                   "' cannot hold a store (it needs a persistent tree with byte-string keys)");
+  if (o.value_bytes < 1 || o.value_bytes > (1u << 20))
+    return Status::InvalidArgument("kv crash: the large value must be 1..1048576 bytes");
+  if (o.pool_size < kMinPoolSize || o.pool_size % 4096 != 0)
+    return Status::InvalidArgument("kv crash: the pool size must be a multiple of 4096 and at least " +
+                                   std::to_string(kMinPoolSize));
+  if (o.max_images < 1) return Status::InvalidArgument("kv crash: max_images must be at least 1");
+  const std::vector<KvScenario> scenarios = Scenarios(o.value_bytes);
+  if (o.replay && o.replay->scenario >= scenarios.size())
+    return Status::InvalidArgument("kv crash: replay: scenario " + std::to_string(o.replay->scenario) +
+                                   " does not exist (" + std::to_string(scenarios.size()) + " scenarios)");
+  KvExploreReport rep;
+  rep.engine = o.engine;
+  rep.mode = o.mode;
+  const double t0 = Now();
+  const double cpu0 = CpuSeconds();
+  for (uint64_t i = 0; i < scenarios.size(); i++) {
+    if (o.replay && i != o.replay->scenario) continue;
+    if (!o.replay && scenarios[i].name.find(o.scenario) == std::string::npos) continue;
+    ScenarioRun run(o, scenarios[i], i, &rep);
+    PMTREE_RETURN_IF_ERROR(run.Run());
+    rep.scenarios++;
+    if (run.stopped()) break;
+  }
+  if (rep.scenarios == 0)
+    return Status::InvalidArgument("kv crash: no scenario is named like '" + o.scenario + "'");
+  rep.seconds = Now() - t0;
+  rep.cpu_seconds = CpuSeconds() - cpu0;
+  return rep;
+}
+
+}  // namespace pmtree::crash
