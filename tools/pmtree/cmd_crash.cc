@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "crash/explorer.h"
 #include "crash/kill.h"
+#include "crash/kv_explore.h"
 #include "pmtree/registry.h"
 
 namespace pmtree::cli {
@@ -59,6 +60,10 @@ struct CrashArgs {
   bool quiet = false;
   std::string dir = "/dev/shm";
   size_t max_tickets = 20;
+  bool kv = false;                 // explore kv::Store scenarios with --tree as the engine
+  std::string kv_scenario;
+  uint64_t value_bytes = 16384;
+  std::vector<std::string> kv_flaws;
 };
 
 nlohmann::json TicketJson(const crash::Ticket& t) {
@@ -100,6 +105,65 @@ int RunKill(const CrashArgs& a, const TreeFactory& f, const TreeOptions& to) {
     std::printf("%s\n", r->failures.empty() ? "OK: every acknowledged operation survived" : "VIOLATIONS FOUND");
   }
   return r->failures.empty() ? 0 : 1;
+}
+
+// `pmtree crash --kv`: the store's scenarios over engine --tree (kv_explore.h).
+int RunKv(const CrashArgs& a, const TreeOptions& to) {
+  crash::KvExploreOptions o;
+  o.engine = a.tree;
+  o.tree_options = to;
+  o.seed = a.seed;
+  o.max_images = a.max_images;
+  o.samples = a.samples;
+  o.pool_size = a.pool_size;
+  o.dir = a.dir;
+  o.value_bytes = a.value_bytes;
+  o.scenario = a.kv_scenario;
+  o.max_tickets = a.max_tickets;
+  o.progress = !a.quiet;
+  if (a.no_continuation) o.continuation_every = 0;
+  for (const std::string& flaw : a.kv_flaws) {
+    o.testing_skip_redo |= flaw == "skip-redo";
+    o.testing_skip_record_persist |= flaw == "skip-record-persist";
+  }
+  Status s = crash::ParseMode(a.mode, &o.mode);
+  if (s.ok() && !a.replay.empty()) {
+    crash::ImageRef r;
+    s = crash::ParseImageRef(a.replay, &r);
+    o.replay = r;
+  }
+  Result<crash::KvExploreReport> r = s.ok() ? crash::ExploreKv(o) : Result<crash::KvExploreReport>(s);
+  if (!r.ok()) {
+    std::fprintf(stderr, "pmtree crash: %s\n", r.status().ToString().c_str());
+    return 2;
+  }
+  if (a.json) {
+    nlohmann::json j = {{"engine", r->engine},
+                        {"mode", std::string(crash::ModeName(r->mode))},
+                        {"scenarios", r->scenarios},
+                        {"operations", r->operations},
+                        {"crash_points", r->crash_points},
+                        {"crash_points_exhaustive", r->crash_points_exhaustive},
+                        {"images_checked", r->images_checked},
+                        {"images_deduplicated", r->images_deduplicated},
+                        {"continuation_runs", r->continuation_runs},
+                        {"seconds", r->seconds},
+                        {"cpu_seconds", r->cpu_seconds},
+                        {"violations", r->violations},
+                        {"tickets", nlohmann::json::array()}};
+    for (const auto& t : r->tickets) j["tickets"].push_back(TicketJson(t));
+    std::cout << j.dump(2) << "\n";
+  } else {
+    for (const auto& t : r->tickets) std::printf("%s\n", t.ToString().c_str());
+    std::printf("kv store on %s, mode %s: %llu scenarios, %llu operations, %llu crash points (%llu exhaustive), "
+                "%llu images checked (+%llu deduplicated), %.1f s (%.1f CPU s)\n%s: %llu violations\n",
+                r->engine.c_str(), std::string(crash::ModeName(r->mode)).c_str(), (unsigned long long)r->scenarios,
+                (unsigned long long)r->operations, (unsigned long long)r->crash_points,
+                (unsigned long long)r->crash_points_exhaustive, (unsigned long long)r->images_checked,
+                (unsigned long long)r->images_deduplicated, r->seconds, r->cpu_seconds,
+                r->violations == 0 ? "OK" : "VIOLATIONS FOUND", (unsigned long long)r->violations);
+  }
+  return r->violations == 0 ? 0 : 1;
 }
 
 // Every numeric option's range; the message is the one line the user sees.
@@ -150,6 +214,7 @@ int Run(const CrashArgs& a) {
     to.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   if (a.kill > 0) return RunKill(a, *f, to);
+  if (a.kv) return RunKv(a, to);
 
   crash::ExploreOptions o;
   Status s = crash::ParseMode(a.mode, &o.mode);
@@ -354,6 +419,12 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--max-tickets", a->max_tickets, "tickets to print");
   sub->add_option("--dir", a->dir, "kill harness: directory of the pool file");
   sub->add_flag("--quiet", a->quiet, "no progress lines on stderr");
+  sub->add_flag("--kv", a->kv, "explore kv::Store scenarios (puts, replace, fields, batch, transaction, delete, GC) "
+                               "with --tree as the engine (docs/kv.md)");
+  sub->add_option("--kv-scenario", a->kv_scenario, "--kv: only scenarios whose name contains this");
+  sub->add_option("--value-bytes", a->value_bytes, "--kv: size of the large put's value")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--kv-flaw", a->kv_flaws, "--kv negative control: skip-redo or skip-record-persist (repeatable)")
+      ->check(CLI::IsMember({"skip-redo", "skip-record-persist"}));
   sub->callback([a, exit_code] { *exit_code = Run(*a); });
 }
 
