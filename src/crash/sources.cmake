@@ -25,3 +25,11 @@ if(BUILD_TESTING)
   target_include_directories(crash_long_test PRIVATE src tests)
   gtest_discover_tests(crash_long_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "long" TIMEOUT 7200)
 endif()
+
+# The explorer on kv::Store scenarios, every engine, ADR and eADR (under a
+# minute in all); the long variant takes a 256 KiB value and three seeds.
+pmtree_test(crash_kv_test tests/crash_kv_test.cc)
+pmtree_test(crash_kv_long_test tests/crash_kv_test.cc LONG)
+if(BUILD_TESTING)
+  target_compile_definitions(crash_kv_long_test PRIVATE PMTREE_KV_CRASH_LONG=1)
+endif()
