@@ -17,7 +17,7 @@
 // second is no flaw in eADR (caches persist) and must not be reported there.
 //
 // Built twice: crash_kv_test (default run: a 16 KiB large value, seed 1) and
-// crash_kv_long_test (label long; PMTREE_KV_CRASH_LONG: a 256 KiB value and
+// crash_kv_long_test (label long; PMTREE_KV_CRASH_LONG: a 64 KiB value and
 // seeds 1..3 for the samples).  PMTREE_SEED picks another seed.
 
 #include <gtest/gtest.h>
@@ -36,7 +36,7 @@ namespace {
 
 // The long binary names its suite apart: ctest keys tests by name.
 #ifdef PMTREE_KV_CRASH_LONG
-constexpr uint64_t kValueBytes = 256 << 10;
+constexpr uint64_t kValueBytes = 64 << 10;
 constexpr uint64_t kSeeds = 3;
 #define PMTREE_KV_SUITE KvCrashLongTest
 #else

@@ -27,7 +27,7 @@ if(BUILD_TESTING)
 endif()
 
 # The explorer on kv::Store scenarios, every engine, ADR and eADR (under a
-# minute in all); the long variant takes a 256 KiB value and three seeds.
+# minute in all); the long variant takes a 64 KiB value and three seeds.
 pmtree_test(crash_kv_test tests/crash_kv_test.cc)
 pmtree_test(crash_kv_long_test tests/crash_kv_test.cc LONG)
 if(BUILD_TESTING)
