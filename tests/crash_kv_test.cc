@@ -9,7 +9,10 @@
 // tombstone), a recovery after a crash), every crash point of every
 // operation, up to 4096 images per point (+512 samples above that); each
 // image recovered by kv::Store::Open and checked (Verify, contents == the
-// model before or after the operation in flight), zero violations required.
+// model before or after the operation in flight), continuation writes on
+// sampled images, crash during recovery from the first and last image of
+// sampled points (up to 64 images per point of the recovery); zero
+// violations required.
 //
 // Negative controls, per engine: kv::Options::testing_skip_redo (recovery
 // leaves committed batches half applied) and testing_skip_record_persist (a
@@ -90,11 +93,12 @@ TEST_P(PMTREE_KV_SUITE, EveryScenarioRecoversBeforeOrAfterTheOperationInFlight) 
     auto r = ExploreKv(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     std::printf("%s %s seed %llu: %llu scenarios, %llu operations, %llu crash points (%llu exhaustive), %llu images "
-                "(+%llu deduplicated), %llu continuations, %llu violations, %.1f CPU s\n",
+                "(+%llu deduplicated, +%llu in %llu crashed recoveries), %llu continuations, %llu violations, %.1f CPU s\n",
                 engine.c_str(), std::string(ModeName(mode)).c_str(), (unsigned long long)o.seed,
                 (unsigned long long)r->scenarios, (unsigned long long)r->operations,
                 (unsigned long long)r->crash_points, (unsigned long long)r->crash_points_exhaustive,
                 (unsigned long long)r->images_checked, (unsigned long long)r->images_deduplicated,
+                (unsigned long long)r->recovery_crash_images, (unsigned long long)r->recoveries_crashed,
                 (unsigned long long)r->continuation_runs, (unsigned long long)r->violations, r->cpu_seconds);
     EXPECT_EQ(r->violations, 0u) << Tickets(*r);
     // All the work ran: every scenario, each operation with its crash
@@ -103,6 +107,8 @@ TEST_P(PMTREE_KV_SUITE, EveryScenarioRecoversBeforeOrAfterTheOperationInFlight) 
     EXPECT_GE(r->crash_points, r->operations);
     EXPECT_GE(r->images_checked, r->crash_points / 2);  // the rest are duplicates of checked images
     EXPECT_GT(r->continuation_runs, 0u);
+    EXPECT_GT(r->recoveries_crashed, 0u);  // every open writes (the pool's dirty flag at least)
+    EXPECT_GT(r->recovery_crash_images, r->recoveries_crashed);
   }
 }
 

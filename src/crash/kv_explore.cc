@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -267,6 +269,9 @@ std::string ReplayCommand(const KvExploreOptions& o, const ImageRef& r) {
   if (o.pool_size != (4ull << 20)) c += " --pool-size " + std::to_string(o.pool_size);
   if (o.tree_options.node_size != 0) c += " --node-size " + std::to_string(o.tree_options.node_size);
   for (const auto& [k, v] : o.tree_options.extra) c += " --tree-option " + k + "=" + v;
+  if (o.continuation_every != 8) c += " --continuation-every " + std::to_string(o.continuation_every);
+  if (o.recovery_crash_every != 16) c += " --recovery-crash-every " + std::to_string(o.recovery_crash_every);
+  if (o.recovery_images != 64) c += " --recovery-images " + std::to_string(o.recovery_images);
   if (o.testing_skip_redo) c += " --kv-flaw skip-redo";
   if (o.testing_skip_record_persist) c += " --kv-flaw skip-record-persist";
   return c + " --replay " + ImageRefString(r);
@@ -323,6 +328,8 @@ class ScenarioRun {
     }
     // P before the traced session: the file as the close or crash left it.
     PMTREE_RETURN_IF_ERROR(img_.Open(o_.pool_size));
+    PMTREE_RETURN_IF_ERROR(rec_a_.Open(o_.pool_size));
+    PMTREE_RETURN_IF_ERROR(rec_b_.Open(o_.pool_size));
     {
       const int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) return Status::IoError("kv crash: cannot read back " + path_);
@@ -330,6 +337,8 @@ class ScenarioRun {
       close(fd);
       if (n != static_cast<ssize_t>(o_.pool_size)) return Status::IoError("kv crash: short read of " + path_);
     }
+    // Bytes past the last nonzero one of P stay zero unless a store reaches them.
+    for (extent_ = o_.pool_size; extent_ > 0 && img_.map[extent_ - 1] == 0;) extent_--;
     // 2. The traced session: the open is operation 0.
     models_ = {model, model};  // before the open, and after it (the open changes nothing)
     for (size_t i = 1; i < sc_.ops.size(); i++) {
@@ -364,7 +373,8 @@ class ScenarioRun {
       if (session.held != nullptr) (*st)->ReleaseSnapshot(session.held);
       st->reset();  // a crash: no Close()
     }
-    image_path_ = "/proc/self/fd/" + std::to_string(img_.fd);
+    extent_ = std::max(extent_, log.high_water);
+    image_path_ = PathOf(img_);
     Replay(log);
     return Status::Ok();
   }
@@ -442,9 +452,17 @@ class ScenarioRun {
         rep_->images_deduplicated++;
         continue;
       }
-      const bool cont = o_.continuation_every > 0 && checked_here++ % o_.continuation_every == 0;
-      const std::string failure = CheckImage(m0, m1, !at_end, cont);
+      // Continuation on the first image of each point (in eADR, where every
+      // store is a point with one image, of each operation's end) and on
+      // every n-th image of the scenario.
+      const bool first_here = checked_here++ == 0 && (o_.mode != Mode::kEadr || at_end);
+      const bool cont = o_.continuation_every > 0 && (first_here || checked_++ % o_.continuation_every == 0);
+      std::string failure = CheckImage(image_path_, m0, m1, !at_end, cont);
       rep_->images_checked++;
+      const bool recovery_point =
+          o_.recovery_crash_every > 0 && (o_.mode != Mode::kEadr || at_end || p % o_.recovery_crash_every == 0);
+      if (failure.empty() && recovery_point && (i == 0 || i + 1 == plan.planned()))
+        failure = CrashDuringRecovery(m0, m1, !at_end, seed ^ Mix(i + 7));
       if (o_.replay)
         std::fprintf(stderr, "replay %s: scenario %s; in flight %s; %s; image %s: %s\n",
                      ImageRefString({index_, p, i}).c_str(), sc_.name.c_str(), sc_.ops[op].name.c_str(),
@@ -457,12 +475,93 @@ class ScenarioRun {
     }
   }
 
-  std::string CheckImage(const KvModel& m0, const KvModel& m1, bool m0_ok, bool continuation) {
+  static std::string PathOf(const ImageFile& f) { return "/proc/self/fd/" + std::to_string(f.fd); }
+
+  // Traces the store's recovery of the image in img_ (on a copy) and checks
+  // every crash image of it (bounded).  Returns "" or the failure.
+  std::string CrashDuringRecovery(const KvModel& m0, const KvModel& m1, bool m0_ok, uint64_t seed) {
+    rec_a_.Reset(extent_);
+    std::memcpy(rec_a_.map, img_.map, extent_);
+    TraceLog rlog;
+    {
+      TracingBackend* tb = nullptr;
+      kv::Options ko = BaseOptions();
+      ko.create_if_missing = false;
+      ko.testing_skip_redo = o_.testing_skip_redo;
+      ko.pool_options.backend = BackendKind::kCustom;
+      ko.pool_options.backend_factory = TracingFactory(&rlog, &tb);
+      rlog.events.push_back(Event{EventKind::kOpBegin, 0, 0, 0, 0});
+      auto st = kv::Store::Open(PathOf(rec_a_), ko);
+      if (!st.ok() || tb == nullptr) return "";  // the plain check reports it
+      tb->EndOp(0);
+      st->reset();  // a crash right after recovery: nothing more to see
+    }
+    rec_a_.dirty = std::max(rec_a_.dirty, rlog.high_water);
+    bool writes = false;
+    for (const Event& ev : rlog.events) writes |= ev.kind == EventKind::kStore || ev.kind == EventKind::kNtStore;
+    if (!writes) return "";
+    rep_->recoveries_crashed++;
+    rec_b_.Reset(std::max(extent_, rlog.high_water));
+    std::memcpy(rec_b_.map, img_.map, extent_);
+    Shadow shadow(rec_b_.map, rec_b_.size, o_.mode);
+    const std::string path = PathOf(rec_b_);
+    bool inside = true;
+    uint64_t q = 0;
+    std::string failure;
+    auto point = [&](const std::string& where) {
+      std::vector<Unit*> units;
+      if (o_.mode != Mode::kEadr) units = shadow.DirtyUnits();
+      ImagePlan plan(units, rec_b_.map, o_.recovery_images, 16, seed ^ Mix(q));
+      std::vector<uint32_t> choice;
+      for (uint64_t j = 0; j < plan.planned() && failure.empty(); j++) {
+        plan.Apply(j, &choice);
+        rep_->recovery_crash_images++;
+        const std::string f = CheckImage(path, m0, m1, m0_ok, false);
+        if (!f.empty())
+          failure = "crash during recovery (" + where + ", recovery image " + std::to_string(q) + ":" +
+                    std::to_string(j) + ", " + plan.Describe(choice) + "), then recovery again: " + f;
+      }
+      q++;
+      return failure.empty();
+    };
+    for (const Event& ev : rlog.events) {
+      switch (ev.kind) {
+        case EventKind::kOpBegin: break;
+        case EventKind::kOpEnd:
+          if (!point("end of recovery")) return failure;
+          inside = false;
+          break;
+        case EventKind::kStore:
+        case EventKind::kNtStore:
+          if (o_.mode == Mode::kEadr) {
+            for (uint64_t off = 0; off < ev.len;) {
+              const uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
+              shadow.Store(ev.off + off, &rlog.bytes[ev.data + off], n, ev.site, false);
+              off += n;
+              if (inside && !point("after the store at " + rlog.sites.Name(ev.site))) return failure;
+            }
+          } else {
+            shadow.Store(ev.off, &rlog.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+          }
+          break;
+        case EventKind::kFlush: shadow.Flush(ev.off, ev.len, ev.site); break;
+        case EventKind::kFence:
+          if (inside && o_.mode != Mode::kEadr && !point("before the fence at " + rlog.sites.Name(ev.site)))
+            return failure;
+          shadow.Fence(ev.site);
+          break;
+      }
+    }
+    return "";
+  }
+
+  std::string CheckImage(const std::string& path, const KvModel& m0, const KvModel& m1, bool m0_ok,
+                         bool continuation) {
     kv::Options ro = BaseOptions();
     ro.create_if_missing = false;
     ro.pool_options.private_mapping = true;  // recovery writes never reach the image
     ro.testing_skip_redo = o_.testing_skip_redo;
-    auto st = kv::Store::Open(image_path_, ro);
+    auto st = kv::Store::Open(path, ro);
     if (!st.ok()) return "kv::Store::Open: " + st.status().ToString();
     const std::string after = CheckStore(**st, m1);
     const KvModel* state = &m1;
@@ -517,8 +616,11 @@ class ScenarioRun {
   std::string path_;
   std::string image_path_;
   ImageFile img_;
+  ImageFile rec_a_, rec_b_;  // crash during recovery: the traced recovery, its crash images
+  uint64_t extent_ = 0;      // bytes [extent_, size) of every image are zero
   std::vector<KvModel> models_;  // models_[j]: the contents before operation j, [j + 1] after it
   uint64_t point_ = 0;
+  uint64_t checked_ = 0;  // images checked in this scenario (continuation sampling)
   bool stop_ = false;
 };
 

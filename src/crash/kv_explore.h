@@ -21,8 +21,15 @@
 //      dangling record), then the whole contents (plain values and fields)
 //      must equal the model before or after the operation in flight, only
 //      after it at its end (a batch or transaction is all or nothing);
-//   5. on the first and every continuation_every-th image of a point, a few
-//      more writes on the recovered store, then Verify and the model again.
+//   5. on the first image of each point (each operation's end in eADR) and
+//      every continuation_every-th image of a scenario, a few more writes on
+//      the recovered store, then Verify and the model again;
+//   6. crash during recovery: from the first and the last image of a point
+//      (every point in ADR and strict, each operation's end and every
+//      recovery_crash_every-th point in eADR) the store's own recovery is
+//      traced, and each crash image of it (up to recovery_images per point,
+//      else the structured set + 16 samples) is recovered again and checked
+//      against the same states.
 //
 // Every failure is a Ticket whose command replays that image.
 //
@@ -57,6 +64,8 @@ struct KvExploreOptions {
   // Only scenarios whose name contains this ("" = all; KvScenarioNames()).
   std::string scenario;
   uint32_t continuation_every = 8;  // 0: no continuation writes
+  uint32_t recovery_crash_every = 16;  // eADR: crash during recovery at every n-th point; 0: never (any mode)
+  uint64_t recovery_images = 64;       // exhaustive bound per crash point inside recovery
   // Negative controls (kv::Options' test-only flaws): recovery without the
   // redo of committed logs; versions named before they are persisted.
   bool testing_skip_redo = false;
@@ -77,6 +86,8 @@ struct KvExploreReport {
   uint64_t images_checked = 0;
   uint64_t images_deduplicated = 0;
   uint64_t continuation_runs = 0;
+  uint64_t recoveries_crashed = 0;      // traced recoveries that wrote (and were crashed)
+  uint64_t recovery_crash_images = 0;   // images checked inside those recoveries
   uint64_t violations = 0;
   double seconds = 0;
   double cpu_seconds = 0;           // of this process (user + system)

@@ -63,6 +63,7 @@ struct CrashArgs {
   bool kv = false;                 // explore kv::Store scenarios with --tree as the engine
   std::string kv_scenario;
   uint64_t value_bytes = 16384;
+  uint64_t recovery_images = 64;
   std::vector<std::string> kv_flaws;
 };
 
@@ -121,7 +122,10 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
   o.scenario = a.kv_scenario;
   o.max_tickets = a.max_tickets;
   o.progress = !a.quiet;
-  if (a.no_continuation) o.continuation_every = 0;
+  o.continuation_every = a.no_continuation ? 0 : a.continuation_every;
+  if (a.recovery_crash_every > 0) o.recovery_crash_every = a.recovery_crash_every;
+  if (a.no_recovery_crash) o.recovery_crash_every = 0;
+  o.recovery_images = a.recovery_images;
   for (const std::string& flaw : a.kv_flaws) {
     o.testing_skip_redo |= flaw == "skip-redo";
     o.testing_skip_record_persist |= flaw == "skip-record-persist";
@@ -147,6 +151,8 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
                         {"images_checked", r->images_checked},
                         {"images_deduplicated", r->images_deduplicated},
                         {"continuation_runs", r->continuation_runs},
+                        {"recoveries_crashed", r->recoveries_crashed},
+                        {"recovery_crash_images", r->recovery_crash_images},
                         {"seconds", r->seconds},
                         {"cpu_seconds", r->cpu_seconds},
                         {"violations", r->violations},
@@ -156,11 +162,13 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
   } else {
     for (const auto& t : r->tickets) std::printf("%s\n", t.ToString().c_str());
     std::printf("kv store on %s, mode %s: %llu scenarios, %llu operations, %llu crash points (%llu exhaustive), "
-                "%llu images checked (+%llu deduplicated), %.1f s (%.1f CPU s)\n%s: %llu violations\n",
+                "%llu images checked (+%llu deduplicated, +%llu in %llu crashed recoveries), %.1f s (%.1f CPU s)\n"
+                "%s: %llu violations\n",
                 r->engine.c_str(), std::string(crash::ModeName(r->mode)).c_str(), (unsigned long long)r->scenarios,
                 (unsigned long long)r->operations, (unsigned long long)r->crash_points,
                 (unsigned long long)r->crash_points_exhaustive, (unsigned long long)r->images_checked,
-                (unsigned long long)r->images_deduplicated, r->seconds, r->cpu_seconds,
+                (unsigned long long)r->images_deduplicated, (unsigned long long)r->recovery_crash_images,
+                (unsigned long long)r->recoveries_crashed, r->seconds, r->cpu_seconds,
                 r->violations == 0 ? "OK" : "VIOLATIONS FOUND", (unsigned long long)r->violations);
   }
   return r->violations == 0 ? 0 : 1;
@@ -423,6 +431,7 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
                                "with --tree as the engine (docs/kv.md)");
   sub->add_option("--kv-scenario", a->kv_scenario, "--kv: only scenarios whose name contains this");
   sub->add_option("--value-bytes", a->value_bytes, "--kv: size of the large put's value")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--recovery-images", a->recovery_images, "--kv: exhaustive bound per crash point inside a recovery");
   sub->add_option("--kv-flaw", a->kv_flaws, "--kv negative control: skip-redo or skip-record-persist (repeatable)")
       ->check(CLI::IsMember({"skip-redo", "skip-record-persist"}));
   sub->callback([a, exit_code] { *exit_code = Run(*a); });
