@@ -277,6 +277,63 @@ std::string ReplayCommand(const KvExploreOptions& o, const ImageRef& r) {
   return c + " --replay " + ImageRefString(r);
 }
 
+// A crash point of a replayed trace: the operation in flight, where in it,
+// and whether it is the operation's end (its effect acknowledged).
+struct PointAt {
+  uint64_t op;
+  std::string where;
+  bool at_end;
+};
+
+// Replays `log` on `shadow` and calls `point` at every crash point inside an
+// operation: before each fence and at each operation's end in ADR and strict,
+// after every store piece and at each end in eADR (docs/crash_model.md
+// section 1).  A point whose image set equals the previous one's (no store
+// or commit between them) is skipped.  Stops as soon as `point` returns false.
+void ReplayPoints(const TraceLog& log, Shadow& shadow, const std::function<bool(const PointAt&)>& point) {
+  const bool eadr = shadow.mode() == Mode::kEadr;
+  uint64_t op = 0;
+  bool inside = false;
+  uint64_t last_gen = UINT64_MAX;
+  auto at = [&](std::string where, bool at_end) {
+    if (!at_end && shadow.generation() == last_gen) return true;
+    last_gen = at_end ? UINT64_MAX : shadow.generation();
+    return point(PointAt{op, std::move(where), at_end});
+  };
+  for (const Event& ev : log.events) {
+    switch (ev.kind) {
+      case EventKind::kOpBegin:
+        op = ev.off;
+        inside = true;
+        last_gen = UINT64_MAX;
+        break;
+      case EventKind::kOpEnd:
+        shadow.OpEnd();
+        if (!at("", true)) return;
+        inside = false;
+        break;
+      case EventKind::kStore:
+      case EventKind::kNtStore:
+        if (!eadr) {
+          shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+          break;
+        }
+        for (uint64_t off = 0; off < ev.len;) {
+          const uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
+          shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
+          off += n;
+          if (inside && !at("after the store at " + log.sites.Name(ev.site), false)) return;
+        }
+        break;
+      case EventKind::kFlush: shadow.Flush(ev.off, ev.len, ev.site); break;
+      case EventKind::kFence:
+        if (inside && !eadr && !at("before the fence at " + log.sites.Name(ev.site), false)) return;
+        shadow.Fence(ev.site);
+        break;
+    }
+  }
+}
+
 // ---- one scenario ------------------------------------------------------------------------------
 
 class ScenarioRun {
@@ -382,56 +439,22 @@ class ScenarioRun {
   // 3. The trace on the shadow model, a crash point at a time.
   void Replay(const TraceLog& log) {
     Shadow shadow(img_.map, img_.size, o_.mode);
-    uint64_t op = 0;
-    bool inside = false;
-    uint64_t last_gen = UINT64_MAX;
-    std::unordered_set<uint64_t> seen;
-    for (const Event& ev : log.events) {
-      if (stop_) return;
-      switch (ev.kind) {
-        case EventKind::kOpBegin:
-          op = ev.off;
-          inside = true;
-          last_gen = UINT64_MAX;
-          seen.clear();
-          rep_->operations++;
-          break;
-        case EventKind::kOpEnd:
-          shadow.OpEnd();
-          CrashPoint(shadow, op, "end of " + sc_.ops[op].name, true, &last_gen, &seen);
-          inside = false;
-          break;
-        case EventKind::kStore:
-        case EventKind::kNtStore:
-          if (o_.mode == Mode::kEadr) {
-            for (uint64_t off = 0; off < ev.len && !stop_;) {
-              const uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
-              shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
-              off += n;
-              if (inside)
-                CrashPoint(shadow, op, "after the store at " + log.sites.Name(ev.site), false, &last_gen, &seen);
-            }
-          } else {
-            shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
-          }
-          break;
-        case EventKind::kFlush:
-          shadow.Flush(ev.off, ev.len, ev.site);
-          break;
-        case EventKind::kFence:
-          if (inside && o_.mode != Mode::kEadr)
-            CrashPoint(shadow, op, "before the fence at " + log.sites.Name(ev.site), false, &last_gen, &seen);
-          shadow.Fence(ev.site);
-          break;
+    uint64_t op = UINT64_MAX;
+    std::unordered_set<uint64_t> seen;  // image hashes checked in this operation
+    ReplayPoints(log, shadow, [&](const PointAt& pt) {
+      if (pt.op != op) {
+        op = pt.op;
+        seen.clear();
+        rep_->operations++;
       }
-    }
+      CrashPoint(shadow, pt.op, pt.at_end ? "end of " + sc_.ops[pt.op].name : pt.where, pt.at_end, &seen);
+      return !stop_;
+    });
   }
 
   // 4. Every image of one crash point, recovered and checked.
-  void CrashPoint(Shadow& shadow, uint64_t op, const std::string& where, bool at_end, uint64_t* last_gen,
+  void CrashPoint(Shadow& shadow, uint64_t op, const std::string& where, bool at_end,
                   std::unordered_set<uint64_t>* seen) {
-    if (!at_end && shadow.generation() == *last_gen) return;  // same images as the last point
-    *last_gen = at_end ? UINT64_MAX : shadow.generation();
     const uint64_t p = point_++;
     if (o_.replay && p != o_.replay->point) return;
     const uint64_t seed = Mix(o_.seed ^ Mix(index_ * 1000003 + p));
@@ -505,7 +528,6 @@ class ScenarioRun {
     std::memcpy(rec_b_.map, img_.map, extent_);
     Shadow shadow(rec_b_.map, rec_b_.size, o_.mode);
     const std::string path = PathOf(rec_b_);
-    bool inside = true;
     uint64_t q = 0;
     std::string failure;
     auto point = [&](const std::string& where) {
@@ -524,35 +546,8 @@ class ScenarioRun {
       q++;
       return failure.empty();
     };
-    for (const Event& ev : rlog.events) {
-      switch (ev.kind) {
-        case EventKind::kOpBegin: break;
-        case EventKind::kOpEnd:
-          if (!point("end of recovery")) return failure;
-          inside = false;
-          break;
-        case EventKind::kStore:
-        case EventKind::kNtStore:
-          if (o_.mode == Mode::kEadr) {
-            for (uint64_t off = 0; off < ev.len;) {
-              const uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
-              shadow.Store(ev.off + off, &rlog.bytes[ev.data + off], n, ev.site, false);
-              off += n;
-              if (inside && !point("after the store at " + rlog.sites.Name(ev.site))) return failure;
-            }
-          } else {
-            shadow.Store(ev.off, &rlog.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
-          }
-          break;
-        case EventKind::kFlush: shadow.Flush(ev.off, ev.len, ev.site); break;
-        case EventKind::kFence:
-          if (inside && o_.mode != Mode::kEadr && !point("before the fence at " + rlog.sites.Name(ev.site)))
-            return failure;
-          shadow.Fence(ev.site);
-          break;
-      }
-    }
-    return "";
+    ReplayPoints(rlog, shadow, [&](const PointAt& pt) { return point(pt.at_end ? "end of recovery" : pt.where); });
+    return failure;
   }
 
   std::string CheckImage(const std::string& path, const KvModel& m0, const KvModel& m1, bool m0_ok,
