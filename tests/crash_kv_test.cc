@@ -112,6 +112,26 @@ TEST_P(PMTREE_KV_SUITE, EveryScenarioRecoversBeforeOrAfterTheOperationInFlight) 
   }
 }
 
+#ifdef PMTREE_KV_CRASH_LONG
+// Each flush and fence site of the store dropped in turn (lbtree, ADR): every
+// dropped flush must be caught; fences are reported (a dropped fence whose
+// flushed lines the next fence of the operation commits before anything
+// depends on them survives).
+TEST(KvCrashLongMutationTest, EveryDroppedStoreFlushIsCaught) {
+  KvExploreReport base;
+  auto m = MutateKv(Options("lbtree", Mode::kAdr), &base);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(base.violations, 0u) << Tickets(base);
+  ASSERT_GT(m->mutants, 0u);
+  for (const Mutant& mu : m->list) {
+    std::printf("%s at %s: %s %s\n", mu.kind.c_str(), mu.site.c_str(), mu.outcome.c_str(), mu.evidence.c_str());
+    if (mu.kind == "drop flush") {
+      EXPECT_EQ(mu.outcome, "caught") << mu.site;
+    }
+  }
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(AllEngines, PMTREE_KV_SUITE,
                          ::testing::Combine(::testing::ValuesIn(Engines()), ::testing::Values(Mode::kAdr, Mode::kEadr)),
                          [](const auto& info) {

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <set>
 #include <unordered_set>
 #include <utility>
@@ -95,7 +96,7 @@ struct KvOp {
 
 struct KvScenario {
   std::string name;
-  std::vector<KvOp> ops;  // ops[0] is the traced open
+  std::vector<KvOp> ops;  // ops[0] is the traced open, the last a Close
   // Untraced operations after the pre-state, then a crash instead of the
   // clean close: the traced open is a recovery.
   std::vector<KvOp> crash_after;
@@ -200,9 +201,14 @@ std::vector<KvScenario> Scenarios(uint64_t value_bytes) {
       // trims the chain and frees the old version (K7), then a write.
       {"recover-after-crash", {Put("n", Filler(100, 22))}, {TakeSnapshot(), Put("a", Filler(600, 23))}},
   };
-  for (KvScenario& s : out)
+  // Every scenario opens first and closes last: a crash during Close, or
+  // right after it, must find the store's clean-shutdown state complete (an
+  // open after a clean close trusts the saved allocator state and the chains).
+  for (KvScenario& s : out) {
     s.ops.insert(s.ops.begin(), KvOp{s.crash_after.empty() ? "open (after a clean close)" : "open (recovery after a crash)",
                                      nullptr, nullptr});
+    s.ops.push_back(KvOp{"close", [](Session& session) { return session.store->Close(); }, nullptr});
+  }
   return out;
 }
 
@@ -272,6 +278,7 @@ std::string ReplayCommand(const KvExploreOptions& o, const ImageRef& r) {
   if (o.continuation_every != 8) c += " --continuation-every " + std::to_string(o.continuation_every);
   if (o.recovery_crash_every != 16) c += " --recovery-crash-every " + std::to_string(o.recovery_crash_every);
   if (o.recovery_images != 64) c += " --recovery-images " + std::to_string(o.recovery_images);
+  if (!o.drop_site.empty()) c += " --drop " + o.drop_site + (o.drop_fence ? "@fence" : "@flush");
   if (o.testing_skip_redo) c += " --kv-flaw skip-redo";
   if (o.testing_skip_record_persist) c += " --kv-flaw skip-record-persist";
   return c + " --replay " + ImageRefString(r);
@@ -290,8 +297,14 @@ struct PointAt {
 // after every store piece and at each end in eADR (docs/crash_model.md
 // section 1).  A point whose image set equals the previous one's (no store
 // or commit between them) is skipped.  Stops as soon as `point` returns false.
-void ReplayPoints(const TraceLog& log, Shadow& shadow, const std::function<bool(const PointAt&)>& point) {
+// A mutant (`drop`, a site name, non-empty) drops every flush, or with
+// `drop_fence` every fence, issued there.
+void ReplayPoints(const TraceLog& log, Shadow& shadow, const std::string& drop, bool drop_fence,
+                  const std::function<bool(const PointAt&)>& point) {
   const bool eadr = shadow.mode() == Mode::kEadr;
+  uint32_t drop_id = UINT32_MAX;
+  for (uint32_t i = 0; i < log.sites.size() && !drop.empty(); i++)
+    if (log.sites.Name(i) == drop) drop_id = i;
   uint64_t op = 0;
   bool inside = false;
   uint64_t last_gen = UINT64_MAX;
@@ -325,8 +338,12 @@ void ReplayPoints(const TraceLog& log, Shadow& shadow, const std::function<bool(
           if (inside && !at("after the store at " + log.sites.Name(ev.site), false)) return;
         }
         break;
-      case EventKind::kFlush: shadow.Flush(ev.off, ev.len, ev.site); break;
+      case EventKind::kFlush:
+        if (!drop_fence && ev.site == drop_id) break;
+        shadow.Flush(ev.off, ev.len, ev.site);
+        break;
       case EventKind::kFence:
+        if (drop_fence && ev.site == drop_id) break;
         if (inside && !eadr && !at("before the fence at " + log.sites.Name(ev.site), false)) return;
         shadow.Fence(ev.site);
         break;
@@ -431,6 +448,7 @@ class ScenarioRun {
       st->reset();  // a crash: no Close()
     }
     extent_ = std::max(extent_, log.high_water);
+    CountStoreSites(log);
     image_path_ = PathOf(img_);
     Replay(log);
     return Status::Ok();
@@ -441,7 +459,7 @@ class ScenarioRun {
     Shadow shadow(img_.map, img_.size, o_.mode);
     uint64_t op = UINT64_MAX;
     std::unordered_set<uint64_t> seen;  // image hashes checked in this operation
-    ReplayPoints(log, shadow, [&](const PointAt& pt) {
+    ReplayPoints(log, shadow, o_.drop_site, o_.drop_fence, [&](const PointAt& pt) {
       if (pt.op != op) {
         op = pt.op;
         seen.clear();
@@ -498,6 +516,27 @@ class ScenarioRun {
     }
   }
 
+  // The store's flush and fence sites in `log`, added to the report.
+  void CountStoreSites(const TraceLog& log) {
+    for (const Event& ev : log.events) {
+      if (ev.kind != EventKind::kFlush && ev.kind != EventKind::kFence) continue;
+      const std::string& name = log.sites.Name(ev.site);
+      if (name.rfind("src/kv/", 0) != 0) continue;
+      const char* kind = ev.kind == EventKind::kFlush ? "flush" : "fence";
+      auto it = std::find_if(rep_->store_sites.begin(), rep_->store_sites.end(),
+                             [&](const SiteReport& r) { return r.name == name && r.kind == kind; });
+      if (it == rep_->store_sites.end()) {
+        SiteReport r;
+        r.name = name;
+        r.function = log.sites.Function(ev.site);
+        r.kind = kind;
+        r.covered = true;  // every operation of a scenario is checked
+        it = rep_->store_sites.insert(rep_->store_sites.end(), r);
+      }
+      it->reached++;
+    }
+  }
+
   static std::string PathOf(const ImageFile& f) { return "/proc/self/fd/" + std::to_string(f.fd); }
 
   // Traces the store's recovery of the image in img_ (on a copy) and checks
@@ -546,7 +585,8 @@ class ScenarioRun {
       q++;
       return failure.empty();
     };
-    ReplayPoints(rlog, shadow, [&](const PointAt& pt) { return point(pt.at_end ? "end of recovery" : pt.where); });
+    ReplayPoints(rlog, shadow, o_.drop_site, o_.drop_fence,
+                 [&](const PointAt& pt) { return point(pt.at_end ? "end of recovery" : pt.where); });
     return failure;
   }
 
@@ -660,7 +700,41 @@ Result<KvExploreReport> ExploreKv(const KvExploreOptions& o) {
     return Status::InvalidArgument("kv crash: no scenario is named like '" + o.scenario + "'");
   rep.seconds = Now() - t0;
   rep.cpu_seconds = CpuSeconds() - cpu0;
+  std::sort(rep.store_sites.begin(), rep.store_sites.end(),
+            [](const SiteReport& a, const SiteReport& b) { return std::tie(a.name, a.kind) < std::tie(b.name, b.kind); });
   return rep;
+}
+
+Result<MutationReport> MutateKv(const KvExploreOptions& options, KvExploreReport* base_out) {
+  if (!options.drop_site.empty()) return Status::InvalidArgument("kv crash: mutate with a site already dropped");
+  PMTREE_ASSIGN_OR_RETURN(KvExploreReport base, ExploreKv(options));
+  MutationReport m;
+  // Violations of the unmutated store make mutants meaningless: no mutant,
+  // and the caller sees the base report's tickets.
+  if (base.violations > 0) {
+    if (base_out != nullptr) *base_out = std::move(base);
+    return m;
+  }
+  for (const SiteReport& site : base.store_sites) {
+    KvExploreOptions mo = options;
+    mo.drop_site = site.name;
+    mo.drop_fence = site.kind == "fence";
+    mo.stop_at_first_violation = true;
+    mo.max_tickets = 1;
+    mo.progress = false;
+    PMTREE_ASSIGN_OR_RETURN(KvExploreReport r, ExploreKv(mo));
+    Mutant mu;
+    mu.site = site.name;
+    mu.kind = "drop " + site.kind;
+    mu.outcome = r.violations > 0 ? "caught" : "survived";
+    if (!r.tickets.empty()) mu.evidence = r.tickets[0].scenario + ", " + r.tickets[0].op + ": " + r.tickets[0].failure;
+    (r.violations > 0 ? m.caught : m.survived)++;
+    m.list.push_back(std::move(mu));
+  }
+  m.mutants = m.list.size();
+  m.score = m.mutants == 0 ? 1 : static_cast<double>(m.caught) / static_cast<double>(m.mutants);
+  if (base_out != nullptr) *base_out = std::move(base);
+  return m;
 }
 
 }  // namespace pmtree::crash

@@ -70,6 +70,10 @@ struct KvExploreOptions {
   // redo of committed logs; versions named before they are persisted.
   bool testing_skip_redo = false;
   bool testing_skip_record_persist = false;
+  // Mutation: every flush (or fence, with drop_fence) issued at this site is
+  // dropped from the traces, the scenario's and its recoveries'.
+  std::string drop_site;
+  bool drop_fence = false;
   std::optional<ImageRef> replay;   // check only this image
   size_t max_tickets = 20;
   bool stop_at_first_violation = false;
@@ -92,6 +96,9 @@ struct KvExploreReport {
   double seconds = 0;
   double cpu_seconds = 0;           // of this process (user + system)
   std::vector<Ticket> tickets;
+  // Flush and fence sites of the store (src/kv/) the traced sessions
+  // reached (kind "flush" or "fence"; reached = executions): the mutants.
+  std::vector<SiteReport> store_sites;
 };
 
 // The scenario names, in the order ExploreKv runs them.
@@ -101,6 +108,15 @@ std::vector<std::string> KvScenarioNames();
 // that matches nothing or out-of-range sizes; IoError when the pool file or
 // the image memfd cannot be made.  Violations are in the report, not errors.
 Result<KvExploreReport> ExploreKv(const KvExploreOptions& options);
+
+// Mutation testing of the store's barriers: one exploration (`options`, with
+// stop_at_first_violation) per flush or fence site of src/kv/ that the base
+// run reached, with that site dropped.  A mutant is "caught" when the
+// explorer reports a violation, else "survived" (the barrier is redundant in
+// these scenarios, or the images that would show it were sampled).
+// MutationReport::redundant stays 0; score = caught / mutants.  When the
+// base run has violations, no mutant runs (see *base).
+Result<MutationReport> MutateKv(const KvExploreOptions& options, KvExploreReport* base = nullptr);
 
 }  // namespace pmtree::crash
 

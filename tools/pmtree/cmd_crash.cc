@@ -136,7 +136,23 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
     s = crash::ParseImageRef(a.replay, &r);
     o.replay = r;
   }
-  Result<crash::KvExploreReport> r = s.ok() ? crash::ExploreKv(o) : Result<crash::KvExploreReport>(s);
+  if (s.ok() && !a.drop.empty()) {
+    const size_t at = a.drop.rfind('@');
+    const std::string kind = at == std::string::npos ? "" : a.drop.substr(at + 1);
+    if (kind != "flush" && kind != "fence") s = Status::InvalidArgument("--drop wants SITE@flush or SITE@fence");
+    o.drop_site = a.drop.substr(0, at);
+    o.drop_fence = kind == "fence";
+  }
+  crash::MutationReport mut;
+  Result<crash::KvExploreReport> r = s;
+  if (s.ok() && a.mutate) {
+    crash::KvExploreReport base;
+    auto m = crash::MutateKv(o, &base);
+    r = m.ok() ? Result<crash::KvExploreReport>(std::move(base)) : Result<crash::KvExploreReport>(m.status());
+    if (m.ok()) mut = std::move(*m);
+  } else if (s.ok()) {
+    r = crash::ExploreKv(o);
+  }
   if (!r.ok()) {
     std::fprintf(stderr, "pmtree crash: %s\n", r.status().ToString().c_str());
     return 2;
@@ -158,8 +174,22 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
                         {"violations", r->violations},
                         {"tickets", nlohmann::json::array()}};
     for (const auto& t : r->tickets) j["tickets"].push_back(TicketJson(t));
+    if (a.mutate) {
+      j["mutants"] = mut.mutants;
+      j["mutants_caught"] = mut.caught;
+      j["mutation_score"] = mut.score;
+      j["mutant_list"] = nlohmann::json::array();
+      for (const auto& m : mut.list)
+        j["mutant_list"].push_back({{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}});
+    }
     std::cout << j.dump(2) << "\n";
   } else {
+    for (const auto& m : mut.list)
+      std::printf("  mutant: %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
+                  m.evidence.empty() ? "" : " — ", m.evidence.c_str());
+    if (a.mutate)
+      std::printf("store mutants: %llu, caught %llu, survived %llu\n", (unsigned long long)mut.mutants,
+                  (unsigned long long)mut.caught, (unsigned long long)mut.survived);
     for (const auto& t : r->tickets) std::printf("%s\n", t.ToString().c_str());
     std::printf("kv store on %s, mode %s: %llu scenarios, %llu operations, %llu crash points (%llu exhaustive), "
                 "%llu images checked (+%llu deduplicated, +%llu in %llu crashed recoveries), %.1f s (%.1f CPU s)\n"
