@@ -108,6 +108,14 @@ int RunKill(const CrashArgs& a, const TreeFactory& f, const TreeOptions& to) {
   return r->failures.empty() ? 0 : 1;
 }
 
+// A --drop that names no flush/fence site the run reached explored the
+// unmutated tree: that is a usage error, not "0 violations".
+bool DropSiteReached(const std::vector<crash::SiteReport>& sites, const std::string& site, bool fence) {
+  for (const auto& s : sites)
+    if (s.name == site && s.kind == (fence ? "fence" : "flush") && s.reached > 0) return true;
+  return false;
+}
+
 // `pmtree crash --kv`: the store's scenarios over engine --tree (kv_explore.h).
 int RunKv(const CrashArgs& a, const TreeOptions& to) {
   crash::KvExploreOptions o;
@@ -152,6 +160,10 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
     if (m.ok()) mut = std::move(*m);
   } else if (s.ok()) {
     r = crash::ExploreKv(o);
+    // A --drop that names no store site the run reached explored the
+    // unmutated store: a usage error, not "0 violations".
+    if (r.ok() && !o.drop_site.empty() && !DropSiteReached(r->store_sites, o.drop_site, o.drop_fence))
+      r = Status::InvalidArgument("--drop " + a.drop + ": no such src/kv site was reached; run with --mutate to list them");
   }
   if (!r.ok()) {
     std::fprintf(stderr, "pmtree crash: %s\n", r.status().ToString().c_str());
@@ -217,14 +229,6 @@ std::string RangeError(const CrashArgs& a) {
   if (a.node_size > 65536) return out("--node-size", "0..65536");
   if (a.max_tickets > 100'000) return out("--max-tickets", "0..100000");
   return "";
-}
-
-// A --drop that names no flush/fence site the run reached explored the
-// unmutated tree: that is a usage error, not "0 violations".
-bool DropSiteReached(const crash::ExploreReport& rep, const std::string& site, bool fence) {
-  for (const auto& s : rep.sites)
-    if (s.name == site && s.kind == (fence ? "fence" : "flush") && s.reached > 0) return true;
-  return false;
 }
 
 int Run(const CrashArgs& a) {
@@ -318,7 +322,7 @@ int Run(const CrashArgs& a) {
       return 2;
     }
     rep = std::move(*r);
-    if (!o.drop_site.empty() && !DropSiteReached(rep, o.drop_site, o.drop_fence)) {
+    if (!o.drop_site.empty() && !DropSiteReached(rep.sites, o.drop_site, o.drop_fence)) {
       std::fprintf(stderr, "pmtree crash: --drop %s: no such %s site was reached by this workload, so nothing was "
                            "dropped; run without --drop to list the sites\n",
                    a.drop.c_str(), o.drop_fence ? "fence" : "flush");
