@@ -5,8 +5,9 @@
 // keys, not test-only), in ADR and eADR.  Bounded by work, never by time:
 // every scenario (KvScenarioNames: a put of 1 KiB and of the large value, a
 // replace, a field put, a one-field update, a batch, a transaction, a
-// delete, GC after a snapshot is released (of a replaced value and of a
-// tombstone), a recovery after a crash), every crash point of every
+// delete, GC after a snapshot is released (of a replaced value, of a
+// tombstone, of a field table), two batches in a row, a recovery after a
+// crash; each opened and closed traced), every crash point of every
 // operation, up to 4096 images per point (+512 samples above that); each
 // image recovered by kv::Store::Open and checked (Verify, contents == the
 // model before or after the operation in flight), continuation writes on

@@ -197,6 +197,12 @@ std::vector<KvScenario> Scenarios(uint64_t value_bytes) {
       {"delete", {Delete("d")}},
       {"gc-replace", {TakeSnapshot(), Put("a", Filler(600, 21)), ReleaseSnapshot()}},
       {"gc-delete", {TakeSnapshot(), Delete("b"), ReleaseSnapshot()}},
+      // GC of a field table whose other fields' blocks the new table shares (K8).
+      {"gc-field-update", {TakeSnapshot(), UpdateFields("f", {{"f0", Filler(150, 24)}}), ReleaseSnapshot()}},
+      // Two commits in a row: the second reuses the first's log slot and
+      // possibly its freed log block.
+      {"batch-after-batch",
+       {Batch({{"a", Filler(300, 25)}, {"c", Filler(80, 26)}}), Batch({{"c", std::nullopt}, {"a", Filler(90, 27)}})}},
       // A crash with a snapshot holding a's old version: recovery (traced)
       // trims the chain and frees the old version (K7), then a write.
       {"recover-after-crash", {Put("n", Filler(100, 22))}, {TakeSnapshot(), Put("a", Filler(600, 23))}},
