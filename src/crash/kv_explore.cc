@@ -6,7 +6,10 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,6 +24,8 @@
 #include <set>
 #include <unordered_set>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "crash/explorer_internal.h"
 #include "crash/shadow.h"
@@ -256,11 +261,16 @@ std::string Continue(kv::Store& s, KvModel m) {
   return e.empty() ? e : "after the continuation writes: " + e;
 }
 
+// CPU time of this process and of its waited-for workers (user + system).
 double CpuSeconds() {
-  rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+  double t = 0;
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage ru;
+    getrusage(who, &ru);
+    t += static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  }
+  return t;
 }
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -282,7 +292,8 @@ std::string ReplayCommand(const KvExploreOptions& o, const ImageRef& r) {
   if (o.tree_options.node_size != 0) c += " --node-size " + std::to_string(o.tree_options.node_size);
   for (const auto& [k, v] : o.tree_options.extra) c += " --tree-option " + k + "=" + v;
   if (o.continuation_every != 8) c += " --continuation-every " + std::to_string(o.continuation_every);
-  if (o.recovery_crash_every != 16) c += " --recovery-crash-every " + std::to_string(o.recovery_crash_every);
+  if (o.recovery_crash_every != 0) c += " --recovery-crash-every " + std::to_string(o.recovery_crash_every);
+  if (!o.recovery_crash) c += " --no-recovery-crash";
   if (o.recovery_images != 64) c += " --recovery-images " + std::to_string(o.recovery_images);
   if (!o.drop_site.empty()) c += " --drop " + o.drop_site + (o.drop_fence ? "@fence" : "@flush");
   if (o.testing_skip_redo) c += " --kv-flaw skip-redo";
@@ -359,10 +370,20 @@ void ReplayPoints(const TraceLog& log, Shadow& shadow, const std::string& drop, 
 
 // ---- one scenario ------------------------------------------------------------------------------
 
+// Where a worker is (shared with the parent): the image it checks and when
+// it last made progress.
+struct Position {
+  std::atomic<uint64_t> point{0}, image{0}, op{0};
+  std::atomic<int64_t> heartbeat_ms{0};
+};
+
+int64_t NowMs() { return static_cast<int64_t>(Now() * 1000); }
+
 class ScenarioRun {
  public:
-  ScenarioRun(const KvExploreOptions& o, const KvScenario& sc, uint64_t index, KvExploreReport* rep)
-      : o_(o), sc_(sc), index_(index), rep_(rep) {}
+  ScenarioRun(const KvExploreOptions& o, const KvScenario& sc, uint64_t index, KvExploreReport* rep,
+              Position* pos)
+      : o_(o), sc_(sc), index_(index), rep_(rep), pos_(pos) {}
 
   Status Run() {
     static std::atomic<uint64_t> counter{0};
@@ -493,6 +514,10 @@ class ScenarioRun {
     uint64_t checked_here = 0;
     for (uint64_t i = 0; i < plan.planned(); i++) {
       if (o_.replay && i != o_.replay->image) continue;
+      pos_->point.store(p);
+      pos_->image.store(i);
+      pos_->op.store(op);
+      pos_->heartbeat_ms.store(NowMs());
       plan.Apply(i, &choice);
       const uint64_t h = plan.ImageHash(shadow.p_hash()) ^ (at_end ? 0x5bd1e995ull : 0);
       if (!o_.replay && !seen->insert(h).second) {
@@ -507,7 +532,7 @@ class ScenarioRun {
       std::string failure = CheckImage(image_path_, m0, m1, !at_end, cont);
       rep_->images_checked++;
       const bool recovery_point =
-          o_.recovery_crash_every > 0 && (o_.mode != Mode::kEadr || at_end || p % o_.recovery_crash_every == 0);
+          o_.recovery_crash && (at_end || p % RecoveryCrashEvery() == 0);
       if (failure.empty() && recovery_point && (i == 0 || i + 1 == plan.planned()))
         failure = CrashDuringRecovery(m0, m1, !at_end, seed ^ Mix(i + 7));
       if (o_.replay)
@@ -541,6 +566,11 @@ class ScenarioRun {
       }
       it->reached++;
     }
+  }
+
+  uint64_t RecoveryCrashEvery() const {
+    if (o_.recovery_crash_every > 0) return o_.recovery_crash_every;
+    return o_.mode == Mode::kEadr ? 16 : 1;
   }
 
   static std::string PathOf(const ImageFile& f) { return "/proc/self/fd/" + std::to_string(f.fd); }
@@ -602,6 +632,7 @@ class ScenarioRun {
     ro.create_if_missing = false;
     ro.pool_options.private_mapping = true;  // recovery writes never reach the image
     ro.testing_skip_redo = o_.testing_skip_redo;
+    if (o_.testing_abort_in_check) std::abort();
     auto st = kv::Store::Open(path, ro);
     if (!st.ok()) return "kv::Store::Open: " + st.status().ToString();
     const std::string after = CheckStore(**st, m1);
@@ -654,6 +685,7 @@ class ScenarioRun {
   const KvScenario& sc_;
   const uint64_t index_;
   KvExploreReport* rep_;
+  Position* pos_;
   std::string path_;
   std::string image_path_;
   ImageFile img_;
@@ -664,6 +696,148 @@ class ScenarioRun {
   uint64_t checked_ = 0;  // images checked in this scenario (continuation sampling)
   bool stop_ = false;
 };
+
+// ---- worker processes ------------------------------------------------------------------------
+
+using json = nlohmann::json;
+
+json ToJson(const KvExploreReport& r, bool stopped) {
+  json j = {{"operations", r.operations}, {"crash_points", r.crash_points},
+            {"crash_points_exhaustive", r.crash_points_exhaustive}, {"images_checked", r.images_checked},
+            {"images_deduplicated", r.images_deduplicated}, {"continuation_runs", r.continuation_runs},
+            {"recoveries_crashed", r.recoveries_crashed}, {"recovery_crash_images", r.recovery_crash_images},
+            {"violations", r.violations}, {"stopped", stopped}};
+  j["tickets"] = json::array();
+  for (const Ticket& t : r.tickets)
+    j["tickets"].push_back({t.where.scenario, t.where.point, t.where.image, t.scenario, t.op, t.point, t.image,
+                            t.failure, t.command});
+  j["sites"] = json::array();
+  for (const SiteReport& s : r.store_sites) j["sites"].push_back({s.name, s.function, s.kind, s.reached});
+  return j;
+}
+
+// Adds a worker's report to `rep`; returns its "stopped".
+bool Merge(const json& j, size_t max_tickets, KvExploreReport* rep) {
+  rep->operations += j["operations"].get<uint64_t>();
+  rep->crash_points += j["crash_points"].get<uint64_t>();
+  rep->crash_points_exhaustive += j["crash_points_exhaustive"].get<uint64_t>();
+  rep->images_checked += j["images_checked"].get<uint64_t>();
+  rep->images_deduplicated += j["images_deduplicated"].get<uint64_t>();
+  rep->continuation_runs += j["continuation_runs"].get<uint64_t>();
+  rep->recoveries_crashed += j["recoveries_crashed"].get<uint64_t>();
+  rep->recovery_crash_images += j["recovery_crash_images"].get<uint64_t>();
+  rep->violations += j["violations"].get<uint64_t>();
+  for (const json& t : j["tickets"]) {
+    if (rep->tickets.size() >= max_tickets) break;
+    Ticket k;
+    k.where = ImageRef{t[0].get<uint64_t>(), t[1].get<uint64_t>(), t[2].get<uint64_t>()};
+    k.scenario = t[3];
+    k.op = t[4];
+    k.point = t[5];
+    k.image = t[6];
+    k.failure = t[7];
+    k.command = t[8];
+    rep->tickets.push_back(std::move(k));
+  }
+  for (const json& s : j["sites"]) {
+    const std::string name = s[0], kind = s[2];
+    auto it = std::find_if(rep->store_sites.begin(), rep->store_sites.end(),
+                           [&](const SiteReport& r) { return r.name == name && r.kind == kind; });
+    if (it == rep->store_sites.end()) {
+      SiteReport r;
+      r.name = name;
+      r.function = s[1];
+      r.kind = kind;
+      r.covered = true;
+      it = rep->store_sites.insert(rep->store_sites.end(), r);
+    }
+    it->reached += s[3].get<uint64_t>();
+  }
+  return j["stopped"].get<bool>();
+}
+
+// Runs scenario `i` in a forked worker and merges what it found; a worker
+// that dies or hangs is a violation at its position.  Returns whether to stop.
+Result<bool> RunIsolated(const KvExploreOptions& o, const KvScenario& sc, uint64_t i, KvExploreReport* rep) {
+  void* mem = mmap(nullptr, sizeof(Position), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return Status::IoError("kv crash: mmap of the worker's position failed");
+  Position* pos = new (mem) Position();
+  const int out = memfd_create("pmtree-kvcrash-results", MFD_CLOEXEC);
+  if (out < 0) {
+    munmap(mem, sizeof(Position));
+    return Status::IoError("kv crash: memfd_create for the worker's results failed");
+  }
+  pos->heartbeat_ms.store(NowMs());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    KvExploreReport part;
+    ScenarioRun run(o, sc, i, &part, pos);
+    const Status s = run.Run();
+    json j = ToJson(part, run.stopped());
+    if (!s.ok()) j["error"] = s.ToString();
+    const std::string text = j.dump();
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t w = write(out, text.data() + done, text.size() - done);
+      if (w <= 0) _exit(3);
+      done += static_cast<size_t>(w);
+    }
+    _exit(0);
+  }
+  Status error;
+  bool stop = false;
+  if (pid < 0) error = Status::IoError("kv crash: fork of the worker failed");
+  int status = 0;
+  bool hung = false;
+  while (pid > 0) {
+    if (waitpid(pid, &status, WNOHANG) == pid) break;
+    if (NowMs() - pos->heartbeat_ms.load() > static_cast<int64_t>(o.hang_seconds * 1000)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      hung = true;
+      break;
+    }
+    usleep(1000);
+  }
+  if (pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !hung) {
+    std::string text;
+    char buf[65536];
+    ssize_t n;
+    lseek(out, 0, SEEK_SET);
+    while ((n = read(out, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+    const json j = json::parse(text, nullptr, false);
+    if (j.is_discarded()) error = Status::IoError("kv crash: the worker's results do not parse");
+    else if (j.contains("error")) error = Status::IoError("kv crash worker: " + j["error"].get<std::string>());
+    else stop = Merge(j, o.max_tickets, rep);
+  } else if (pid > 0) {
+    // The worker's partial counts are lost; its position is the ticket.
+    const ImageRef where{i, pos->point.load(), pos->image.load()};
+    rep->violations++;
+    if (rep->tickets.size() < o.max_tickets) {
+      Ticket t;
+      t.where = where;
+      t.scenario = sc.name;
+      t.op = sc.ops[std::min<uint64_t>(pos->op.load(), sc.ops.size() - 1)].name;
+      t.point = "-";
+      t.image = "-";
+      const char* sig = WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : nullptr;
+      t.failure = hung ? "no progress for " + std::to_string(static_cast<int>(o.hang_seconds)) +
+                             " s: the worker was killed (a hang) while checking this image or the next"
+                       : std::string("the worker died (") +
+                             (sig ? sig : "exit status " + std::to_string(WEXITSTATUS(status))) +
+                             ") while checking this image or the next; the rest of the scenario was not checked";
+      t.command = ReplayCommand(o, where);
+      rep->tickets.push_back(std::move(t));
+    }
+    stop = o.stop_at_first_violation;
+  }
+  close(out);
+  pos->~Position();
+  munmap(mem, sizeof(Position));
+  if (!error.ok()) return error;
+  return stop;
+}
 
 }  // namespace
 
@@ -697,10 +871,17 @@ Result<KvExploreReport> ExploreKv(const KvExploreOptions& o) {
   for (uint64_t i = 0; i < scenarios.size(); i++) {
     if (o.replay && i != o.replay->scenario) continue;
     if (!o.replay && scenarios[i].name.find(o.scenario) == std::string::npos) continue;
-    ScenarioRun run(o, scenarios[i], i, &rep);
-    PMTREE_RETURN_IF_ERROR(run.Run());
+    bool stop = false;
+    if (o.isolate) {
+      PMTREE_ASSIGN_OR_RETURN(stop, RunIsolated(o, scenarios[i], i, &rep));
+    } else {
+      Position pos;
+      ScenarioRun run(o, scenarios[i], i, &rep, &pos);
+      PMTREE_RETURN_IF_ERROR(run.Run());
+      stop = run.stopped();
+    }
     rep.scenarios++;
-    if (run.stopped()) break;
+    if (stop) break;
   }
   if (rep.scenarios == 0)
     return Status::InvalidArgument("kv crash: no scenario is named like '" + o.scenario + "'");

@@ -25,16 +25,19 @@
 //      every continuation_every-th image of a scenario, a few more writes on
 //      the recovered store, then Verify and the model again;
 //   6. crash during recovery: from the first and the last image of a point
-//      (every point in ADR and strict, each operation's end and every
-//      recovery_crash_every-th point in eADR) the store's own recovery is
+//      (each operation's end and every recovery_crash_every-th point; by
+//      default every point in ADR and strict) the store's own recovery is
 //      traced, and each crash image of it (up to recovery_images per point,
 //      else the structured set + 16 samples) is recovered again and checked
 //      against the same states.
 //
 // Every failure is a Ticket whose command replays that image.
 //
-// Threading: single-threaded; no worker process (a recovery that crashes
-// ends the caller; the store's recovery bounds-checks what it reads).
+// Each scenario runs in a forked worker process (isolate): a check that
+// crashes the process (a wild pointer in recovery) or stays silent for
+// hang_seconds becomes a violation at the image it was checking, and the
+// exploration goes on with the next scenario.  Threading: Explore's rule
+// (call it while no other thread runs, or set isolate = false).
 
 #ifndef PMTREE_CRASH_KV_EXPLORE_H_
 #define PMTREE_CRASH_KV_EXPLORE_H_
@@ -64,7 +67,10 @@ struct KvExploreOptions {
   // Only scenarios whose name contains this ("" = all; KvScenarioNames()).
   std::string scenario;
   uint32_t continuation_every = 8;  // 0: no continuation writes
-  uint32_t recovery_crash_every = 16;  // eADR: crash during recovery at every n-th point; 0: never (any mode)
+  // Crash during recovery from each operation's end and every n-th crash
+  // point; 0: every point in ADR and strict, every 16th in eADR.
+  uint32_t recovery_crash_every = 0;
+  bool recovery_crash = true;          // false: never crash during recovery
   uint64_t recovery_images = 64;       // exhaustive bound per crash point inside recovery
   // Negative controls (kv::Options' test-only flaws): recovery without the
   // redo of committed logs; versions named before they are persisted.
@@ -78,6 +84,11 @@ struct KvExploreOptions {
   size_t max_tickets = 20;
   bool stop_at_first_violation = false;
   bool progress = false;            // progress lines on stderr
+  bool isolate = true;              // each scenario in a forked worker
+  double hang_seconds = 20;         // a worker silent this long is killed: a violation
+  // TEST ONLY: the check of every scenario's first image aborts the process
+  // (the worker's death must become a ticket).  Never set it.
+  bool testing_abort_in_check = false;
 };
 
 struct KvExploreReport {
@@ -94,7 +105,7 @@ struct KvExploreReport {
   uint64_t recovery_crash_images = 0;   // images checked inside those recoveries
   uint64_t violations = 0;
   double seconds = 0;
-  double cpu_seconds = 0;           // of this process (user + system)
+  double cpu_seconds = 0;           // of this process and its workers (user + system)
   std::vector<Ticket> tickets;
   // Flush and fence sites of the store (src/kv/) the traced sessions
   // reached (kind "flush" or "fence"; reached = executions): the mutants.

@@ -131,8 +131,8 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
   o.max_tickets = a.max_tickets;
   o.progress = !a.quiet;
   o.continuation_every = a.no_continuation ? 0 : a.continuation_every;
-  if (a.recovery_crash_every > 0) o.recovery_crash_every = a.recovery_crash_every;
-  if (a.no_recovery_crash) o.recovery_crash_every = 0;
+  o.recovery_crash_every = a.recovery_crash_every;
+  o.recovery_crash = !a.no_recovery_crash;
   o.recovery_images = a.recovery_images;
   for (const std::string& flaw : a.kv_flaws) {
     o.testing_skip_redo |= flaw == "skip-redo";
