@@ -612,6 +612,7 @@ class ScenarioRun {
       std::vector<uint32_t> choice;
       for (uint64_t j = 0; j < plan.planned() && failure.empty(); j++) {
         plan.Apply(j, &choice);
+        pos_->heartbeat_ms.store(NowMs());
         rep_->recovery_crash_images++;
         const std::string f = CheckImage(path, m0, m1, m0_ok, false);
         if (!f.empty())
