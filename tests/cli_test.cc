@@ -235,6 +235,24 @@ TEST_F(CliTest, InspectReportsAKeyValueStoreWithoutChangingIt) {
   }
 }
 
+// `pmtree crash --kv`: 0 on a clean exploration, 1 when the negative control
+// is caught, 2 (one line) on bad input.
+TEST_F(CliTest, CrashKvExitCodes) {
+  CliRun ok = Cli("crash --kv --tree lbtree --kv-scenario put-1k --quiet --json");
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("\"violations\": 0"), std::string::npos) << ok.out;
+  CliRun flaw = Cli("crash --kv --tree lbtree --kv-scenario put-1k --quiet --kv-flaw skip-record-persist");
+  EXPECT_EQ(flaw.status, 1) << flaw.out;
+  EXPECT_NE(flaw.out.find("--replay"), std::string::npos) << flaw.out;
+  for (const char* args : {"crash --kv --tree lbtree --kv-scenario nosuch --quiet",
+                           "crash --kv --tree volatile --quiet",
+                           "crash --kv --tree lbtree --kv-scenario put-1k --quiet --drop nosuch.cc:1@flush"}) {
+    CliRun r = Cli(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
+    EXPECT_EQ(Lines(r.out), 1) << args << "\n" << r.out;
+  }
+}
+
 TEST_F(CliTest, UnknownSubcommandIsAUsageError) {
   CliRun r = Cli("frobnicate");
   EXPECT_EQ(r.status, 2);

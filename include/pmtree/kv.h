@@ -92,6 +92,11 @@ struct Options {
   // TEST ONLY: recovery skips the redo of committed batches, the deliberate
   // flaw the crash tests' negative control must catch.  Never set it.
   bool testing_skip_redo = false;
+  // TEST ONLY: a new version's header and body are not flushed before the
+  // tree (or a commit log) names it, breaking K1 (docs/kv.md): the second
+  // deliberate flaw the crash explorer's negative control must catch in ADR
+  // (in eADR caches persist, so it is no flaw there).  Never set it.
+  bool testing_skip_record_persist = false;
 };
 
 // A consistent read view (a commit timestamp).  Obtained from and released to

@@ -405,33 +405,6 @@ void OnFault(int sig, siginfo_t* si, void* ucv) {
   signal(sig, SIG_DFL);
 }
 
-// A memfd of the pool's size mapped shared: crash images are built in it.
-struct ImageFile {
-  int fd = -1;
-  char* map = nullptr;
-  uint64_t size = 0;
-  uint64_t dirty = 0;  // bytes [0, dirty) may be nonzero
-
-  Status Open(uint64_t n) {
-    size = n;
-    fd = memfd_create("pmtree-crash-image", MFD_CLOEXEC);
-    if (fd < 0) return Status::IoError("memfd_create for crash images failed");
-    if (ftruncate(fd, static_cast<off_t>(n)) != 0) return Status::IoError("sizing the crash image failed");
-    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) return Status::IoError("mapping the crash image failed");
-    map = static_cast<char*>(p);
-    return Status::Ok();
-  }
-  void Reset(uint64_t extent) {
-    std::memset(map, 0, std::min(size, dirty));
-    dirty = std::min(size, extent);
-  }
-  ~ImageFile() {
-    if (map) munmap(map, size);
-    if (fd >= 0) close(fd);
-  }
-};
-
 // The command line that replays image `r`.
 std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const ImageRef& r) {
   std::string c = "pmtree crash --tree " +

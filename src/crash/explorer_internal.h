@@ -6,7 +6,12 @@
 #ifndef PMTREE_CRASH_EXPLORER_INTERNAL_H_
 #define PMTREE_CRASH_EXPLORER_INTERNAL_H_
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,6 +73,33 @@ Status CheckKeyShape(const TreeFactory& f, KeyShape shape);
 uint64_t PoolLayoutFlags(KeyShape shape);
 Result<std::unique_ptr<Tree>> CreateFor(const TreeFactory& f, Pool* pool, const ExploreOptions& o);
 Result<std::unique_ptr<Tree>> RecoverFor(const TreeFactory& f, Pool* pool, const ExploreOptions& o);
+
+// A memfd of the pool's size mapped shared: crash images are built in it.
+struct ImageFile {
+  int fd = -1;
+  char* map = nullptr;
+  uint64_t size = 0;
+  uint64_t dirty = 0;  // bytes [0, dirty) may be nonzero
+
+  Status Open(uint64_t n) {
+    size = n;
+    fd = memfd_create("pmtree-crash-image", MFD_CLOEXEC);
+    if (fd < 0) return Status::IoError("memfd_create for crash images failed");
+    if (ftruncate(fd, static_cast<off_t>(n)) != 0) return Status::IoError("sizing the crash image failed");
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return Status::IoError("mapping the crash image failed");
+    map = static_cast<char*>(p);
+    return Status::Ok();
+  }
+  void Reset(uint64_t extent) {
+    std::memset(map, 0, std::min(size, dirty));
+    dirty = std::min(size, extent);
+  }
+  ~ImageFile() {
+    if (map) munmap(map, size);
+    if (fd >= 0) close(fd);
+  }
+};
 
 // Runs `n` deterministic operations around `center` on a recovered tree and
 // checks every result and the final state against `model` (updated).

@@ -7,9 +7,10 @@ add_library(pmtree_crash
   src/crash/check.cc
   src/crash/key_shapes.cc
   src/crash/explorer.cc
-  src/crash/kill.cc)
+  src/crash/kill.cc
+  src/crash/kv_explore.cc)
 target_include_directories(pmtree_crash PUBLIC include src)
-target_link_libraries(pmtree_crash PUBLIC pmtree_trees PRIVATE nlohmann_json::nlohmann_json)
+target_link_libraries(pmtree_crash PUBLIC pmtree_trees pmtree_kv PRIVATE nlohmann_json::nlohmann_json)
 list(APPEND PMTREE_TOOL_LIBS pmtree_crash)
 
 pmtree_test(crash_test src/crash/crash_test.cc src/crash/test_trees.cc)
@@ -23,4 +24,12 @@ if(BUILD_TESTING)
   target_link_libraries(crash_long_test PRIVATE pmtree_all GTest::gtest GTest::gtest_main)
   target_include_directories(crash_long_test PRIVATE src tests)
   gtest_discover_tests(crash_long_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "long" TIMEOUT 7200)
+endif()
+
+# The explorer on kv::Store scenarios, every engine, ADR and eADR (under a
+# minute in all); the long variant takes a 64 KiB value and three seeds.
+pmtree_test(crash_kv_test tests/crash_kv_test.cc)
+pmtree_test(crash_kv_long_test tests/crash_kv_test.cc LONG)
+if(BUILD_TESTING)
+  target_compile_definitions(crash_kv_long_test PRIVATE PMTREE_KV_CRASH_LONG=1)
 endif()

@@ -254,6 +254,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string
   h.tree = std::move(tree).value();
   auto impl = std::make_unique<Impl>(f, std::move(h), meta);
   impl->skip_redo_ = o.testing_skip_redo;
+  impl->skip_record_persist_ = o.testing_skip_record_persist;
   PMTREE_RETURN_IF_ERROR(Recover(*impl).Annotate(path));
   return impl;
 }
@@ -286,7 +287,11 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::CreateNew(const std::string& p
   // the anchor); SetRoot persists the slot.
   h.pool->Persist(meta, sizeof(m));
   h.pool->SetRoot(kKvRootSlot, *meta_off);
-  if (path.empty()) return std::make_unique<Impl>(f, std::move(h), meta);
+  if (path.empty()) {
+    auto impl = std::make_unique<Impl>(f, std::move(h), meta);
+    impl->skip_record_persist_ = o.testing_skip_record_persist;
+    return impl;
+  }
   PMTREE_RETURN_IF_ERROR(h.tree->Close().Annotate(tmp));
   h.tree.reset();
   h.pool.reset();

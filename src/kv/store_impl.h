@@ -77,6 +77,7 @@ class Store::Impl {
 
   // ---- open / close (recovery.cc) ----
   bool skip_redo_ = false;  // Options::testing_skip_redo
+  bool skip_record_persist_ = false;  // Options::testing_skip_record_persist
   static Result<std::unique_ptr<Impl>> OpenExisting(const std::string& path, const Options& o,
                                                     const TreeFactory* f);
   static Result<std::unique_ptr<Impl>> CreateNew(const std::string& path, const Options& o, const TreeFactory* f);

@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "crash/explorer.h"
 #include "crash/kill.h"
+#include "crash/kv_explore.h"
 #include "pmtree/registry.h"
 
 namespace pmtree::cli {
@@ -59,6 +60,11 @@ struct CrashArgs {
   bool quiet = false;
   std::string dir = "/dev/shm";
   size_t max_tickets = 20;
+  bool kv = false;                 // explore kv::Store scenarios with --tree as the engine
+  std::string kv_scenario;
+  uint64_t value_bytes = 16384;
+  uint64_t recovery_images = 64;
+  std::vector<std::string> kv_flaws;
 };
 
 nlohmann::json TicketJson(const crash::Ticket& t) {
@@ -102,6 +108,114 @@ int RunKill(const CrashArgs& a, const TreeFactory& f, const TreeOptions& to) {
   return r->failures.empty() ? 0 : 1;
 }
 
+// A --drop that names no flush/fence site the run reached explored the
+// unmutated tree: that is a usage error, not "0 violations".
+bool DropSiteReached(const std::vector<crash::SiteReport>& sites, const std::string& site, bool fence) {
+  for (const auto& s : sites)
+    if (s.name == site && s.kind == (fence ? "fence" : "flush") && s.reached > 0) return true;
+  return false;
+}
+
+// `pmtree crash --kv`: the store's scenarios over engine --tree (kv_explore.h).
+int RunKv(const CrashArgs& a, const TreeOptions& to) {
+  crash::KvExploreOptions o;
+  o.engine = a.tree;
+  o.tree_options = to;
+  o.seed = a.seed;
+  o.max_images = a.max_images;
+  o.samples = a.samples;
+  o.pool_size = a.pool_size;
+  o.dir = a.dir;
+  o.value_bytes = a.value_bytes;
+  o.scenario = a.kv_scenario;
+  o.max_tickets = a.max_tickets;
+  o.progress = !a.quiet;
+  o.continuation_every = a.no_continuation ? 0 : a.continuation_every;
+  o.recovery_crash_every = a.recovery_crash_every;
+  o.recovery_crash = !a.no_recovery_crash;
+  o.recovery_images = a.recovery_images;
+  for (const std::string& flaw : a.kv_flaws) {
+    o.testing_skip_redo |= flaw == "skip-redo";
+    o.testing_skip_record_persist |= flaw == "skip-record-persist";
+  }
+  Status s = crash::ParseMode(a.mode, &o.mode);
+  if (s.ok() && !a.replay.empty()) {
+    crash::ImageRef r;
+    s = crash::ParseImageRef(a.replay, &r);
+    o.replay = r;
+  }
+  if (s.ok() && !a.drop.empty()) {
+    const size_t at = a.drop.rfind('@');
+    const std::string kind = at == std::string::npos ? "" : a.drop.substr(at + 1);
+    if (kind != "flush" && kind != "fence") s = Status::InvalidArgument("--drop wants SITE@flush or SITE@fence");
+    o.drop_site = a.drop.substr(0, at);
+    o.drop_fence = kind == "fence";
+  }
+  crash::MutationReport mut;
+  Result<crash::KvExploreReport> r = s;
+  if (s.ok() && a.mutate) {
+    crash::KvExploreReport base;
+    auto m = crash::MutateKv(o, &base);
+    r = m.ok() ? Result<crash::KvExploreReport>(std::move(base)) : Result<crash::KvExploreReport>(m.status());
+    if (m.ok()) mut = std::move(*m);
+  } else if (s.ok()) {
+    r = crash::ExploreKv(o);
+    // A --drop that names no store site the run reached explored the
+    // unmutated store: a usage error, not "0 violations".
+    if (r.ok() && !o.drop_site.empty() && !DropSiteReached(r->store_sites, o.drop_site, o.drop_fence))
+      r = Status::InvalidArgument("--drop " + a.drop + ": no such src/kv site was reached; run with --mutate to list them");
+  }
+  if (!r.ok()) {
+    std::fprintf(stderr, "pmtree crash: %s\n", r.status().ToString().c_str());
+    return 2;
+  }
+  if (a.json) {
+    nlohmann::json j = {{"engine", r->engine},
+                        {"mode", std::string(crash::ModeName(r->mode))},
+                        {"scenarios", r->scenarios},
+                        {"operations", r->operations},
+                        {"crash_points", r->crash_points},
+                        {"crash_points_exhaustive", r->crash_points_exhaustive},
+                        {"images_checked", r->images_checked},
+                        {"images_deduplicated", r->images_deduplicated},
+                        {"continuation_runs", r->continuation_runs},
+                        {"recoveries_crashed", r->recoveries_crashed},
+                        {"recovery_crash_images", r->recovery_crash_images},
+                        {"seconds", r->seconds},
+                        {"cpu_seconds", r->cpu_seconds},
+                        {"violations", r->violations},
+                        {"tickets", nlohmann::json::array()}};
+    for (const auto& t : r->tickets) j["tickets"].push_back(TicketJson(t));
+    if (a.mutate) {
+      j["mutants"] = mut.mutants;
+      j["mutants_caught"] = mut.caught;
+      j["mutation_score"] = mut.score;
+      j["mutant_list"] = nlohmann::json::array();
+      for (const auto& m : mut.list)
+        j["mutant_list"].push_back({{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}});
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    for (const auto& m : mut.list)
+      std::printf("  mutant: %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
+                  m.evidence.empty() ? "" : " — ", m.evidence.c_str());
+    if (a.mutate)
+      std::printf("store mutants: %llu, caught %llu, survived %llu\n", (unsigned long long)mut.mutants,
+                  (unsigned long long)mut.caught, (unsigned long long)mut.survived);
+    for (const auto& t : r->tickets) std::printf("%s\n", t.ToString().c_str());
+    std::printf("kv store on %s, mode %s: %llu scenarios, %llu operations, %llu crash points (%llu exhaustive), "
+                "%llu images checked (+%llu deduplicated, +%llu in %llu crashed recoveries), %.1f s (%.1f CPU s)\n"
+                "%s: %llu violations\n",
+                r->engine.c_str(), std::string(crash::ModeName(r->mode)).c_str(), (unsigned long long)r->scenarios,
+                (unsigned long long)r->operations, (unsigned long long)r->crash_points,
+                (unsigned long long)r->crash_points_exhaustive, (unsigned long long)r->images_checked,
+                (unsigned long long)r->images_deduplicated, (unsigned long long)r->recovery_crash_images,
+                (unsigned long long)r->recoveries_crashed, r->seconds, r->cpu_seconds,
+                r->violations == 0 ? "OK" : "VIOLATIONS FOUND", (unsigned long long)r->violations);
+  }
+  return r->violations == 0 ? 0 : 1;
+}
+
 // Every numeric option's range; the message is the one line the user sees.
 std::string RangeError(const CrashArgs& a) {
   auto out = [](const char* opt, const std::string& range) { return std::string(opt) + " must be in " + range; };
@@ -115,14 +229,6 @@ std::string RangeError(const CrashArgs& a) {
   if (a.node_size > 65536) return out("--node-size", "0..65536");
   if (a.max_tickets > 100'000) return out("--max-tickets", "0..100000");
   return "";
-}
-
-// A --drop that names no flush/fence site the run reached explored the
-// unmutated tree: that is a usage error, not "0 violations".
-bool DropSiteReached(const crash::ExploreReport& rep, const std::string& site, bool fence) {
-  for (const auto& s : rep.sites)
-    if (s.name == site && s.kind == (fence ? "fence" : "flush") && s.reached > 0) return true;
-  return false;
 }
 
 int Run(const CrashArgs& a) {
@@ -150,6 +256,7 @@ int Run(const CrashArgs& a) {
     to.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   if (a.kill > 0) return RunKill(a, *f, to);
+  if (a.kv) return RunKv(a, to);
 
   crash::ExploreOptions o;
   Status s = crash::ParseMode(a.mode, &o.mode);
@@ -215,7 +322,7 @@ int Run(const CrashArgs& a) {
       return 2;
     }
     rep = std::move(*r);
-    if (!o.drop_site.empty() && !DropSiteReached(rep, o.drop_site, o.drop_fence)) {
+    if (!o.drop_site.empty() && !DropSiteReached(rep.sites, o.drop_site, o.drop_fence)) {
       std::fprintf(stderr, "pmtree crash: --drop %s: no such %s site was reached by this workload, so nothing was "
                            "dropped; run without --drop to list the sites\n",
                    a.drop.c_str(), o.drop_fence ? "fence" : "flush");
@@ -354,6 +461,13 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--max-tickets", a->max_tickets, "tickets to print");
   sub->add_option("--dir", a->dir, "kill harness: directory of the pool file");
   sub->add_flag("--quiet", a->quiet, "no progress lines on stderr");
+  sub->add_flag("--kv", a->kv, "explore kv::Store scenarios (puts, replace, fields, batch, transaction, delete, GC) "
+                               "with --tree as the engine (docs/kv.md)");
+  sub->add_option("--kv-scenario", a->kv_scenario, "--kv: only scenarios whose name contains this");
+  sub->add_option("--value-bytes", a->value_bytes, "--kv: size of the large put's value")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--recovery-images", a->recovery_images, "--kv: exhaustive bound per crash point inside a recovery");
+  sub->add_option("--kv-flaw", a->kv_flaws, "--kv negative control: skip-redo or skip-record-persist (repeatable)")
+      ->check(CLI::IsMember({"skip-redo", "skip-record-persist"}));
   sub->callback([a, exit_code] { *exit_code = Run(*a); });
 }
 
