@@ -370,6 +370,18 @@ void ReplayPoints(const TraceLog& log, Shadow& shadow, const std::string& drop, 
 
 // ---- one scenario ------------------------------------------------------------------------------
 
+// A unique pool file for one scenario under `dir`, and its removal (also by
+// the parent when a worker died before removing it).
+std::string PoolPath(const std::string& dir) {
+  static std::atomic<uint64_t> counter{0};
+  return dir + "/pmtree-kvcrash-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".pool";
+}
+
+void RemovePool(const std::string& path) {
+  unlink(path.c_str());
+  unlink((path + ".creating").c_str());
+}
+
 // Where a worker is (shared with the parent): the image it checks and when
 // it last made progress.
 struct Position {
@@ -385,20 +397,16 @@ class ScenarioRun {
               Position* pos)
       : o_(o), sc_(sc), index_(index), rep_(rep), pos_(pos) {}
 
-  Status Run() {
-    static std::atomic<uint64_t> counter{0};
-    path_ = o_.dir + "/pmtree-kvcrash-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".pool";
-    Cleanup();
+  // `path`: the scenario's pool file (PoolPath), removed before and after.
+  Status Run(const std::string& path) {
+    path_ = path;
+    RemovePool(path_);
     Status s = RunIn();
-    Cleanup();
+    RemovePool(path_);
     return s;
   }
 
  private:
-  void Cleanup() {
-    unlink(path_.c_str());
-    unlink((path_ + ".creating").c_str());
-  }
 
   kv::Options BaseOptions() const {
     kv::Options ko;
@@ -769,13 +777,14 @@ Result<bool> RunIsolated(const KvExploreOptions& o, const KvScenario& sc, uint64
     return Status::IoError("kv crash: memfd_create for the worker's results failed");
   }
   pos->heartbeat_ms.store(NowMs());
+  const std::string path = PoolPath(o.dir);
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = fork();
   if (pid == 0) {
     KvExploreReport part;
     ScenarioRun run(o, sc, i, &part, pos);
-    const Status s = run.Run();
+    const Status s = run.Run(path);
     json j = ToJson(part, run.stopped());
     if (!s.ok()) j["error"] = s.ToString();
     const std::string text = j.dump();
@@ -833,6 +842,7 @@ Result<bool> RunIsolated(const KvExploreOptions& o, const KvScenario& sc, uint64
     }
     stop = o.stop_at_first_violation;
   }
+  RemovePool(path);  // a worker that died left it
   close(out);
   pos->~Position();
   munmap(mem, sizeof(Position));
@@ -878,7 +888,7 @@ Result<KvExploreReport> ExploreKv(const KvExploreOptions& o) {
     } else {
       Position pos;
       ScenarioRun run(o, scenarios[i], i, &rep, &pos);
-      PMTREE_RETURN_IF_ERROR(run.Run());
+      PMTREE_RETURN_IF_ERROR(run.Run(PoolPath(o.dir)));
       stop = run.stopped();
     }
     rep.scenarios++;
