@@ -692,18 +692,16 @@ void RunWearExperiment(SuiteContext& s) {
              " | " + Num(a->profile.alloc_window_writes, 0) + " / " + Num(a->profile.quiet_window_writes, 0) + " |\n";
   }
   s.Text(table);
-  if (s.Have("cdds")) {
-    for (const char* fig : {"heatmap", "timeline"})
-      s.AddFigure({std::string("wear-") + fig + "-cdds.png",
-                   std::string(fig) == "heatmap" ? "CDDS: writes per block, 1K inserts (thesis Figure 6.1)"
-                                                 : "CDDS: writes and allocations over time, 1K inserts (Figure 6.4)",
-                   "cdds-wear", fig, "", "", "tree", "label", "cdds/1K"});
+  // Figures 6.1/6.2 (writes per node) and 6.4 (writes over time with
+  // allocations) for every persistent tree, cdds first.
+  std::vector<std::string> order = trees;
+  std::stable_partition(order.begin(), order.end(), [](const std::string& t) { return t == "cdds"; });
+  for (const std::string& t : order) {
+    s.AddFigure({"wear-heatmap-" + t + ".png", t + ": writes per block, 1K inserts (thesis Figures 6.1/6.2)",
+                 "cdds-wear", "heatmap", "", "", "tree", "label", t + "/1K"});
+    s.AddFigure({"wear-timeline-" + t + ".png", t + ": writes and allocations over time, 1K inserts (Figure 6.4)",
+                 "cdds-wear", "timeline", "", "", "tree", "label", t + "/1K"});
   }
-  for (const char* inplace : {"sortedtree", "fastfair"})
-    if (s.Have(inplace))
-      s.AddFigure({std::string("wear-heatmap-") + inplace + ".png",
-                   std::string(inplace) + ": writes per block, 1K inserts (the in-place tree of Figure 6.2)",
-                   "cdds-wear", "heatmap", "", "", "tree", "label", std::string(inplace) + "/1K"});
   s.AddFigure({"wear-cdf.png", "Writes per page, " + Scale(big) + " inserts (thesis Figure 6.3)", "cdds-wear", "cdf",
                "", "", "tree", "variant", Scale(big)});
   // The thesis compared CDDS with the in-place STX B-Tree; our in-place trees
