@@ -64,16 +64,15 @@ else
 fi
 [[ -r $workload_file ]] || die "no workload file '$workload_file' (give a..f or a readable path)"
 
+# shellcheck source=lib/servers.sh
+source "$root/scripts/lib/servers.sh"
+
 install_missing() {
   local missing=()
   command -v mvn >/dev/null || missing+=(maven)
   command -v java >/dev/null || missing+=(default-jdk)
   ((${#missing[@]})) || return 0
-  echo "ycsb.sh: installing ${missing[*]}" >&2
-  local sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  servers_apt_install "${missing[@]}"
 }
 
 # Builds the binding jar and copies its runtime dependencies into $cache/lib,
