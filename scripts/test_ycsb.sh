@@ -4,7 +4,7 @@
 # Bounded end-to-end test of the YCSB binding (bench/ycsb): YCSB workload A
 # (1,000 records, 2,000 operations, 2 threads) and a short workload E (scans)
 # with YCSB's data-integrity check on, against Debian's redis-server, and
-# against `pmtree serve` when the pmtree binary has that subcommand.  Fails
+# against `pmtree serve` (build/pmtree must have it).  Fails
 # when YCSB reports any operation that did not return OK, when a read
 # returned a value other than the one written (YCSB's VERIFY), when the
 # operation counts do not add up, or when the server does not hold exactly
@@ -86,7 +86,8 @@ if pmtree_has_serve "$pmtree"; then
   exercise "pmtree-serve-$tree" "$SERVER_PORT"
   servers_stop pmtree-serve
 else
-  echo "skip: pmtree serve ($pmtree has no serve subcommand)"
+  echo "FAIL: $pmtree is missing or has no serve subcommand (build the pmtree target)" >&2
+  failures=$((failures + 1))
 fi
 
 if ((failures)); then

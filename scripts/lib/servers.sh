@@ -78,8 +78,10 @@ servers_start_redis() {
   servers_wait_ready "$name" "$port" "$SERVER_PID"
 }
 
+# (`BIN serve --help` is no test: CLI11 answers --help with exit 0 even for an
+# unknown subcommand, so an old binary would pass; its subcommand list is.)
 pmtree_has_serve() {
-  [[ -x $1 ]] && "$1" serve --help >/dev/null 2>&1
+  [[ -x $1 ]] && "$1" --help 2>/dev/null | grep -qE '^[[:space:]]+serve[[:space:]]'
 }
 
 # Further arguments go to `pmtree serve` as they are (e.g. a pool size).
