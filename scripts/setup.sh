@@ -7,11 +7,12 @@
 #   PMTREE_BUILD_DIR   build directory (default build)
 #   PMTREE_SANITIZE    address | thread (a sanitizer build; use another build dir)
 #   PMTREE_TARGETS     build only these CMake targets (space-separated; default all)
+#   PMTREE_CCACHE      0: compile without ccache (default: use it when installed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libpmem2-dev libgtest-dev libgmock-dev libcli11-dev
-          nlohmann-json3-dev liblmdb-dev libdb++-dev libabsl-dev python3-matplotlib redis-tools)
+          nlohmann-json3-dev liblmdb-dev libdb++-dev libabsl-dev python3-matplotlib redis-tools ccache)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,7 +31,15 @@ fi
 build_dir=${PMTREE_BUILD_DIR:-build}
 werror=OFF
 [[ -n "${CI:-}" ]] && werror=ON
-cmake -S . -B "$build_dir" -G Ninja \
+# ccache keyed on paths relative to this checkout (CCACHE_BASEDIR, and no
+# working directory in the hash of -g builds), so a second clone -- CI's --
+# reuses what an earlier build compiled.
+launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER= -DCMAKE_C_COMPILER_LAUNCHER=)
+if [[ "${PMTREE_CCACHE:-1}" != 0 ]] && command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$build_dir" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE="${PMTREE_BUILD_TYPE:-RelWithDebInfo}" \
   -DPMTREE_SANITIZE="${PMTREE_SANITIZE:-}" \
   -DPMTREE_WERROR="$werror" >/dev/null
