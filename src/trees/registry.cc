@@ -83,7 +83,7 @@ const std::vector<TreeFactory>& Table() {
        wotree::kNodeSizeRule, &sortedtree::Create<uint64_t>, &sortedtree::Recover<uint64_t>, &sortedtree::Create<std::string_view>,
        &sortedtree::Recover<std::string_view>},
       {"cdds", "CDDS B-Tree: versioned entries [start,end), copy-on-write splits, forward-GC recovery, snapshots",
-       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder,
+       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart | kCapAssumesLineOrder,
        cdds::kDefaultNodeSize, "512, 1024, 2048, 4096", &CreateCddsTree, &RecoverCddsTree, &CreateCddsTreeBytes,
        &RecoverCddsTreeBytes},
   };

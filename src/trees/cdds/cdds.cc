@@ -31,6 +31,10 @@
 //       version.
 //   C8  Readers announce their version before reading it (reader slots), so
 //       a writer's oldest-retained version is never newer than a reader's.
+//   C9  BulkLoad replaces only a root leaf with no entry at all (the tree is
+//       empty at every version), by a subtree whose entries all start at v:
+//       current_version = v is stored before the root pointer, in the same
+//       line, so a crash shows the empty tree or the whole load.
 
 #include "trees/cdds/cdds.h"
 #include "trees/common/upcast.h"
@@ -95,7 +99,7 @@ CddsTree<Keys>::~CddsTree() = default;
 
 template <class Keys>
 uint32_t CddsTree<Keys>::capabilities() const {
-  return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder;
+  return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart | kCapAssumesLineOrder;
 }
 
 template <class Keys>
@@ -719,6 +723,95 @@ Result<bool> CddsTree<Keys>::Remove(Arg key) {
   }
   PMTREE_RETURN_IF_ERROR(s);
   return removed;
+}
+
+// Bulk load (not in the thesis, which loads by inserts): leaves and inner
+// nodes are written bottom-up as new nodes whose entries start at v, each
+// holding an even share of at most fill * capacity entries (and at least
+// 2 (m_l + 1), so every non-root node keeps more than m_l live entries);
+// an inner entry's key is its child's largest key, as split_insert makes
+// them.  Commit by C9.
+template <class Keys>
+Status CddsTree<Keys>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
+  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
+  for (size_t i = 0; i < sorted.size(); i++) {
+    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(sorted[i].first));
+    if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
+      return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
+  }
+  std::lock_guard lock(write_mu_);
+  PMTREE_RETURN_IF_ERROR(CheckUsable());
+  const uint64_t old_root = root();
+  if (node(old_root)->level != 0 || count(old_root) != 0)
+    return Status::InvalidArgument("bulk load: tree not empty");
+  if (sorted.empty()) return Status::Ok();
+
+  Op op;
+  BeginOp(&op);
+  const size_t per = std::clamp<size_t>(static_cast<size_t>(fill * cap_), std::min<size_t>(2 * (min_live_ + 1), cap_),
+                                        cap_);
+  // Writes one level of nodes over `items` (n of them) in groups of at most
+  // `per`; make(i) is item i's entry.  Returns each node and its largest key.
+  std::vector<NodeEntry> es;
+  es.reserve(cap_);
+  auto build_level = [&](uint16_t level, size_t n, auto&& make, std::vector<uint64_t>* nodes,
+                         std::vector<uint64_t>* last_keys) -> Status {
+    const size_t groups = (n + per - 1) / per;
+    for (size_t g = 0, i = 0; g < groups; g++) {
+      const size_t take = n / groups + (g < n % groups ? 1 : 0);
+      es.clear();
+      for (size_t k = 0; k < take; k++, i++) {
+        PMTREE_ASSIGN_OR_RETURN(NodeEntry e, make(i));
+        es.push_back(e);
+      }
+      PMTREE_ASSIGN_OR_RETURN(uint64_t off, NewNode(&op, level, es));
+      nodes->push_back(off);
+      last_keys->push_back(es.back().key);
+    }
+    return Status::Ok();
+  };
+  std::vector<uint64_t> nodes, last_keys;
+  Status s = build_level(
+      0, sorted.size(),
+      [&](size_t i) -> Result<NodeEntry> {
+        PMTREE_ASSIGN_OR_RETURN(uint64_t slot, keys_.MakeSlot(sorted[i].first));
+        if constexpr (!Keys::kInline) op.new_slots.push_back(slot);
+        return NodeEntry{slot, sorted[i].second, op.v, 0};
+      },
+      &nodes, &last_keys);
+  for (uint16_t level = 1; s.ok() && nodes.size() > 1; level++) {
+    if (level >= cdds::kMaxHeight) {
+      s = Status::OutOfSpace("cdds: tree height limit reached");
+      break;
+    }
+    std::vector<uint64_t> up_nodes, up_last;
+    s = build_level(
+        level, nodes.size(),
+        [&](size_t i) -> Result<NodeEntry> {
+          PMTREE_ASSIGN_OR_RETURN(uint64_t k, CopyKey(&op, last_keys[i]));
+          return NodeEntry{k, nodes[i], op.v, 0};
+        },
+        &up_nodes, &up_last);
+    nodes.swap(up_nodes);
+    last_keys.swap(up_last);
+  }
+  if (!s.ok()) {
+    Abort(&op);
+    return s;
+  }
+  // C1/C9: every new node and key blob is durable before the commit stores
+  // below can reach memory (else the new root could name a torn subtree).
+  pool_->Fence();
+  pool_->Store64(&meta()->current_version, op.v);
+  pool_->Store64(&meta()->root, nodes[0]);
+  // One persist writes back both stores of the meta line, version first
+  // (C9): a crash before it completes shows the empty old root, whose
+  // unreachable new nodes the recovery's allocator rebuild frees.
+  pool_->Persist(&meta()->root, sizeof(uint64_t));
+  counts_.version_bumps++;
+  pool_->allocator().Retire(old_root, node_size_);
+  FinishOp(&op);
+  return Status::Ok();
 }
 
 template class CddsTree<U64Keys>;

@@ -120,6 +120,8 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   Result<bool> Remove(Arg key) override;
   size_t Scan(Arg start, const Arg* end, std::span<Entry> out) override;
   using Base::Scan;
+  // Into a tree whose root leaf holds no entry; one version, all or nothing.
+  Status BulkLoad(std::span<const InputEntry> sorted, double fill) override;
   using Base::ScanRange;
 
   Status Verify() override;

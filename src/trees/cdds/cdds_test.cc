@@ -347,6 +347,64 @@ TEST(CddsTreeTest, ByteStringKeysShareBlobsAcrossVersionsWithoutLeaks) {
   }
 }
 
+// BulkLoad: one version, the fill honoured (clamped so every non-root node
+// keeps more than m_l live entries), a tree of several levels that Verify
+// accepts, then ordinary inserts, deletes (merges) and GC on top; refused on
+// a tree that holds an entry; a failure (full pool) leaves the tree empty.
+TEST(CddsTreeTest, BulkLoadBuildsOneVersionAtTheFillThenBehavesLikeAnyTree) {
+  for (double fill : {0.3, 0.7, 1.0}) {
+    SCOPED_TRACE("fill " + std::to_string(fill));
+    auto f = Make(/*gc_every=*/8);
+    auto& t = *f.tree;
+    std::vector<Tree::InputEntry> in;
+    Model m;
+    for (uint64_t i = 0; i < 20000; i++) {
+      in.push_back({i * 4, i});
+      m[i * 4] = i;
+    }
+    const uint64_t v0 = t.current_version();
+    ASSERT_TRUE(t.BulkLoad(in, fill).ok());
+    EXPECT_EQ(t.current_version(), v0 + 1) << "a bulk load is one version";
+    ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+    const TreeStats st = t.Stats();
+    const double want = std::max(fill, 2.0 * (t.min_live() + 1) / t.capacity());
+    EXPECT_NEAR(st.leaf_fill, want, 0.1);
+    EXPECT_GE(st.height, 4u) << "20,000 entries in 512 B nodes take several levels";
+    EXPECT_EQ(st.pm_bytes, f.pool->allocator().bytes_in_use()) << "the replaced root leaf is freed";
+    ExpectAt(t, t.current_version(), m);
+    EXPECT_EQ(t.BulkLoad(in, fill).code(), Status::Code::kInvalidArgument) << "tree not empty";
+    for (uint64_t i = 0; i < 20000; i += 3) {
+      ASSERT_TRUE(*t.Insert(i * 4 + 1, i));
+      m[i * 4 + 1] = i;
+      ASSERT_TRUE(*t.Remove(i * 4));
+      m.erase(i * 4);
+    }
+    ASSERT_TRUE(t.CollectGarbage().ok());
+    ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+    ExpectAt(t, t.current_version(), m);
+  }
+  // Byte-string keys, and a load that runs out of space midway.
+  auto fb = Make<BytesKeys>();
+  std::vector<std::string> keys;
+  for (int i = 0; i < 3000; i++) keys.push_back("bulk-" + std::to_string(100000 + i) + std::string(i % 50, 'y'));
+  std::vector<BytesTree::InputEntry> bin;
+  for (size_t i = 0; i < keys.size(); i++) bin.push_back({keys[i], i});
+  ASSERT_TRUE(fb.tree->BulkLoad(bin, 0.7).ok());
+  ASSERT_TRUE(fb.tree->Verify().ok()) << fb.tree->Verify().ToString();
+  uint64_t v = 0;
+  ASSERT_TRUE(fb.tree->Lookup(keys[1234], &v));
+  EXPECT_EQ(v, 1234u);
+  auto small = Make(8, 512, 1ull << 20);
+  const uint64_t in_use = small.pool->allocator().bytes_in_use();
+  std::vector<Tree::InputEntry> big;
+  for (uint64_t i = 0; i < 200000; i++) big.push_back({i, i});
+  EXPECT_TRUE(small.tree->BulkLoad(big, 1.0).IsOutOfSpace());
+  ASSERT_TRUE(small.tree->Verify().ok()) << small.tree->Verify().ToString();
+  EXPECT_EQ(small.tree->Stats().entries, 0u);
+  EXPECT_EQ(small.pool->allocator().bytes_in_use(), in_use) << "an aborted load frees what it allocated";
+  ASSERT_TRUE(*small.tree->Insert(7, 7));
+}
+
 TEST(CddsTreeTest, CleanCloseRestartsWithoutRecoveryWork) {
   const ShmPath shm("restart");
   const std::string& path = shm.path;
