@@ -51,7 +51,21 @@ class SortedLeafOps {
   SortedLeafOps(Pool* pool, Keys* keys, Meta* /*meta*/, uint32_t node_size, uint32_t /*variant*/)
       : pool_(pool), keys_(keys), cap_(SortedCapacity(node_size)) {}
 
+  using Record = SortedRecord;
   int capacity() const { return cap_; }
+
+  // A complete leaf holding `recs` (in key order, at most capacity) behind
+  // the given prefix.  Written, not flushed; returns the bytes to persist
+  // before the leaf becomes reachable (F7): a split's new leaf, a
+  // bulk-loaded leaf.
+  size_t WriteLeaf(uint64_t off, uint64_t next, uint64_t low, uint32_t flags, std::span<const SortedRecord> recs) {
+    SortedLeaf hdr{};
+    hdr.prefix = NodePrefix{next, low, 0, flags | kWritten};
+    hdr.count = recs.size();
+    pool_->Write(Lf(off), &hdr, 64);
+    pool_->Write(Lf(off)->records, recs.data(), 16 * recs.size());
+    return 64 + 16 * recs.size();
+  }
 
   void InitEmpty(uint64_t off, uint64_t next, uint64_t low, uint32_t flags) {
     SortedLeaf hdr{};
@@ -153,14 +167,9 @@ class SortedLeafOps {
       while (it != upper.end() && keys_->Compare(it->key, key) < 0) ++it;
       upper.insert(it, SortedRecord{slot, value});
     }
-    SortedLeaf hdr{};
-    hdr.prefix = NodePrefix{lf->prefix.next, sep_slot, 0, kHasLowKey | kWritten};
-    hdr.count = upper.size();
-    SortedLeaf* nw = Lf(nl);
-    pool_->Write(nw, &hdr, 64);
-    pool_->Write(nw->records, upper.data(), 16 * upper.size());
+    const size_t bytes = WriteLeaf(nl, lf->prefix.next, sep_slot, kHasLowKey, upper);
     // Persist the complete new leaf before `next` names it (S3, F7).
-    pool_->Persist(nw, 64 + 16 * upper.size());
+    pool_->Persist(Lf(nl), bytes);
     pool_->Store64(&lf->prefix.next, nl);
     // Persist the link before the truncation (S3): until then the old leaf's
     // upper records are read right of it (F3), never lost.

@@ -14,7 +14,7 @@
 //  - descent (lock-free through inner nodes, §4.3.5), moving right along
 //    `next` when a key is at or above the sibling's low key (B-link);
 //  - leaf locking (readers share, writers exclude; §4.3.5), the point
-//    operations, scans, bulk load by inserts;
+//    operations, scans, bulk load with a fill factor (bottom-up, one root store);
 //  - recovery (Fig. 9): replay the leaf log, build the frame from the
 //    consistent inner entries (transient duplicates dropped, interrupted
 //    truncations finished), rebuild the allocator, then insert what the
@@ -33,6 +33,9 @@
 //   uint64_t* ValueWord(uint64_t off, int h);
 //   uint64_t KeyOf(uint64_t off, int h) const;
 //   int Count(uint64_t off) const;                // valid entries
+//   using Record = {uint64_t key slot, uint64_t value};   // 16 bytes
+//   size_t WriteLeaf(uint64_t off, uint64_t next, uint64_t low, uint32_t flags,
+//                    std::span<const Record> sorted);  // whole leaf, not flushed; bytes to persist
 //   void Insert(uint64_t off, Arg key, uint64_t slot, uint64_t value);  // room; durable on return
 //   void Remove(uint64_t off, int h);             // durable on return
 //   Status Split(uint64_t off, uint64_t new_off, Arg key, uint64_t slot, uint64_t value,
@@ -186,8 +189,8 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
   uint32_t capabilities() const override {
     // kCapAssumesLineOrder: a FAST shift writes a record's two words in an
     // order that only the per-line-prefix model preserves (as FAST+FAIR).
-    return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder |
-           (meta_->variant ? static_cast<uint32_t>(kCapTestOnly) : 0u);
+    return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart |
+           kCapAssumesLineOrder | (meta_->variant ? static_cast<uint32_t>(kCapTestOnly) : 0u);
   }
 
   // ---- point operations ------------------------------------------------------------------
@@ -254,6 +257,15 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
     }
   }
   using Base::Scan;
+
+  // Into an empty tree (the root is a leaf with no entry and no sibling):
+  // leaves of an even share of at most fill x capacity entries, linked
+  // through `next`, each but the first with a separator blob of its own as
+  // low key; inner levels whose records name each child by its low key
+  // (F4), bottom-up.  Every node is flushed, one fence, then meta.root names
+  // the top node (F7): a crash shows the empty tree (recovery R5 frees the
+  // unreachable new nodes) or the whole load.
+  Status BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) override;
 
   // ---- introspection -----------------------------------------------------------------------
 

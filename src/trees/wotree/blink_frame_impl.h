@@ -280,6 +280,105 @@ Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uin
   return nn;
 }
 
+// ---- bulk load --------------------------------------------------------------------------------
+
+template <class Keys, class L>
+Status BlinkFrame<Keys, L>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
+  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
+  for (size_t i = 0; i < sorted.size(); i++) {
+    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(sorted[i].first));
+    if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
+      return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
+  }
+  const uint64_t old_root = Pool::Load64(&meta_->root);
+  const NodePrefix* old_prefix = P(old_root);
+  if (old_prefix->level != 0 || old_prefix->next != 0 || leaf_.Count(old_root) != 0)
+    return Status::InvalidArgument("bulk load: tree not empty");
+  if (sorted.empty()) return Status::Ok();
+
+  std::vector<uint64_t> made_nodes, made_slots;
+  auto fail = [&](Status s) {
+    for (uint64_t off : made_nodes) pool_->allocator().Free(off, node_size_);
+    for (uint64_t slot : made_slots) keys_.Release(slot);
+    return s;
+  };
+  auto make_slot = [&](Arg key) -> Result<uint64_t> {
+    PMTREE_ASSIGN_OR_RETURN(uint64_t slot, keys_.MakeSlot(key));
+    if constexpr (!Keys::kInline) made_slots.push_back(slot);
+    return slot;
+  };
+  // n items in groups of at most `per`, as even as possible.
+  auto groups = [](size_t n, size_t per) { return (n + per - 1) / per; };
+  auto share = [](size_t n, size_t g, size_t i) { return n / g + (i < n % g ? 1 : 0); };
+  auto allocate = [&](size_t count, std::vector<uint64_t>* out) -> Status {
+    for (size_t i = 0; i < count; i++) {
+      PMTREE_ASSIGN_OR_RETURN(uint64_t off, pool_->allocator().Allocate(node_size_));
+      made_nodes.push_back(off);
+      out->push_back(off);
+    }
+    return Status::Ok();
+  };
+
+  const size_t cap = static_cast<size_t>(leaf_.capacity());
+  const size_t leaf_per = std::clamp<size_t>(static_cast<size_t>(fill * cap), 1, cap);
+  const size_t nleaves = groups(sorted.size(), leaf_per);
+  std::vector<uint64_t> nodes, lows(nleaves, 0);  // lows[i]: node i's low key slot (0 for the first)
+  if (Status st = allocate(nleaves, &nodes); !st.ok()) return fail(st);
+  std::vector<typename L::Record> recs;
+  for (size_t i = 0, next = 0; i < nleaves; i++) {
+    const size_t take = share(sorted.size(), nleaves, i);
+    recs.clear();
+    for (size_t k = 0; k < take; k++, next++) {
+      auto slot = make_slot(sorted[next].first);
+      if (!slot.ok()) return fail(slot.status());
+      recs.push_back({*slot, sorted[next].second});
+    }
+    if (i > 0) {
+      // The separator gets a blob of its own, as a split's does.
+      auto low = make_slot(sorted[next - take].first);
+      if (!low.ok()) return fail(low.status());
+      lows[i] = *low;
+    }
+    const size_t bytes =
+        leaf_.WriteLeaf(nodes[i], i + 1 < nleaves ? nodes[i + 1] : 0, lows[i], i > 0 ? kHasLowKey : 0, recs);
+    // Start the leaf's write-back; the fence before the root store completes it (F7).
+    pool_->Flush(pool_->At<char>(nodes[i]), bytes);
+  }
+  const size_t inner_per = std::clamp<size_t>(static_cast<size_t>(fill * (inner_cap_ + 1)), 3, inner_cap_ + 1);
+  std::vector<InnerRecord> irecs;
+  for (uint32_t level = 1; nodes.size() > 1; level++) {
+    const size_t k = nodes.size(), nn = groups(k, inner_per);
+    std::vector<uint64_t> up, up_lows(nn, 0);
+    if (Status st = allocate(nn, &up); !st.ok()) return fail(st);
+    for (size_t i = 0, c = 0; i < nn; i++) {
+      const size_t take = share(k, nn, i);
+      InnerNode hdr{};
+      hdr.prefix = NodePrefix{i + 1 < nn ? up[i + 1] : 0, lows[c], level, (c > 0 ? kHasLowKey : 0u) | kWritten};
+      hdr.count = take - 1;
+      hdr.leftmost = nodes[c];
+      irecs.clear();
+      for (size_t j = 1; j < take; j++) irecs.push_back(InnerRecord{lows[c + j], nodes[c + j]});
+      pool_->Write(I(up[i]), &hdr, 64);
+      pool_->Write(I(up[i])->records, irecs.data(), 16 * irecs.size());
+      // Start the node's write-back; the fence before the root store completes it (F7).
+      pool_->Flush(I(up[i]), 64 + 16 * irecs.size());
+      up_lows[i] = lows[c];
+      c += take;
+    }
+    nodes.swap(up);
+    lows.swap(up_lows);
+  }
+  // F7: every new node and separator blob is persistent before meta.root
+  // names the top node (else a crash could expose a torn subtree).
+  pool_->Fence();
+  pool_->Store64(&meta_->root, nodes[0]);
+  // Persist meta.root: the bulk load's commit point.  Before it a crash finds
+  // the empty old root leaf; recovery R5 frees the unreachable new nodes.
+  pool_->Persist(&meta_->root, 8);
+  pool_->allocator().Retire(old_root, node_size_);
+  return Status::Ok();
+}
+
 // ---- recovery (Fig. 9) ------------------------------------------------------------------------
 //
 //  R1 leaf log: each set record's split is redone by the leaf policy.

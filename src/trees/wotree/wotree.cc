@@ -85,7 +85,27 @@ class WoLeafOps {
         hdr_(WoLeafHeader(cap_)),
         paper_((variant & kVariantPaperSplit) != 0) {}
 
+  using Record = LeafEntry;
   int capacity() const { return cap_; }
+
+  // A complete leaf holding `recs` (in key order, at most capacity) behind
+  // the given prefix: entries 0..m-1, their bits set, the slot array in
+  // order.  Written, not flushed; returns the bytes to persist.  The leaf
+  // must be unreachable until the caller persists it (F7): a split's new
+  // leaf, a bulk-loaded leaf.
+  size_t WriteLeaf(uint64_t off, uint64_t next, uint64_t low, uint32_t flags, std::span<const LeafEntry> recs) {
+    const int m = static_cast<int>(recs.size());
+    uint8_t img[kMaxHeader] = {};
+    NodePrefix p{next, low, 0, flags | kWritten};
+    std::memcpy(img, &p, sizeof(p));
+    uint64_t bm[2] = {m >= 64 ? ~0ull : (1ull << m) - 1, m > 64 ? (1ull << (m - 64)) - 1 : 0};
+    std::memcpy(img + offsetof(WoLeaf, bitmap), bm, 16);
+    img[offsetof(WoLeaf, slot)] = static_cast<uint8_t>(m);
+    for (int j = 0; j < m; j++) img[offsetof(WoLeaf, slot) + 1 + j] = static_cast<uint8_t>(j);
+    pool_->Write(Lf(off), img, hdr_);
+    pool_->Write(Ent(off, 0), recs.data(), sizeof(LeafEntry) * m);
+    return hdr_ + sizeof(LeafEntry) * m;
+  }
 
   void InitEmpty(uint64_t off, uint64_t next, uint64_t low, uint32_t flags) {
     uint8_t img[kMaxHeader] = {};
@@ -177,15 +197,7 @@ class WoLeafOps {
       upper.insert(it, LeafEntry{slot, value});
     }
     const int m = static_cast<int>(upper.size());
-    uint8_t img[kMaxHeader] = {};
-    NodePrefix p{lf->prefix.next, sep_slot, 0, kHasLowKey | kWritten};
-    std::memcpy(img, &p, sizeof(p));
-    uint64_t bm[2] = {m >= 64 ? ~0ull : (1ull << m) - 1, m > 64 ? (1ull << (m - 64)) - 1 : 0};
-    std::memcpy(img + offsetof(WoLeaf, bitmap), bm, 16);
-    img[offsetof(WoLeaf, slot)] = static_cast<uint8_t>(m);
-    for (int j = 0; j < m; j++) img[offsetof(WoLeaf, slot) + 1 + j] = static_cast<uint8_t>(j);
-    pool_->Write(Lf(nl), img, hdr_);
-    pool_->Write(Ent(nl, 0), upper.data(), sizeof(LeafEntry) * m);
+    WriteLeaf(nl, lf->prefix.next, sep_slot, kHasLowKey, upper);
     if (paper_) {
       // wotree-paper (test-only): Algorithm 3 as printed.  The old leaf's
       // next, bitmap and slot array are written before the new leaf is

@@ -219,6 +219,73 @@ TEST(WoTreeTest, RandomInsertsAndDeletesGrowThreeLevelsAndKeepEveryKey) {
   EXPECT_GT(Extra(st, "inner_splits"), 0);
 }
 
+// Bulk load (the frame's, shared with sortedtree): the fill honoured, levels
+// built bottom-up that Verify accepts (F2-F6), inserts and deletes after it
+// split and move right as usual, refused on a tree that holds an entry, an
+// out-of-space load leaves the empty tree and frees everything, and the
+// loaded tree survives a crash (destroyed without Close) and recovery.
+TEST(WoTreeTest, BulkLoadHonoursTheFillAndBehavesLikeAnInsertedTree) {
+  for (const char* name : {"wotree", "sortedtree"}) {
+    for (double fill : {0.5, 1.0}) {
+      SCOPED_TRACE(std::string(name) + " fill " + std::to_string(fill));
+      const std::string path = "/dev/shm/pmtree_wotree_bulk_" + std::to_string(getpid());
+      std::map<uint64_t, uint64_t> model;
+      {
+        auto h = CreateTree(Wo(name), path, 64ull << 20, NodeSize(256));
+        ASSERT_TRUE(h.ok()) << h.status().ToString();
+        std::vector<Tree::InputEntry> in;
+        for (uint64_t i = 0; i < 20000; i++) {
+          in.push_back({i * 4, i});
+          model[i * 4] = i;
+        }
+        ASSERT_TRUE(h->tree->BulkLoad(in, fill).ok());
+        ExpectModel(*h->tree, model);
+        const TreeStats st = h->tree->Stats();
+        EXPECT_NEAR(st.leaf_fill, fill, 0.1);
+        EXPECT_GE(st.height, 3u);
+        EXPECT_EQ(h->tree->BulkLoad(in, fill).code(), Status::Code::kInvalidArgument) << "tree not empty";
+        for (uint64_t i = 0; i < 20000; i += 3) {
+          ASSERT_TRUE(h->tree->Insert(i * 4 + 1, i).value());
+          model[i * 4 + 1] = i;
+          ASSERT_TRUE(h->tree->Remove(i * 4 + 4).value() == (i * 4 + 4 < 80000));
+          model.erase(i * 4 + 4);
+        }
+        ExpectModel(*h->tree, model);
+        // Destroyed without Close: a crash.
+      }
+      {
+        auto h = OpenTree(path, &Wo(name), {});
+        ASSERT_TRUE(h.ok()) << h.status().ToString();
+        ExpectModel(*h->tree, model);
+      }
+      unlink(path.c_str());
+    }
+    // Byte-string keys.
+    auto hb = CreateBytesTree(Wo(name), "", 64ull << 20, NodeSize(512));
+    ASSERT_TRUE(hb.ok()) << hb.status().ToString();
+    std::vector<std::string> keys;
+    for (int i = 0; i < 3000; i++) keys.push_back("bulk-" + std::to_string(100000 + i) + std::string(i % 40, 'q'));
+    std::vector<BytesTree::InputEntry> bin;
+    for (size_t i = 0; i < keys.size(); i++) bin.push_back({keys[i], i});
+    ASSERT_TRUE(hb->tree->BulkLoad(bin, 0.7).ok());
+    ASSERT_TRUE(hb->tree->Verify().ok()) << hb->tree->Verify().ToString();
+    uint64_t v = 0;
+    ASSERT_TRUE(hb->tree->Lookup(keys[2345], &v));
+    EXPECT_EQ(v, 2345u);
+    // Out of space midway: nothing loaded, nothing leaked.
+    auto hs = CreateTree(Wo(name), "", 1ull << 20, NodeSize(256));
+    ASSERT_TRUE(hs.ok()) << hs.status().ToString();
+    const uint64_t in_use = hs->pool->allocator().bytes_in_use();
+    std::vector<Tree::InputEntry> big;
+    for (uint64_t i = 0; i < 200000; i++) big.push_back({i, i});
+    EXPECT_TRUE(hs->tree->BulkLoad(big, 1.0).IsOutOfSpace());
+    ASSERT_TRUE(hs->tree->Verify().ok()) << hs->tree->Verify().ToString();
+    EXPECT_EQ(hs->tree->Stats().entries, 0u);
+    EXPECT_EQ(hs->pool->allocator().bytes_in_use(), in_use);
+    ASSERT_TRUE(hs->tree->Insert(7, 7).value());
+  }
+}
+
 // ---- restart and recovery -----------------------------------------------------------
 
 TEST(WoTreeTest, CleanCloseRestartsInstantlyAndACrashRunsTheRepairs) {
