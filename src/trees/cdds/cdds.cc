@@ -36,6 +36,7 @@
 //       current_version = v is stored before the root pointer, in the same
 //       line, so a crash shows the empty tree or the whole load.
 
+#include "trees/common/bulk_input.h"
 #include "trees/cdds/cdds.h"
 #include "trees/common/upcast.h"
 
@@ -733,12 +734,7 @@ Result<bool> CddsTree<Keys>::Remove(Arg key) {
 // them.  Commit by C9.
 template <class Keys>
 Status CddsTree<Keys>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
-  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
-  for (size_t i = 0; i < sorted.size(); i++) {
-    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(sorted[i].first));
-    if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
-      return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
-  }
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
   std::lock_guard lock(write_mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   const uint64_t old_root = root();

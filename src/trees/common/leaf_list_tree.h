@@ -69,6 +69,7 @@
 #include "pmtree/pool.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
+#include "trees/common/bulk_input.h"
 #include "trees/common/dram_inner_index.h"
 #include "trees/common/keys.h"
 #include "trees/common/leaf_list_layout.h"
@@ -225,12 +226,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   // the head (a crash before that store leaves the empty tree; the unlinked
   // chain is reclaimed by recovery).
   Status BulkLoad(std::span<const InputEntry> sorted, double fill) override {
-    if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
-    for (size_t i = 0; i < sorted.size(); i++) {
-      PMTREE_RETURN_IF_ERROR(Keys::CheckArg(sorted[i].first));
-      if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
-        return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
-    }
+    PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
     for (uint64_t off = meta_->head; off != 0; off = LeafAt(off)->next)
       if (EntryMask(LeafAt(off)) != 0) return Status::InvalidArgument("bulk load: tree not empty");
     if (sorted.empty()) return Status::Ok();

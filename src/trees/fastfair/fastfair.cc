@@ -4,6 +4,7 @@
 // the paper's description; the original code was read for its known flaws
 // only.
 
+#include "trees/common/bulk_input.h"
 #include "trees/fastfair/fastfair.h"
 
 #include <algorithm>
@@ -649,12 +650,7 @@ size_t FastFairTree<P>::Scan(K start, const K* end, std::span<Entry> out) {
 // tree (the new nodes are unreachable and reclaimed by recovery).
 template <class P>
 Status FastFairTree<P>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
-  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
-  for (size_t i = 0; i < sorted.size(); i++) {
-    PMTREE_RETURN_IF_ERROR(P::CheckArg(sorted[i].first));
-    if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
-      return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
-  }
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &P::CheckArg));
   const uint64_t old_root = Ld(&meta_->root);
   const Node* r0 = N(old_root);
   if (r0->hdr.level != 0 || r0->hdr.count != 0 || r0->hdr.sibling != 0)

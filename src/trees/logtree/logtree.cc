@@ -4,6 +4,7 @@
 // contract and docs/trees/logtree.md for write orders, recovery rules and the
 // invariants numbered below.
 
+#include "trees/common/bulk_input.h"
 #include "trees/logtree/logtree.h"
 #include "trees/common/upcast.h"
 
@@ -882,12 +883,7 @@ Status LogTree<Keys>::RemoveLocked(Arg key, bool* removed) {
 
 template <class Keys>
 Status LogTree<Keys>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
-  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
-  for (size_t i = 0; i < sorted.size(); i++) {
-    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(sorted[i].first));
-    if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
-      return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
-  }
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
   std::unique_lock lock(mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   const uint64_t old_root = root();

@@ -5,6 +5,7 @@
 // RebuildFromLeaves, §4.6 = SaveImage / LoadImage, §5 = adaptive.cc and the
 // profiling counters updated in Mutate/Lookup/Smo.
 
+#include "trees/common/bulk_input.h"
 #include "trees/nvtree/nvtree.h"
 
 #include <algorithm>
@@ -917,12 +918,7 @@ Result<bool> NvTree<KP>::Mutate(OpKind kind, K key, uint64_t value) {
 
 template <class KP>
 Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
-  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
-  for (size_t i = 0; i < sorted.size(); i++) {
-    PMTREE_RETURN_IF_ERROR(KP::CheckArg(sorted[i].first));
-    if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
-      return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
-  }
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
   Inner* old = inner_.load(std::memory_order_acquire);
   const uint64_t old_ln = old->entry[old->pln[0].base].ln.load();
   if (old->n_pln != 1 || old->pln[0].count.load() != 1 || Leaf(old_ln)->n_element != 0)

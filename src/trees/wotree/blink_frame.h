@@ -85,6 +85,7 @@
 
 #include "pmtree/pool.h"
 #include "pmtree/tree.h"
+#include "trees/common/bulk_input.h"
 #include "trees/common/keys.h"
 #include "trees/common/version_lock.h"
 #include "trees/wotree/layout.h"

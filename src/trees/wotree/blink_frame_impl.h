@@ -284,12 +284,7 @@ Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uin
 
 template <class Keys, class L>
 Status BlinkFrame<Keys, L>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
-  if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");
-  for (size_t i = 0; i < sorted.size(); i++) {
-    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(sorted[i].first));
-    if (i > 0 && !(sorted[i - 1].first < sorted[i].first))
-      return Status::InvalidArgument("bulk load: input not strictly ascending at index " + std::to_string(i));
-  }
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
   const uint64_t old_root = Pool::Load64(&meta_->root);
   const NodePrefix* old_prefix = P(old_root);
   if (old_prefix->level != 0 || old_prefix->next != 0 || leaf_.Count(old_root) != 0)
