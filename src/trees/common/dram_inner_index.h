@@ -307,6 +307,11 @@ class DramInnerIndex {
   void ForEachLeaf(const std::function<void(uint64_t, const Owned*, const Owned*)>& fn) const {
     Walk(root(), nullptr, nullptr, fn);
   }
+  // Every leaf in key order with the lower bound that routes to it (Owned{}
+  // for the first): what Build needs to make an equivalent index (the leaf-
+  // list trees' restart image).  Only when no structure modification runs.
+  void Routes(std::vector<std::pair<Owned, uint64_t>>* out) const { CollectRoutes(root(), Owned{}, out); }
+
   // Levels of inner nodes, inner node count, approximate DRAM bytes.
   void Measure(uint32_t* levels, uint64_t* nodes, uint64_t* bytes) const {
     *levels = 0;
@@ -400,6 +405,16 @@ class DramInnerIndex {
         fn(n->kids[i], l, h);
       } else {
         Walk(Child(n, i), l, h, fn);
+      }
+    }
+  }
+  static void CollectRoutes(const Node* n, const Owned& lo, std::vector<std::pair<Owned, uint64_t>>* out) {
+    for (size_t i = 0; i < n->kids.size(); i++) {
+      const Owned& k = i == 0 ? lo : n->keys[i - 1];
+      if (n->bottom) {
+        out->emplace_back(k, n->kids[i]);
+      } else {
+        CollectRoutes(Child(n, i), k, out);
       }
     }
   }

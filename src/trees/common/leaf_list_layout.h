@@ -36,6 +36,7 @@ static_assert(sizeof(LeafListLog) == 64);
 static_assert(offsetof(LeafListLog, other) == 8);
 
 inline constexpr int kLeafListSplitLogs = 16;  // concurrent leaf splits (a log queue)
+inline constexpr uint64_t kLeafListRestartMagic = 0x3154525453524c4cull;  // "LLRSTRT1" little-endian
 
 // ---- LeafListMeta: the tree's anchor, referenced by pool root slot 0 ---------------------
 //
@@ -44,15 +45,27 @@ inline constexpr int kLeafListSplitLogs = 16;  // concurrent leaf splits (a log 
 //   8     8     head        offset of the first (left-most) leaf; never 0
 //   16    4     node_size   leaf size in bytes (256, 512 or 1024)
 //   20    4     key_kind    KeyKind of the tree (0 u64, 1 bytes)
-//   24    40    reserved    zero
+//   24    8     restart     offset of the restart image a clean Close wrote
+//                           (0 = none); trusted only when the pool reports a
+//                           clean shutdown and the image matches the leaf list
+//   32    8     restart_bytes  the image's size in bytes (written with restart)
+//   40    24    reserved    zero
 //   64    64    delete_log  the delete log (removals are serialised)
+//
+// Restart image (one heap block, 8-byte words): kLeafListRestartMagic, the
+// number of leaves n, the image's bytes; then per leaf in key order: its
+// offset and the lower bound that routes to it -- a u64 key in one word, or a
+// byte string as a 4-byte length and the bytes, padded to whole words (the
+// first leaf's bound is stored but unused).
 //   128   1024  split_log   kLeafListSplitLogs split logs
 struct LeafListMeta {
   uint64_t magic;
   uint64_t head;
   uint32_t node_size;
   uint32_t key_kind;
-  uint8_t reserved[40];
+  uint64_t restart;
+  uint64_t restart_bytes;
+  uint8_t reserved[24];
   LeafListLog delete_log;
   LeafListLog split_log[kLeafListSplitLogs];
 };
@@ -61,6 +74,8 @@ static_assert(alignof(LeafListMeta) == 8);
 static_assert(offsetof(LeafListMeta, head) == 8);
 static_assert(offsetof(LeafListMeta, node_size) == 16);
 static_assert(offsetof(LeafListMeta, key_kind) == 20);
+static_assert(offsetof(LeafListMeta, restart) == 24 && offsetof(LeafListMeta, restart_bytes) == 32,
+              "restart and restart_bytes share the meta's first line: one persist writes both");
 static_assert(offsetof(LeafListMeta, delete_log) == 64);
 static_assert(offsetof(LeafListMeta, split_log) == 128);
 

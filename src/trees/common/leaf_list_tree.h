@@ -59,6 +59,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -159,7 +160,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
 
   std::string_view name() const override { return Derived::kTraits.name; }
   uint32_t capabilities() const override {
-    return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill;
+    return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart;
   }
 
   // ---- point operations ---------------------------------------------------------------
@@ -388,13 +389,20 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     st.extra.emplace_back("leaf_capacity", cap_);
     st.extra.emplace_back("splits", static_cast<double>(splits_.load()));
     st.extra.emplace_back("leaf_removals", static_cast<double>(removals_.load()));
+    st.extra.emplace_back("instant_restart", instant_restart_ ? 1 : 0);
     D().AddStats(list, &st);
     return st;
   }
 
-  // Nothing volatile needs saving: recovery rebuilds the DRAM index from the
-  // leaves, and the pool saves the allocator state.
-  Status Close() override { return pool_->Close(); }
+  // Saves the DRAM index's routes as the restart image, so the next open
+  // skips reading every leaf (instant restart); the pool saves the allocator
+  // state.  A second Close does nothing.
+  Status Close() override {
+    if (closed_) return Status::Ok();
+    closed_ = true;
+    PMTREE_RETURN_IF_ERROR(WriteRestartImage());
+    return pool_->Close();
+  }
 
  protected:
   LeafListTree(Pool* pool, uint64_t meta_off, uint32_t node_size)
@@ -647,6 +655,122 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     return Status::Ok();
   }
 
+  // ---- instant restart ---------------------------------------------------------------------
+
+  void EncodeKey(const Owned& k, std::vector<uint64_t>* words) const {
+    if constexpr (Keys::kInline) {
+      words->push_back(k);
+    } else {
+      const size_t at = words->size();
+      words->resize(at + (4 + k.size() + 7) / 8, 0);
+      const uint32_t len = static_cast<uint32_t>(k.size());
+      char* p = reinterpret_cast<char*>(words->data() + at);
+      std::memcpy(p, &len, 4);
+      std::memcpy(p + 4, k.data(), k.size());
+    }
+  }
+
+  // Reads one bound at w[*i] (n words in all); false when it does not fit.
+  bool DecodeKey(const uint64_t* w, uint64_t n, uint64_t* i, Owned* k) const {
+    if (*i >= n) return false;
+    if constexpr (Keys::kInline) {
+      *k = w[(*i)++];
+    } else {
+      uint32_t len;
+      std::memcpy(&len, &w[*i], 4);
+      const uint64_t words = (4 + static_cast<uint64_t>(len) + 7) / 8;
+      if (len > kMaxKeyBytes || *i + words > n) return false;
+      k->assign(reinterpret_cast<const char*>(&w[*i]) + 4, len);
+      *i += words;
+    }
+    return true;
+  }
+
+  Status WriteRestartImage() {
+    std::vector<std::pair<Owned, uint64_t>> routes;
+    index_.Routes(&routes);
+    std::vector<uint64_t> words{kLeafListRestartMagic, routes.size(), 0};
+    for (const auto& [k, leaf] : routes) {
+      words.push_back(leaf);
+      EncodeKey(k, &words);
+    }
+    words[2] = words.size() * 8;
+    auto r = pool_->allocator().Allocate(words[2]);
+    uint64_t off = 0;
+    if (r.ok()) {
+      off = *r;
+      pool_->Write(pool_->At<void>(off), words.data(), words[2]);
+      // Persist the image before the meta names it.
+      pool_->Persist(pool_->At<void>(off), words[2]);
+    }
+    // No room for an image: 0, and the next open walks the leaves.
+    pool_->Store64(&meta_->restart_bytes, r.ok() ? words[2] : 0);
+    pool_->Store64(&meta_->restart, off);
+    // Persist both words (one line) before Pool::Close writes the clean-
+    // shutdown flag, which must never be durable with a stale image offset.
+    pool_->Persist(&meta_->restart, 16);
+    return Status::Ok();
+  }
+
+  // After a clean close: the index from the restart image, if the image is
+  // whole and names exactly the leaves of the list (followed through `next`
+  // only, one word per leaf: a cut list disagrees and is left to the walk,
+  // whose saved-bytes check reports it).  *image_bytes: the bytes of an image
+  // that was present but not used (the walk's byte count must add them).
+  Status TryInstantRestart(bool* done, uint64_t* image_bytes) {
+    *done = false;
+    *image_bytes = 0;
+    const uint64_t off = meta_->restart, bytes = meta_->restart_bytes;
+    if (off == 0) return Status::Ok();
+    auto forget = [&] {
+      pool_->Store64(&meta_->restart, 0);
+      pool_->Store64(&meta_->restart_bytes, 0);
+      // Persist: the image is consumed (or untrusted) and never read again.
+      pool_->Persist(&meta_->restart, 16);
+    };
+    // A crash after the image was written: the walk reclaims its block.
+    if (!pool_->clean_shutdown()) {
+      forget();
+      return Status::Ok();
+    }
+    *image_bytes = Allocator::RoundUp(bytes);
+    std::vector<std::pair<Owned, uint64_t>> routes;
+    bool ok = off % 8 == 0 && bytes >= 24 && bytes % 8 == 0 && pool_->InHeap(off, bytes);
+    if (ok) {
+      const uint64_t* w = pool_->At<uint64_t>(off);
+      const uint64_t n = bytes / 8;
+      ok = w[0] == kLeafListRestartMagic && w[2] == bytes && w[1] >= 1 && w[1] <= pool_->size() / node_size_;
+      uint64_t i = 3;
+      for (uint64_t li = 0; ok && li < w[1]; li++) {
+        Owned k{};
+        ok = i < n && CheckLeafOff(w[i], "restart image").ok();
+        if (!ok) break;
+        const uint64_t leaf = w[i++];
+        ok = DecodeKey(w, n, &i, &k);
+        routes.emplace_back(std::move(k), leaf);
+      }
+      ok = ok && i == n;
+    }
+    // The list, through `next` only, must be the image's leaves in order:
+    // each leaf's next is checked against the image's following leaf, which
+    // is known in advance, so the reads do not wait for one another as a
+    // pointer-chasing walk would.
+    ok = ok && meta_->head == routes[0].second;
+    constexpr size_t kAhead = 16;
+    for (size_t li = 0; ok && li < routes.size(); li++) {
+      if (li + kAhead < routes.size()) __builtin_prefetch(LeafAt(routes[li + kAhead].second));
+      ok = LeafAt(routes[li].second)->next == (li + 1 < routes.size() ? routes[li + 1].second : 0);
+    }
+    forget();
+    if (!ok) return Status::Ok();
+    index_.Build(std::move(routes));
+    pool_->allocator().Free(off, bytes);
+    *image_bytes = 0;
+    instant_restart_ = true;
+    *done = true;
+    return Status::Ok();
+  }
+
   // The shared recovery steps, in order (the designs' docs number them as
   // their own rules; fptree R1-R6, wbtree R1-R6):
   //  - split logs: a log naming both leaves is replayed by the design
@@ -660,6 +784,11 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   //    from the leaves' minimum keys.
   // Each step is idempotent, so a crash during recovery is recovered again.
   Status RecoverImpl() {
+    // R0 (instant restart): after a clean close, the restart image.
+    bool restarted = false;
+    uint64_t image_bytes = 0;
+    PMTREE_RETURN_IF_ERROR(TryInstantRestart(&restarted, &image_bytes));
+    if (restarted) return Status::Ok();
     for (int i = 0; i < kLeafListSplitLogs; i++) {
       LeafListLog* log = &meta_->split_log[i];
       uint64_t cur = log->leaf, nl = log->other;
@@ -728,9 +857,10 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     // bytes_in_use() is final only once the store has reported its records,
     // and the saved figure counts those records too.
     if (const uint64_t saved = pool_->saved_bytes_in_use();
-        saved != 0 && !a.rebuild_end_pending() && a.bytes_in_use() + dropped_bytes != saved)
+        saved != 0 && !a.rebuild_end_pending() && a.bytes_in_use() + dropped_bytes + image_bytes != saved)
       return Status::Corruption(std::string(Derived::kTraits.name) + ": recovery reaches " +
-                                std::to_string(a.bytes_in_use() + dropped_bytes) + " bytes but the clean close left " +
+                                std::to_string(a.bytes_in_use() + dropped_bytes + image_bytes) +
+                                " bytes but the clean close left " +
                                 std::to_string(saved) + " in use: blocks unreachable (a cut leaf list?)");
     index_.Build(std::move(mins));
     return Status::Ok();
@@ -742,6 +872,8 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   std::atomic<uint32_t> split_logs_busy_{0};
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> removals_{0};
+  bool closed_ = false;
+  bool instant_restart_ = false;  // this open used the restart image
 };
 
 }  // namespace pmtree
