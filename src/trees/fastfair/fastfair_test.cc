@@ -253,6 +253,8 @@ TEST(FastFairTest, CloseAndReopenKeepsEverything) {
   }
   ASSERT_TRUE(h.CloseAndReopen().ok());
   EXPECT_FALSE(h.tree().recovery_report().crashed);
+  EXPECT_EQ(h.tree().recovery_report().nodes, 0u) << "instant restart reads no node";
+  ASSERT_TRUE(h.tree().Verify().ok()) << h.tree().Verify().ToString();
   ExpectContents(h.tree(), model);
 }
 
