@@ -61,14 +61,54 @@ namespace {
 
 constexpr int kWindow = 256;  // distinct lines remembered per operation
 
+// The distinct lines (or 256 B blocks) of the current operation: an open-
+// addressing set of at most kWindow members in 2 x kWindow slots, so a
+// lookup probes a few slots however full it is (a linear list cost every
+// flush a scan of the whole window once an operation -- or a caller that
+// never calls BeginOperation, like a server -- had touched kWindow lines).
+// Clearing bumps a generation instead of touching the slots.
+class SeenSet {
+ public:
+  // True when `x` was not seen since the last Clear (recorded while fewer
+  // than kWindow members are held; past that, unseen values count as new).
+  bool Remember(uintptr_t x) {
+    uint32_t i = static_cast<uint32_t>((x * 0x9e3779b97f4a7c15ull) >> (64 - kBits));
+    for (;; i = (i + 1) & (kSlots - 1)) {
+      if (gen_[i] != gen_now_) {
+        if (n_ < kWindow) {
+          gen_[i] = gen_now_;
+          key_[i] = x;
+          n_++;
+        }
+        return true;
+      }
+      if (key_[i] == x) return false;
+    }
+  }
+  void Clear() {
+    n_ = 0;
+    if (++gen_now_ == 0) {  // wrapped: no stale slot may look current
+      std::fill(std::begin(gen_), std::end(gen_), 0u);
+      gen_now_ = 1;
+    }
+  }
+
+ private:
+  static constexpr int kBits = 9;
+  static constexpr uint32_t kSlots = 1u << kBits;
+  static_assert(kSlots >= 2 * kWindow, "at most half the slots are used, so probes stay short and end");
+  uintptr_t key_[kSlots];
+  uint32_t gen_[kSlots] = {};
+  uint32_t gen_now_ = 1;
+  int n_ = 0;
+};
+
 struct Block {
   std::atomic<uint64_t> flushes{0}, fences{0}, lines{0}, blocks256{0}, bytes{0}, nt_stores{0}, nt_bytes{0},
       delay_ns{0}, allocations{0};
   // Distinct lines / 256 B blocks seen in the current operation (owner only).
-  uintptr_t line_set[kWindow];
-  uintptr_t block_set[kWindow];
-  int n_lines = 0;
-  int n_blocks = 0;
+  SeenSet line_set;
+  SeenSet block_set;
 };
 
 std::mutex& RegistryMutex() {
@@ -111,14 +151,6 @@ inline void Bump(std::atomic<uint64_t>& c, uint64_t n) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-// True when `x` is new in the set (and records it while there is room).
-inline bool Remember(uintptr_t* set, int* n, uintptr_t x) {
-  for (int i = 0; i < *n; i++)
-    if (set[i] == x) return false;
-  if (*n < kWindow) set[(*n)++] = x;
-  return true;
-}
-
 PersistCounters Read(const Block& b) {
   PersistCounters c;
   c.flushes = b.flushes.load(std::memory_order_relaxed);
@@ -146,8 +178,8 @@ PersistCounters ThisThread() { return Read(Mine()); }
 
 void BeginOperation() {
   Block& b = Mine();
-  b.n_lines = 0;
-  b.n_blocks = 0;
+  b.line_set.Clear();
+  b.block_set.Clear();
 }
 
 void RecordFlushRange(const void* p, uint64_t n) {
@@ -157,8 +189,8 @@ void RecordFlushRange(const void* p, uint64_t n) {
   uintptr_t last = (reinterpret_cast<uintptr_t>(p) + n - 1) >> 6;
   uint64_t new_lines = 0, new_blocks = 0;
   for (uintptr_t line = first; line <= last; line++) {
-    if (Remember(b.line_set, &b.n_lines, line)) new_lines++;
-    if (Remember(b.block_set, &b.n_blocks, line >> 2)) new_blocks++;
+    if (b.line_set.Remember(line)) new_lines++;
+    if (b.block_set.Remember(line >> 2)) new_blocks++;
   }
   Bump(b.flushes, last - first + 1);
   Bump(b.lines, new_lines);

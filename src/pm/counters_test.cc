@@ -51,6 +51,33 @@ TEST(CountersTest, ReflushingALineInOneOperationCountsFlushesButNotNewLines) {
   EXPECT_EQ((counters::ThisThread() - before).lines, 1u);
 }
 
+// The per-operation set of distinct lines: exact up to its window of 256
+// lines, every unseen line counted new past it; thousands of operations
+// (generations) later a line of an old operation is new again.
+TEST(CountersTest, DistinctLinesAreExactUpToTheWindowAndResetPerOperation) {
+  auto pool = MakePool(BackendKind::kHardware);
+  char* base = pool->base() + 8192;
+  counters::BeginOperation();
+  PersistCounters before = counters::ThisThread();
+  for (int i = 0; i < 200; i++) pool->Flush(base + 64 * i, 8);
+  for (int i = 0; i < 200; i++) pool->Flush(base + 64 * i, 8);  // all remembered
+  EXPECT_EQ((counters::ThisThread() - before).lines, 200u);
+  for (int i = 200; i < 300; i++) pool->Flush(base + 64 * i, 8);  // 56 fill the window, 44 beyond it
+  EXPECT_EQ((counters::ThisThread() - before).lines, 300u);
+  for (int i = 0; i < 256; i++) pool->Flush(base + 64 * i, 8);  // the window's lines: not new
+  EXPECT_EQ((counters::ThisThread() - before).lines, 300u);
+  for (int op = 0; op < 5000; op++) {
+    counters::BeginOperation();
+    pool->Flush(base + 64 * (op % 7), 8);
+  }
+  before = counters::ThisThread();
+  pool->Flush(base + 64 * (4999 % 7), 8);  // flushed by the current (last) operation: not new
+  pool->Flush(base + 64 * 3, 8);           // flushed only by earlier operations: new
+  pool->Flush(base + 64 * 3, 8);
+  EXPECT_EQ((counters::ThisThread() - before).lines, 1u);
+  pool->Fence();
+}
+
 TEST(CountersTest, DramBackendIssuesNoFlushAndNoFence) {
   auto pool = MakePool(BackendKind::kDram);
   PersistCounters before = counters::ThisThread();
