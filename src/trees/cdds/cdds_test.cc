@@ -563,6 +563,14 @@ class BytesAsU64 final : public Tree {
   Result<bool> Update(uint64_t k, uint64_t v) override { return t_->Update(Enc(k), v); }
   Result<bool> Upsert(uint64_t k, uint64_t v) override { return t_->Upsert(Enc(k), v); }
   Result<bool> Remove(uint64_t k) override { return t_->Remove(Enc(k)); }
+  // The tree's own (one-version) bulk load, as its capabilities announce.
+  Status BulkLoad(std::span<const InputEntry> sorted, double fill) override {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : sorted) keys.push_back(Enc(k));
+    std::vector<BytesTree::InputEntry> in;
+    for (size_t i = 0; i < sorted.size(); i++) in.emplace_back(keys[i], sorted[i].second);
+    return t_->BulkLoad(in, fill);
+  }
   size_t Scan(uint64_t start, const uint64_t* end, std::span<Entry> out) override {
     std::vector<BytesTree::Entry> tmp(out.size());
     std::string s = Enc(start), e = end ? Enc(*end) : std::string();
