@@ -388,6 +388,35 @@ Status Keyspace::Set(std::string_view key, std::string_view value, SetCondition 
   return Commit(txn, batch);
 }
 
+Status Keyspace::SetMany(const std::vector<std::pair<std::string_view, std::string_view>>& sets, size_t* applied) {
+  *applied = 0;
+  std::vector<std::string_view> keys;
+  keys.reserve(sets.size());
+  for (const auto& kv : sets) keys.push_back(kv.first);
+  KeyLocks lock(this, keys);
+  // Head keys and tagged values, owned here while the store reads them.
+  std::vector<std::string> heads, stored;
+  heads.reserve(sets.size());
+  stored.reserve(sets.size());
+  for (const auto& [key, value] : sets) {
+    std::string hk = HeadKey(key);
+    Head h;
+    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+    if (h.type == KeyType::kZset || h.large_hash) break;  // Set deletes its members
+    heads.push_back(std::move(hk));
+    std::string& v = stored.emplace_back();
+    v.reserve(value.size() + 1);
+    v.push_back(kStringTag);
+    v.append(value);
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> puts;
+  puts.reserve(heads.size());
+  for (size_t i = 0; i < heads.size(); i++) puts.emplace_back(heads[i], stored[i]);
+  Status s = store_->PutMany(puts, applied);
+  // A full pool is the caller's to report, per command, through Set.
+  return s.code() == Status::Code::kOutOfSpace ? Status::Ok() : s;
+}
+
 Status Keyspace::GetDel(std::string_view key, std::optional<std::string>* old, Txn* txn) {
   KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
