@@ -202,7 +202,8 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
     return r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
   }
   Publish(ts);
-  return CollectKey(key, Horizon());
+  const std::vector<uint64_t> head_now{*off};  // the key is still locked (K5)
+  return CollectKeys({key}, Horizon(), &head_now);
 }
 
 Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied) {
@@ -258,9 +259,14 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
   Publish(ts);
   *applied = installed;
   std::vector<std::string_view> keys;
+  std::vector<uint64_t> heads;
   keys.reserve(installed);
-  for (size_t i = 0; i < installed; i++) keys.push_back(puts[i].first);
-  Status gc = CollectKeys(keys, Horizon());
+  heads.reserve(installed);
+  for (size_t i = 0; i < installed; i++) {
+    keys.push_back(puts[i].first);
+    heads.push_back(slots[i].version);
+  }
+  Status gc = CollectKeys(keys, Horizon(), &heads);
   return st.ok() ? gc : st;
 }
 
@@ -282,7 +288,8 @@ Status Store::Impl::RemoveKey(std::string_view key, uint64_t head) {
   return Status::Ok();
 }
 
-Status Store::Impl::CollectKeys(const std::vector<std::string_view>& keys, uint64_t horizon) {
+Status Store::Impl::CollectKeys(const std::vector<std::string_view>& keys, uint64_t horizon,
+                                const std::vector<uint64_t>* heads) {
   // A key whose chain is cut: the versions below chain[keep_to] go.
   struct Cut {
     std::vector<VersionView> chain;
@@ -291,11 +298,12 @@ Status Store::Impl::CollectKeys(const std::vector<std::string_view>& keys, uint6
   std::vector<Cut> cuts;
   std::vector<std::pair<std::string_view, bool>> pending;  // key -> still holds old versions
   Status first;
-  for (std::string_view key : keys) {
-    uint64_t head = 0;
+  for (size_t k = 0; k < keys.size(); k++) {
+    const std::string_view key = keys[k];
+    uint64_t head = heads ? (*heads)[k] : 0;
     std::vector<VersionView> chain;
     Status read;
-    if (tree().Lookup(key, &head)) {
+    if (heads || tree().Lookup(key, &head)) {
       for (uint64_t off = head; off != 0;) {
         Result<VersionView> v = ReadVersion(off);
         if (!v.ok()) {

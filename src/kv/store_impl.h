@@ -122,7 +122,9 @@ class Store::Impl {
   // tombstone.  Key lock held.
   Status CollectKey(std::string_view key, uint64_t horizon) { return CollectKeys({key}, horizon); }
   // CollectKey for several locked keys, whose unlinks share one fence.
-  Status CollectKeys(const std::vector<std::string_view>& keys, uint64_t horizon);
+  // heads, when given, are the keys' heads (just installed): no lookup.
+  Status CollectKeys(const std::vector<std::string_view>& keys, uint64_t horizon,
+                     const std::vector<uint64_t>* heads = nullptr);
   uint64_t Horizon();
   void CollectPending();
 
