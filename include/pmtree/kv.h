@@ -54,6 +54,7 @@
 #define PMTREE_KV_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -236,8 +237,14 @@ class Store {
   // return the first *applied puts are durable and visible and the rest were
   // not made (the status says why, e.g. OutOfSpace); a crash during the call
   // may keep any subset.  InvalidArgument, with nothing written, for a
-  // repeated key or a key or value beyond the limits.
-  Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied);
+  // repeated key or a key or value beyond the limits.  `admit`, when given,
+  // sees each key's current plain value (nullopt: absent or a field record)
+  // under the key's lock, in order; the group stops before the first put it
+  // refuses (OK status, fewer applied), so a caller can check a key's type
+  // without reading it first.
+  using PutAdmit = std::function<bool(std::optional<std::string_view> current)>;
+  Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
+                 const PutAdmit& admit = nullptr);
 
   // ---- field records ---------------------------------------------------------
   // Replaces key's record with these fields (a new field record).

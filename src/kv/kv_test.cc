@@ -274,6 +274,33 @@ TEST(KvPutManyTest, RefusesARepeatedKeyOrABadOneBeforeWritingAnything) {
   ASSERT_TRUE(s->Verify().ok());
 }
 
+TEST(KvPutManyTest, AdmitSeesEachCurrentValueAndStopsTheGroup) {
+  auto s = OpenAnonymous("lbtree");
+  ASSERT_TRUE(s->Put("a", "old-a").ok());
+  ASSERT_TRUE(s->Put("stop", "x").ok());
+  ASSERT_TRUE(s->PutFields("f", {{"n", "v"}}).ok());
+  std::vector<std::optional<std::string>> seen;
+  auto admit = [&](std::optional<std::string_view> cur) {
+    seen.emplace_back(cur ? std::optional<std::string>(std::string(*cur)) : std::nullopt);
+    return !cur || *cur != "x";
+  };
+  size_t applied = 0;
+  ASSERT_TRUE(s->PutMany({{"a", "1"}, {"f", "2"}, {"new", "3"}, {"stop", "4"}, {"after", "5"}}, &applied, admit).ok());
+  EXPECT_EQ(applied, 3u);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0], "old-a");
+  EXPECT_EQ(seen[1], std::nullopt);  // a field record shows no plain value
+  EXPECT_EQ(seen[2], std::nullopt);
+  EXPECT_EQ(seen[3], "x");
+  std::string v;
+  ASSERT_TRUE(*s->Get("f", &v));
+  EXPECT_EQ(v, "2");
+  ASSERT_TRUE(*s->Get("stop", &v));
+  EXPECT_EQ(v, "x");
+  EXPECT_FALSE(*s->Get("after", &v));
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
 TEST(KvPutManyTest, AFullPoolAppliesAPrefixAndFreesTheRest) {
   auto s = OpenAnonymous("lbtree", 4ull << 20);
   const std::string big = Bytes(256 << 10, 1);

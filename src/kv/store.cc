@@ -206,7 +206,8 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
   return CollectKeys({key}, Horizon(), &head_now);
 }
 
-Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied) {
+Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
+                            const Store::PutAdmit& admit) {
   // Group commit: WriteOne's steps for every key at once, under all their
   // stripe locks (K5), so the barriers that order one put's steps order
   // them all.  One timestamp for the group: its versions appear together.
@@ -226,6 +227,19 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
   for (const auto& [key, value] : puts) {
     uint64_t head = 0;
     if (!tree().Lookup(key, &head)) head = 0;
+    if (admit) {
+      std::optional<std::string_view> current;
+      if (head != 0) {
+        Result<VersionView> hv = ReadVersion(head);
+        if (!hv.ok()) {
+          st = hv.status();
+          break;
+        }
+        if (hv->kind == VersionKind::kValue)
+          current.emplace(pool().base() + head + sizeof(VersionHeader), hv->length);
+      }
+      if (!admit(current)) break;
+    }
     Result<uint64_t> off = NewValueVersion(value);
     if (!off.ok()) {
       st = off.status();  // a full pool: the puts before this one go ahead
@@ -391,7 +405,8 @@ Status Store::Put(std::string_view key, std::string_view value) {
   return impl_->WriteOne(key, VersionKind::kValue, value, nullptr, false, &found);
 }
 
-Status Store::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied) {
+Status Store::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
+                      const PutAdmit& admit) {
   *applied = 0;
   std::vector<std::string_view> keys;
   keys.reserve(puts.size());
@@ -404,7 +419,7 @@ Status Store::PutMany(const std::vector<std::pair<std::string_view, std::string_
   if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end())
     return Status::InvalidArgument("kv: PutMany names key '" + std::string(*dup) + "' twice");
   if (puts.empty()) return Status::Ok();
-  return impl_->PutMany(puts, applied);
+  return impl_->PutMany(puts, applied, admit);
 }
 
 Result<bool> Store::Get(std::string_view key, std::string* value, const ReadOptions& ro) {

@@ -115,7 +115,8 @@ class Store::Impl {
   Status WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
                   bool update_only, bool* found);
   // Store::PutMany for checked, distinct keys (store.cc).
-  Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied);
+  Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
+                 const Store::PutAdmit& admit);
   // Removes key from the tree and retires its whole chain.  Key lock held.
   Status RemoveKey(std::string_view key, uint64_t head);
   // Trims key's chain to what the GC horizon needs; removes a collectable

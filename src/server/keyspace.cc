@@ -398,21 +398,24 @@ Status Keyspace::SetMany(const std::vector<std::pair<std::string_view, std::stri
   std::vector<std::string> heads, stored;
   heads.reserve(sets.size());
   stored.reserve(sets.size());
+  std::vector<std::pair<std::string_view, std::string_view>> puts;
+  puts.reserve(sets.size());
   for (const auto& [key, value] : sets) {
-    std::string hk = HeadKey(key);
-    Head h;
-    PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
-    if (h.type == KeyType::kZset || h.large_hash) break;  // Set deletes its members
-    heads.push_back(std::move(hk));
+    heads.push_back(HeadKey(key));
     std::string& v = stored.emplace_back();
     v.reserve(value.size() + 1);
     v.push_back(kStringTag);
     v.append(value);
+    puts.emplace_back(heads.back(), v);
   }
-  std::vector<std::pair<std::string_view, std::string_view>> puts;
-  puts.reserve(heads.size());
-  for (size_t i = 0; i < heads.size(); i++) puts.emplace_back(heads[i], stored[i]);
-  Status s = store_->PutMany(puts, applied);
+  // The store shows each head's value under its lock, without a copy: an
+  // absent key, a small hash (a field record) or a string is replaced as is;
+  // any other head (a sorted set's or a large hash's, whose members Set must
+  // delete too, or a corrupt one Set reports) stops the group.
+  auto plain_replace = [](std::optional<std::string_view> current) {
+    return !current || (!current->empty() && (*current)[0] == kStringTag);
+  };
+  Status s = store_->PutMany(puts, applied, plain_replace);
   // A full pool is the caller's to report, per command, through Set.
   return s.code() == Status::Code::kOutOfSpace ? Status::Ok() : s;
 }
