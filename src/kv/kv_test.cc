@@ -368,6 +368,7 @@ TEST(KvCostTest, PerOperationFlushesAndLinesFollowTheRecordSize) {
     PersistCounters small = measure("put 100 B (replace)", [&] { ASSERT_TRUE(s->Put(Key(7), Bytes(100, 1)).ok()); });
     PersistCounters kb = measure("put 1 KB (replace)", [&] { ASSERT_TRUE(s->Put(Key(8), Bytes(1000, 2)).ok()); });
     PersistCounters fresh = measure("put 1 KB (new key)", [&] { ASSERT_TRUE(s->Put("new", Bytes(1000, 3)).ok()); });
+    measure("put 100 B (new key)", [&] { ASSERT_TRUE(s->Put("new100", Bytes(100, 4)).ok()); });
     PersistCounters whole = measure("put fields 10x100 B", [&] { ASSERT_TRUE(s->PutFields("user9", rec).ok()); });
     PersistCounters field =
         measure("update 1 field of 100 B", [&] { ASSERT_TRUE(*s->UpdateFields("user5", {{"field3", Bytes(100, 9)}})); });
