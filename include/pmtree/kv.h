@@ -236,8 +236,10 @@ class Store {
   // pipeline's independent writes this way).  NOT atomic as a group: on
   // return the first *applied puts are durable and visible and the rest were
   // not made (the status says why, e.g. OutOfSpace); a crash during the call
-  // may keep any subset.  InvalidArgument, with nothing written, for a
-  // repeated key or a key or value beyond the limits.  `admit`, when given,
+  // may keep any subset.  The applied puts share one commit timestamp, so a
+  // snapshot sees all of them or none.  InvalidArgument, with nothing
+  // written, for a repeated key or a key or value beyond the limits.
+  // `admit`, when given,
   // sees each key's current plain value (nullopt: absent or a field record)
   // under the key's lock, in order; the group stops before the first put it
   // refuses (OK status, fewer applied), so a caller can check a key's type
