@@ -33,6 +33,25 @@ std::vector<std::string> Engines() {
   return out;
 }
 
+// Takes 50 snapshots while writers run; at each, every key must hold the
+// same value (one writer's whole batch or group).  Returns the failures.
+int MixedSnapshots(Store& s, const std::vector<std::string>& keys) {
+  int errors = 0;
+  for (int round = 0; round < 50; round++) {
+    const Snapshot* snap = s.GetSnapshot();
+    std::string first, v;
+    for (size_t i = 0; i < keys.size(); i++) {
+      auto r = s.Get(keys[i], &v, {snap});
+      if (!r.ok()) errors++;
+      const std::string got = r.ok() && *r ? v : std::string("absent");
+      if (i == 0) first = got;
+      else if (got != first) errors++;
+    }
+    s.ReleaseSnapshot(snap);
+  }
+  return errors;
+}
+
 class KvConcurrentTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KvConcurrentTest, TransfersKeepTheTotalAtEverySnapshotWhileOthersWrite) {
@@ -158,20 +177,9 @@ TEST_P(KvConcurrentTest, WideBatchesConcurrentWithAReaderAreAllOrNothing) {
       if (!s->Write(batch).ok()) errors++;
     }
   };
-  auto reader = [&] {
-    for (int round = 0; round < 50; round++) {
-      const Snapshot* snap = s->GetSnapshot();
-      std::string first, v;
-      for (int i = 0; i < kKeys; i++) {
-        auto r = s->Get(key(i), &v, {snap});
-        if (!r.ok()) errors++;
-        const std::string got = r.ok() && *r ? v : std::string("absent");
-        if (i == 0) first = got;
-        else if (got != first) errors++;
-      }
-      s->ReleaseSnapshot(snap);
-    }
-  };
+  std::vector<std::string> keys;
+  for (int i = 0; i < kKeys; i++) keys.push_back(key(i));
+  auto reader = [&] { errors += MixedSnapshots(*s, keys); };
   std::vector<std::thread> threads;
   threads.emplace_back(writer, 1);
   threads.emplace_back(writer, 2);
@@ -210,20 +218,7 @@ TEST_P(KvConcurrentTest, PutManyGroupsRacingBatchesAreSeenWholeAtEverySnapshot) 
       if (!s->Write(batch).ok()) errors++;
     }
   };
-  auto reader = [&] {
-    for (int round = 0; round < 50; round++) {
-      const Snapshot* snap = s->GetSnapshot();
-      std::string first, v;
-      for (int i = 0; i < kKeys; i++) {
-        auto r = s->Get(keys[i], &v, {snap});
-        if (!r.ok()) errors++;
-        const std::string got = r.ok() && *r ? v : std::string("absent");
-        if (i == 0) first = got;
-        else if (got != first) errors++;
-      }
-      s->ReleaseSnapshot(snap);
-    }
-  };
+  auto reader = [&] { errors += MixedSnapshots(*s, keys); };
   std::vector<std::thread> threads;
   threads.emplace_back(grouper, 1);
   threads.emplace_back(grouper, 2);
