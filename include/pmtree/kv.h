@@ -26,7 +26,8 @@
 // DURABILITY.  When Put, Delete, PutFields, UpdateFields, Write(batch) or
 // Transaction::Commit returns OK, its effect is durable: a crash at any later
 // instant recovers it.  A crash during such a call recovers to the state
-// before or after the whole call (a batch or transaction is all or nothing).
+// before or after the whole call (a batch or transaction is all or nothing;
+// PutMany is this per put, not for the group).
 // Nothing a read returns can be lost by a later crash.  Snapshots and open
 // transactions are DRAM state and end with the process.  After a crash no
 // record leaks and no reachable record is freed (docs/kv.md, "Recovery").
@@ -53,6 +54,7 @@
 #define PMTREE_KV_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -228,6 +230,23 @@ class Store {
   Result<bool> Get(std::string_view key, std::string* value, const ReadOptions& ro = {});
   // Removes key; false when absent.
   Result<bool> Delete(std::string_view key);
+  // Group commit: puts of distinct keys made durable together, each exactly
+  // as by Put, but the new records share one fence before the tree updates
+  // and the old versions' unlinks share one after them (a server commits a
+  // pipeline's independent writes this way).  NOT atomic as a group: on
+  // return the first *applied puts are durable and visible and the rest were
+  // not made (the status says why, e.g. OutOfSpace); a crash during the call
+  // may keep any subset.  The applied puts share one commit timestamp, so a
+  // snapshot sees all of them or none.  InvalidArgument, with nothing
+  // written, for a repeated key or a key or value beyond the limits.
+  // `admit`, when given,
+  // sees each key's current plain value (nullopt: absent or a field record)
+  // under the key's lock, in order; the group stops before the first put it
+  // refuses (OK status, fewer applied), so a caller can check a key's type
+  // without reading it first.
+  using PutAdmit = std::function<bool(std::optional<std::string_view> current)>;
+  Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
+                 const PutAdmit& admit = nullptr);
 
   // ---- field records ---------------------------------------------------------
   // Replaces key's record with these fields (a new field record).

@@ -217,6 +217,129 @@ TEST(KvStoreTest, PutCostsTheRecordLinesPlusTheTreeUpdate) {
   EXPECT_LE(cost.fences, 4u) << cost.ToString();
 }
 
+using Puts = std::vector<std::pair<std::string_view, std::string_view>>;
+
+TEST(KvPutManyTest, EachPutTakesEffectAndTheGroupSharesTwoFences) {
+  auto s = OpenAnonymous("lbtree");
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 16; i++) {
+    keys.push_back(Key(i));
+    values.push_back(Bytes(100, 100 + i));
+  }
+  for (int i = 0; i < 16; i++) ASSERT_TRUE(s->Put(keys[i], Bytes(100, i)).ok());
+  // One replace alone: record, tree update, unlink of the old version.
+  counters::BeginOperation();
+  PersistCounters before = counters::ThisThread();
+  ASSERT_TRUE(s->Put(keys[0], values[0]).ok());
+  const PersistCounters one = counters::ThisThread() - before;
+  ASSERT_EQ(one.fences, 3u) << one.ToString();
+  Puts puts;
+  for (int i = 1; i < 9; i++) puts.emplace_back(keys[i], values[i]);
+  counters::BeginOperation();
+  before = counters::ThisThread();
+  size_t applied = 0;
+  ASSERT_TRUE(s->PutMany(puts, &applied).ok());
+  const PersistCounters group = counters::ThisThread() - before;
+  EXPECT_EQ(applied, 8u);
+  // The same flushes as 8 puts, but the records share one fence and the
+  // unlinks another: 8 tree updates + 2 instead of 8 x 3.
+  EXPECT_EQ(group.flushes, 8 * one.flushes) << group.ToString();
+  EXPECT_EQ(group.fences, 8 * (one.fences - 2) + 2) << group.ToString();
+  for (int i = 0; i < 16; i++) {
+    std::string v;
+    ASSERT_TRUE(*s->Get(keys[i], &v));
+    EXPECT_EQ(v, i < 9 ? values[i] : Bytes(100, i)) << keys[i];
+  }
+  // New keys and replaces mixed; the old versions were all reclaimed.
+  ASSERT_TRUE(s->PutMany({{"new1", "x"}, {keys[12], "y"}, {"new2", ""}}, &applied).ok());
+  EXPECT_EQ(applied, 3u);
+  std::string v;
+  ASSERT_TRUE(*s->Get("new2", &v));
+  EXPECT_EQ(v, "");
+  EXPECT_EQ(s->Stats().keys, 18u);
+  EXPECT_EQ(s->Stats().versions_kept, 0u);
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
+TEST(KvPutManyTest, RefusesARepeatedKeyOrABadOneBeforeWritingAnything) {
+  auto s = OpenAnonymous("lbtree");
+  size_t applied = 7;
+  EXPECT_EQ(s->PutMany({{"a", "1"}, {"b", "2"}, {"a", "3"}}, &applied).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(applied, 0u);
+  const std::string long_key(kMaxKeyBytes + 1, 'k');
+  EXPECT_EQ(s->PutMany({{"a", "1"}, {long_key, "2"}}, &applied).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s->Stats().keys, 0u);
+  ASSERT_TRUE(s->PutMany({}, &applied).ok());
+  EXPECT_EQ(applied, 0u);
+  ASSERT_TRUE(s->Verify().ok());
+}
+
+TEST(KvPutManyTest, AdmitSeesEachCurrentValueAndStopsTheGroup) {
+  auto s = OpenAnonymous("lbtree");
+  ASSERT_TRUE(s->Put("a", "old-a").ok());
+  ASSERT_TRUE(s->Put("stop", "x").ok());
+  ASSERT_TRUE(s->PutFields("f", {{"n", "v"}}).ok());
+  std::vector<std::optional<std::string>> seen;
+  auto admit = [&](std::optional<std::string_view> cur) {
+    seen.emplace_back(cur ? std::optional<std::string>(std::string(*cur)) : std::nullopt);
+    return !cur || *cur != "x";
+  };
+  size_t applied = 0;
+  ASSERT_TRUE(s->PutMany({{"a", "1"}, {"f", "2"}, {"new", "3"}, {"stop", "4"}, {"after", "5"}}, &applied, admit).ok());
+  EXPECT_EQ(applied, 3u);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0], "old-a");
+  EXPECT_EQ(seen[1], std::nullopt);  // a field record shows no plain value
+  EXPECT_EQ(seen[2], std::nullopt);
+  EXPECT_EQ(seen[3], "x");
+  std::string v;
+  ASSERT_TRUE(*s->Get("f", &v));
+  EXPECT_EQ(v, "2");
+  ASSERT_TRUE(*s->Get("stop", &v));
+  EXPECT_EQ(v, "x");
+  EXPECT_FALSE(*s->Get("after", &v));
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
+TEST(KvPutManyTest, AFullPoolAppliesAPrefixAndFreesTheRest) {
+  auto s = OpenAnonymous("lbtree", 4ull << 20);
+  const std::string big = Bytes(256 << 10, 1);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 64; i++) keys.push_back(Key(i));
+  Puts puts;
+  for (const std::string& k : keys) puts.emplace_back(k, big);
+  size_t applied = 0;
+  Status st = s->PutMany(puts, &applied);
+  EXPECT_EQ(st.code(), Status::Code::kOutOfSpace) << st.ToString();
+  ASSERT_GT(applied, 0u);
+  ASSERT_LT(applied, keys.size());
+  for (size_t i = 0; i < keys.size(); i++) {
+    std::string v;
+    auto found = s->Get(keys[i], &v);
+    ASSERT_TRUE(found.ok());
+    EXPECT_EQ(*found, i < applied) << keys[i];
+  }
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
+TEST(KvPutManyTest, ASnapshotKeepsSeeingTheValuesBeforeTheGroup) {
+  auto s = OpenAnonymous("lbtree");
+  ASSERT_TRUE(s->Put("a", "a1").ok());
+  const Snapshot* snap = s->GetSnapshot();
+  size_t applied = 0;
+  ASSERT_TRUE(s->PutMany({{"a", "a2"}, {"b", "b2"}}, &applied).ok());
+  std::string v;
+  ASSERT_TRUE(*s->Get("a", &v, {.snapshot = snap}));
+  EXPECT_EQ(v, "a1");
+  EXPECT_FALSE(*s->Get("b", &v, {.snapshot = snap}));
+  ASSERT_TRUE(*s->Get("a", &v));
+  EXPECT_EQ(v, "a2");
+  EXPECT_EQ(s->Stats().versions_kept, 1u);
+  s->ReleaseSnapshot(snap);
+  EXPECT_EQ(s->Stats().versions_kept, 0u);
+  ASSERT_TRUE(s->Verify().ok());
+}
+
 // Per-operation costs on every engine, from the pool's counters (printed
 // for docs/kv.md).  Deterministic, so the bounds are exact properties: a
 // value record costs its own lines; a field update costs about one field.
@@ -245,6 +368,7 @@ TEST(KvCostTest, PerOperationFlushesAndLinesFollowTheRecordSize) {
     PersistCounters small = measure("put 100 B (replace)", [&] { ASSERT_TRUE(s->Put(Key(7), Bytes(100, 1)).ok()); });
     PersistCounters kb = measure("put 1 KB (replace)", [&] { ASSERT_TRUE(s->Put(Key(8), Bytes(1000, 2)).ok()); });
     PersistCounters fresh = measure("put 1 KB (new key)", [&] { ASSERT_TRUE(s->Put("new", Bytes(1000, 3)).ok()); });
+    measure("put 100 B (new key)", [&] { ASSERT_TRUE(s->Put("new100", Bytes(100, 4)).ok()); });
     PersistCounters whole = measure("put fields 10x100 B", [&] { ASSERT_TRUE(s->PutFields("user9", rec).ok()); });
     PersistCounters field =
         measure("update 1 field of 100 B", [&] { ASSERT_TRUE(*s->UpdateFields("user5", {{"field3", Bytes(100, 9)}})); });
@@ -252,6 +376,11 @@ TEST(KvCostTest, PerOperationFlushesAndLinesFollowTheRecordSize) {
     WriteBatch b;
     for (int i = 20; i < 24; i++) b.Put(Key(i), Bytes(100, i));
     measure("batch of 4 x 100 B", [&] { ASSERT_TRUE(s->Write(b).ok()); });
+    size_t applied = 0;
+    const std::string v100 = Bytes(100, 5);
+    measure("PutMany of 4 x 100 B", [&] {
+      ASSERT_TRUE(s->PutMany({{Key(30), v100}, {Key(31), v100}, {Key(32), v100}, {Key(33), v100}}, &applied).ok());
+    });
     // The record's own lines are a floor; the field update stays near one field.
     EXPECT_GE(kb.lines, 17u);
     EXPECT_GE(fresh.lines, 17u);

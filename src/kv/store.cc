@@ -202,7 +202,86 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
     return r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
   }
   Publish(ts);
-  return CollectKey(key, Horizon());
+  const std::vector<uint64_t> head_now{*off};  // the key is still locked (K5)
+  return CollectKeys({key}, Horizon(), &head_now);
+}
+
+Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
+                            const Store::PutAdmit& admit) {
+  // Group commit: WriteOne's steps for every key at once, under all their
+  // stripe locks (K5), so the barriers that order one put's steps order
+  // them all.  One timestamp for the group: its versions appear together.
+  *applied = 0;
+  PMTREE_RETURN_IF_ERROR(Failed());
+  std::vector<size_t> stripes;
+  stripes.reserve(puts.size());
+  for (const auto& p : puts) stripes.push_back(StripeOf(p.first));
+  StripeLocks locks(*this, std::move(stripes));
+  struct Slot {
+    uint64_t head;     // the old head, 0 = a new key
+    uint64_t version;  // the new version
+  };
+  std::vector<Slot> slots;
+  slots.reserve(puts.size());
+  Status st;
+  for (const auto& [key, value] : puts) {
+    uint64_t head = 0;
+    if (!tree().Lookup(key, &head)) head = 0;
+    if (admit) {
+      std::optional<std::string_view> current;
+      if (head != 0) {
+        Result<VersionView> hv = ReadVersion(head);
+        if (!hv.ok()) {
+          st = hv.status();
+          break;
+        }
+        if (hv->kind == VersionKind::kValue)
+          current.emplace(pool().base() + head + sizeof(VersionHeader), hv->length);
+      }
+      if (!admit(current)) break;
+    }
+    Result<uint64_t> off = NewValueVersion(value);
+    if (!off.ok()) {
+      st = off.status();  // a full pool: the puts before this one go ahead
+      break;
+    }
+    slots.push_back({head, *off});
+  }
+  if (slots.empty()) return st;
+  const uint64_t ts = NextTs();
+  for (size_t i = 0; i < slots.size(); i++)
+    SealVersion(slots[i].version, VersionKind::kValue, puts[i].second.size(), ts, slots[i].head, /*fence=*/false);
+  // One fence for every record of the group: each is durable before any
+  // tree entry names it (K1).
+  pool().Fence();
+  size_t installed = 0;
+  for (; installed < slots.size(); installed++) {
+    const Slot& sl = slots[installed];
+    std::string_view key = puts[installed].first;
+    Result<bool> r = sl.head ? tree().Update(key, sl.version) : tree().Insert(key, sl.version);
+    if (!r.ok() || !*r) {
+      st = r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
+      break;
+    }
+  }
+  // Versions the tree never took are unreferenced (a value version shares
+  // no field block): free them at once.
+  for (size_t i = installed; i < slots.size(); i++) {
+    std::unordered_set<uint64_t> none;
+    DropVersion(slots[i].version, &none, false);
+  }
+  Publish(ts);
+  *applied = installed;
+  std::vector<std::string_view> keys;
+  std::vector<uint64_t> heads;
+  keys.reserve(installed);
+  heads.reserve(installed);
+  for (size_t i = 0; i < installed; i++) {
+    keys.push_back(puts[i].first);
+    heads.push_back(slots[i].version);
+  }
+  Status gc = CollectKeys(keys, Horizon(), &heads);
+  return st.ok() ? gc : st;
 }
 
 Status Store::Impl::RemoveKey(std::string_view key, uint64_t head) {
@@ -223,47 +302,78 @@ Status Store::Impl::RemoveKey(std::string_view key, uint64_t head) {
   return Status::Ok();
 }
 
-Status Store::Impl::CollectKey(std::string_view key, uint64_t horizon) {
-  uint64_t head = 0;
-  std::vector<VersionView> chain;
-  if (tree().Lookup(key, &head)) {
-    for (uint64_t off = head; off != 0;) {
-      PMTREE_ASSIGN_OR_RETURN(VersionView v, ReadVersion(off));
-      chain.push_back(v);
-      off = v.prev;
+Status Store::Impl::CollectKeys(const std::vector<std::string_view>& keys, uint64_t horizon,
+                                const std::vector<uint64_t>* heads) {
+  // A key whose chain is cut: the versions below chain[keep_to] go.
+  struct Cut {
+    std::vector<VersionView> chain;
+    size_t keep_to;
+  };
+  std::vector<Cut> cuts;
+  std::vector<std::pair<std::string_view, bool>> pending;  // key -> still holds old versions
+  Status first;
+  for (size_t k = 0; k < keys.size(); k++) {
+    const std::string_view key = keys[k];
+    uint64_t head = heads ? (*heads)[k] : 0;
+    std::vector<VersionView> chain;
+    Status read;
+    if (heads || tree().Lookup(key, &head)) {
+      for (uint64_t off = head; off != 0;) {
+        Result<VersionView> v = ReadVersion(off);
+        if (!v.ok()) {
+          read = v.status();
+          break;
+        }
+        chain.push_back(*v);
+        off = v->prev;
+      }
+    }
+    if (!read.ok()) {
+      if (first.ok()) first = read;
+      continue;
+    }
+    // The newest version every snapshot can see: older ones are unneeded.
+    size_t keep_to = chain.size();
+    for (size_t i = 0; i < chain.size(); i++)
+      if (chain[i].ts <= horizon) {
+        keep_to = i;
+        break;
+      }
+    if (keep_to < chain.size() && keep_to == 0 && chain[0].kind == VersionKind::kTombstone) {
+      Status s = RemoveKey(key, head);  // deleted before every snapshot
+      if (first.ok()) first = s;
+      continue;
+    }
+    if (keep_to < chain.size() && keep_to + 1 < chain.size()) {
+      auto* h = pool().At<VersionHeader>(chain[keep_to].off);
+      pool().Store64(&h->prev, 0);
+      // Flushed now, fenced below with the other keys' unlinks.
+      pool().Flush(&h->prev, 8);
+      pending.emplace_back(key, keep_to > 0);
+      cuts.push_back({std::move(chain), keep_to});
+    } else {
+      pending.emplace_back(key, chain.size() > 1);
     }
   }
-  // The newest version every snapshot can see: older ones are unneeded.
-  size_t keep_to = chain.size();
-  for (size_t i = 0; i < chain.size(); i++)
-    if (chain[i].ts <= horizon) {
-      keep_to = i;
-      break;
+  if (!cuts.empty()) {
+    // Every unlink is durable before what it unlinked is retired (K4), so a
+    // crash never leaves a durable prev to freed space.
+    pool().Fence();
+    for (const Cut& c : cuts) {
+      std::unordered_set<uint64_t> keep;
+      for (size_t i = 0; i <= c.keep_to; i++)
+        for (uint64_t b : FieldBlocksOf(c.chain[i])) keep.insert(b);
+      for (size_t i = c.keep_to + 1; i < c.chain.size(); i++) DropVersion(c.chain[i].off, &keep, true);
     }
-  bool pending = false;
-  if (keep_to < chain.size() && keep_to == 0 && chain[0].kind == VersionKind::kTombstone) {
-    return RemoveKey(key, head);  // deleted before every snapshot
-  } else if (keep_to < chain.size() && keep_to + 1 < chain.size()) {
-    VersionView& v = chain[keep_to];
-    auto* h = pool().At<VersionHeader>(v.off);
-    pool().Store64(&h->prev, 0);
-    // Persist the unlink before retiring what it unlinked (K4), so a crash
-    // never leaves a durable prev to freed space.
-    pool().Persist(&h->prev, 8);
-    std::unordered_set<uint64_t> keep;
-    for (size_t i = 0; i <= keep_to; i++)
-      for (uint64_t b : FieldBlocksOf(chain[i])) keep.insert(b);
-    for (size_t i = keep_to + 1; i < chain.size(); i++) DropVersion(chain[i].off, &keep, true);
-    pending = keep_to > 0;
-  } else {
-    pending = chain.size() > 1;
   }
   std::lock_guard<std::mutex> g(gc_mu_);
-  if (pending)
-    gc_pending_.emplace(key);
-  else if (auto it = gc_pending_.find(key); it != gc_pending_.end())
-    gc_pending_.erase(it);
-  return Status::Ok();
+  for (auto [key, keeps_old] : pending) {
+    if (keeps_old)
+      gc_pending_.emplace(key);
+    else if (auto it = gc_pending_.find(key); it != gc_pending_.end())
+      gc_pending_.erase(it);
+  }
+  return first;
 }
 
 void Store::Impl::CollectPending() {
@@ -293,6 +403,23 @@ Status Store::Put(std::string_view key, std::string_view value) {
   PMTREE_RETURN_IF_ERROR(CheckValue(value.size(), "value"));
   bool found;
   return impl_->WriteOne(key, VersionKind::kValue, value, nullptr, false, &found);
+}
+
+Status Store::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
+                      const PutAdmit& admit) {
+  *applied = 0;
+  std::vector<std::string_view> keys;
+  keys.reserve(puts.size());
+  for (const auto& [key, value] : puts) {
+    PMTREE_RETURN_IF_ERROR(CheckKey(key));
+    PMTREE_RETURN_IF_ERROR(CheckValue(value.size(), "value"));
+    keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end())
+    return Status::InvalidArgument("kv: PutMany names key '" + std::string(*dup) + "' twice");
+  if (puts.empty()) return Status::Ok();
+  return impl_->PutMany(puts, applied, admit);
 }
 
 Result<bool> Store::Get(std::string_view key, std::string* value, const ReadOptions& ro) {

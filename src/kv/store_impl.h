@@ -114,11 +114,18 @@ class Store::Impl {
   Result<std::optional<VersionView>> Visible(std::string_view key, const ReadOptions& ro);
   Status WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
                   bool update_only, bool* found);
+  // Store::PutMany for checked, distinct keys (store.cc).
+  Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
+                 const Store::PutAdmit& admit);
   // Removes key from the tree and retires its whole chain.  Key lock held.
   Status RemoveKey(std::string_view key, uint64_t head);
   // Trims key's chain to what the GC horizon needs; removes a collectable
   // tombstone.  Key lock held.
-  Status CollectKey(std::string_view key, uint64_t horizon);
+  Status CollectKey(std::string_view key, uint64_t horizon) { return CollectKeys({key}, horizon); }
+  // CollectKey for several locked keys, whose unlinks share one fence.
+  // heads, when given, are the keys' heads (just installed): no lookup.
+  Status CollectKeys(const std::vector<std::string_view>& keys, uint64_t horizon,
+                     const std::vector<uint64_t>* heads = nullptr);
   uint64_t Horizon();
   void CollectPending();
 
@@ -184,6 +191,20 @@ class Store::Impl {
 
 // Keys are bounded by the tree.
 Status CheckKey(std::string_view key);
+
+// Holds a set of a store's key stripes (K5), taken in ascending order so two
+// holders never deadlock.
+class StripeLocks {
+ public:
+  StripeLocks(Store::Impl& s, std::vector<size_t> stripes);
+  ~StripeLocks();
+  StripeLocks(const StripeLocks&) = delete;
+  StripeLocks& operator=(const StripeLocks&) = delete;
+
+ private:
+  Store::Impl& s_;
+  std::vector<size_t> stripes_;
+};
 
 }  // namespace pmtree::kv
 

@@ -22,24 +22,15 @@
 
 namespace pmtree::kv {
 
-namespace {
+StripeLocks::StripeLocks(Store::Impl& s, std::vector<size_t> stripes) : s_(s), stripes_(std::move(stripes)) {
+  std::sort(stripes_.begin(), stripes_.end());
+  stripes_.erase(std::unique(stripes_.begin(), stripes_.end()), stripes_.end());
+  for (size_t i : stripes_) s_.stripes_[i].lock();
+}
 
-// Holds a set of stripe locks, taken in ascending order.
-class StripeLocks {
- public:
-  StripeLocks(Store::Impl& s, const std::vector<size_t>& stripes) : s_(s), stripes_(stripes) {
-    for (size_t i : stripes_) s_.stripes_[i].lock();
-  }
-  ~StripeLocks() {
-    for (size_t i : stripes_) s_.stripes_[i].unlock();
-  }
-
- private:
-  Store::Impl& s_;
-  std::vector<size_t> stripes_;
-};
-
-}  // namespace
+StripeLocks::~StripeLocks() {
+  for (size_t i : stripes_) s_.stripes_[i].unlock();
+}
 
 int Store::Impl::AcquireSlot() {
   std::unique_lock<std::mutex> g(slot_mu_);
@@ -70,9 +61,7 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
   }
   std::vector<size_t> stripes;
   for (const auto& [key, v] : writes) stripes.push_back(StripeOf(key));
-  std::sort(stripes.begin(), stripes.end());
-  stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
-  StripeLocks locks(*this, stripes);
+  StripeLocks locks(*this, std::move(stripes));
 
   uint64_t log_bytes = sizeof(CommitLogHeader);
   PMTREE_ASSIGN_OR_RETURN(std::vector<PendingWrite> pw, PlanBatch(writes, snap, &log_bytes));
@@ -167,12 +156,10 @@ Status Store::Impl::InstallBatch(const std::vector<PendingWrite>& pw, uint64_t l
   // Clear the slot durably while the keys are still locked (K3).
   pool().Persist(&meta_->log_slot[slot], 8);
   Publish(ts);
-  const uint64_t horizon = Horizon();
-  Status gc;
-  for (const PendingWrite& w : pw) {
-    Status s = CollectKey(w.key, horizon);
-    if (gc.ok()) gc = s;
-  }
+  std::vector<std::string_view> keys;
+  keys.reserve(pw.size());
+  for (const PendingWrite& w : pw) keys.emplace_back(w.key);
+  Status gc = CollectKeys(keys, Horizon());
   alloc().Free(log, log_bytes, BlockOwner::kStore);
   ReleaseSlot(slot);
   commits_.fetch_add(1);

@@ -388,6 +388,38 @@ Status Keyspace::Set(std::string_view key, std::string_view value, SetCondition 
   return Commit(txn, batch);
 }
 
+Status Keyspace::SetMany(const std::vector<std::pair<std::string_view, std::string_view>>& sets, size_t* applied) {
+  *applied = 0;
+  std::vector<std::string_view> keys;
+  keys.reserve(sets.size());
+  for (const auto& kv : sets) keys.push_back(kv.first);
+  KeyLocks lock(this, keys);
+  // Head keys and tagged values, owned here while the store reads them.
+  std::vector<std::string> heads, stored;
+  heads.reserve(sets.size());
+  stored.reserve(sets.size());
+  std::vector<std::pair<std::string_view, std::string_view>> puts;
+  puts.reserve(sets.size());
+  for (const auto& [key, value] : sets) {
+    heads.push_back(HeadKey(key));
+    std::string& v = stored.emplace_back();
+    v.reserve(value.size() + 1);
+    v.push_back(kStringTag);
+    v.append(value);
+    puts.emplace_back(heads.back(), v);
+  }
+  // The store shows each head's value under its lock, without a copy: an
+  // absent key, a small hash (a field record) or a string is replaced as is;
+  // any other head (a sorted set's or a large hash's, whose members Set must
+  // delete too, or a corrupt one Set reports) stops the group.
+  auto plain_replace = [](std::optional<std::string_view> current) {
+    return !current || (!current->empty() && (*current)[0] == kStringTag);
+  };
+  Status s = store_->PutMany(puts, applied, plain_replace);
+  // A full pool is the caller's to report, per command, through Set.
+  return s.code() == Status::Code::kOutOfSpace ? Status::Ok() : s;
+}
+
 Status Keyspace::GetDel(std::string_view key, std::optional<std::string>* old, Txn* txn) {
   KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);

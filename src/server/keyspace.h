@@ -139,6 +139,13 @@ class Keyspace {
   // old requested a non-string is WRONGTYPE.
   Status Set(std::string_view key, std::string_view value, SetCondition cond, bool* applied,
              std::optional<std::string>* old = nullptr, Txn* txn = nullptr);
+  // Plain SETs (no condition, no GET) of distinct keys, made durable together
+  // (kv::Store::PutMany, one fence for all records): the first *applied took
+  // effect, each exactly as Set would.  It stops before the first key whose
+  // SET must also delete members (a sorted set or a large hash) or whose head
+  // is corrupt, and at a full pool; the caller runs the rest through Set,
+  // which answers for each.
+  Status SetMany(const std::vector<std::pair<std::string_view, std::string_view>>& sets, size_t* applied);
   Status GetDel(std::string_view key, std::optional<std::string>* old, Txn* txn = nullptr);
   Status IncrBy(std::string_view key, int64_t delta, int64_t* result, Txn* txn = nullptr);
   Status Append(std::string_view key, std::string_view suffix, int64_t* new_length, Txn* txn = nullptr);

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "pmtree/counters.h"
 #include "server/test_client.h"
 
 namespace pmtree::server {
@@ -551,6 +552,110 @@ TEST(ServerTest, PipelinedRepliesComeBackInOrder) {
   ASSERT_TRUE(c->SendRaw(wire));
   for (int i = 0; i < 2000; ++i) ASSERT_EQ(c->Read(), "+OK");
   for (int i = 0; i < 2000; ++i) ASSERT_EQ(c->Read(), std::to_string(i));
+}
+
+// Pipelined plain SETs are committed in groups (server.cc, GROUP COMMIT):
+// the records of a group share one fence, so 64 replaces cost far fewer
+// than the 3 fences each a lone SET pays (record, tree update, unlink).
+TEST(ServerGroupCommitTest, PipelinedSetsShareTheirFences) {
+  ServerFixture f;
+  auto c = f.Connect();
+  constexpr int kKeys = 64;
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(c->Cmd({"SET", "g" + std::to_string(i), "old"}), "+OK");
+  std::string wire;
+  for (int i = 0; i < kKeys; ++i) wire += Client::Encode({"SET", "g" + std::to_string(i), "new" + std::to_string(i)});
+  const PersistCounters before = counters::Snapshot();
+  ASSERT_TRUE(c->SendRaw(wire));
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(c->Read(), "+OK") << i;
+  const PersistCounters cost = counters::Snapshot() - before;
+  // One group: 64 tree updates + 2 fences; a read split in a few places
+  // adds 2 per extra group.  One SET at a time would take 3 x 64 = 192.
+  EXPECT_LE(cost.fences, kKeys + 2 * 8u) << cost.ToString();
+  EXPECT_GE(cost.fences, kKeys + 2u) << cost.ToString();
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(c->Cmd({"GET", "g" + std::to_string(i)}), "new" + std::to_string(i));
+  EXPECT_EQ(c->Cmd({"INFO", "stats"}).find("total_commands_processed:" + std::to_string(3 * kKeys + 1)) !=
+                std::string::npos,
+            true);
+  EXPECT_TRUE(f.store().Verify().ok());
+}
+
+// A group ends at a repeated key and at any other command, and a SET that
+// must delete members (a sorted set, a large hash) leaves the group for
+// Set: every reply is what one SET at a time gives, in order.
+TEST(ServerGroupCommitTest, GroupedSetsAnswerLikeOneAtATime) {
+  ServerFixture f;
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"ZADD", "z", "1", "m1", "2", "m2"}), ":2");
+  V big_hash = {"HSET", "h"};
+  for (uint64_t i = 0; i <= Keyspace::kSmallHashFields; ++i) {
+    big_hash.push_back("f" + std::to_string(i));
+    big_hash.push_back("v");
+  }
+  EXPECT_EQ(c->Cmd(big_hash), ":" + std::to_string(Keyspace::kSmallHashFields + 1));
+  EXPECT_EQ(c->Cmd({"HSET", "small", "f", "v"}), ":1");
+  std::string wire;
+  const std::vector<V> cmds = {{"SET", "a", "1"},    {"SET", "a", "2"},  {"SET", "z", "zs"},     {"SET", "b", "1"},
+                               {"GET", "a"},         {"SET", "h", "hs"}, {"set", "small", "ss"}, {"SET", "c", "v", "NX"},
+                               {"SET", "c", "w"},    {"SET", "b", "3"},  {"GET", "b"},           {"SET", "c", "x", "GET"},
+                               {"SET", "long", std::string(5000, 'L')}};
+  for (const V& cmd : cmds) wire += Client::Encode(cmd);
+  ASSERT_TRUE(c->SendRaw(wire));
+  const std::vector<std::string> want = {"+OK", "+OK", "+OK", "+OK", "2", "+OK", "+OK",
+                                         "+OK", "+OK", "+OK", "3",   "w",   "+OK"};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(c->Read(), want[i]) << i;
+  EXPECT_EQ(c->Cmd({"GET", "z"}), "zs");
+  EXPECT_EQ(c->Cmd({"GET", "h"}), "hs");
+  EXPECT_EQ(c->Cmd({"GET", "small"}), "ss");
+  EXPECT_EQ(c->Cmd({"GET", "c"}), "x");
+  EXPECT_EQ(c->Cmd({"STRLEN", "long"}), ":5000");
+  EXPECT_EQ(c->Cmd({"DBSIZE"}), ":7");
+  // The members of z and h went with their SETs: the tree holds only heads.
+  EXPECT_EQ(f.store().Stats().keys, 7u);
+  EXPECT_TRUE(f.store().Verify().ok());
+}
+
+TEST(ServerGroupCommitTest, PipelinedSetsBeforeAuthAreRefusedAndAfterItApplied) {
+  ServerOptions o;
+  o.requirepass = "pw";
+  ServerFixture f(o);
+  auto c = f.Connect();
+  ASSERT_TRUE(c->SendRaw(Client::Encode({"SET", "k", "1"}) + Client::Encode({"AUTH", "pw"}) +
+                         Client::Encode({"SET", "k", "2"}) + Client::Encode({"SET", "j", "3"})));
+  EXPECT_EQ(c->Read(), "-NOAUTH Authentication required.");
+  EXPECT_EQ(c->Read(), "+OK");
+  EXPECT_EQ(c->Read(), "+OK");
+  EXPECT_EQ(c->Read(), "+OK");
+  EXPECT_EQ(c->Cmd({"GET", "k"}), "2");
+  EXPECT_EQ(c->Cmd({"GET", "j"}), "3");
+}
+
+// A full pool mid-group: the SETs before it are applied and answered OK,
+// each later one gets its own -OOM, and the data stays consistent.
+TEST(ServerGroupCommitTest, AFullPoolMidGroupAnswersOomPerSet) {
+  ServerFixture f({}, 4ull << 20);
+  auto c = f.Connect();
+  // 8 KiB values: a 64 KiB read holds several SETs, so the pool fills
+  // inside a group.
+  const std::string value(8 * 1024, 'v');
+  std::string wire;
+  constexpr int kSets = 1000;  // 8 MiB of values: more than the pool holds
+  for (int i = 0; i < kSets; ++i) wire += Client::Encode({"SET", "k" + std::to_string(i), value});
+  ASSERT_TRUE(c->SendRaw(wire));
+  int ok = 0;
+  for (int i = 0; i < kSets; ++i) {
+    std::string r = c->Read();
+    if (r == "+OK") {
+      EXPECT_EQ(ok, i) << "an OK after an OOM";
+      ++ok;
+    } else {
+      EXPECT_EQ(r.substr(0, 4), "-OOM") << r;
+    }
+  }
+  EXPECT_GT(ok, 5);
+  EXPECT_LT(ok, kSets);
+  for (int i = 0; i < kSets; ++i)
+    ASSERT_EQ(c->Cmd({"EXISTS", "k" + std::to_string(i)}), i < ok ? ":1" : ":0") << i;
+  EXPECT_TRUE(f.store().Verify().ok());
 }
 
 TEST(ServerTest, ShutdownStopsTheServer) {
