@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace pmtree::server {
 namespace {
@@ -63,6 +64,7 @@ class Server::Loop {
   ~Loop() {
     for (auto& [fd, c] : conns_) close(fd);
     if (epfd_ >= 0) close(epfd_);
+    if (wake_fd_ >= 0) close(wake_fd_);
   }
 
   Status Init() {
@@ -77,6 +79,10 @@ class Server::Loop {
     ev.data.fd = server_->stop_fd_;
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, server_->stop_fd_, &ev) != 0)
       return Status::IoError(Errno("server: epoll_ctl(stop)"));
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) return Status::IoError(Errno("server: eventfd"));
+    ev.data.fd = wake_fd_;
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) return Status::IoError(Errno("server: epoll_ctl(wake)"));
     return Status::Ok();
   }
 
@@ -92,6 +98,10 @@ class Server::Loop {
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
         if (fd == server_->stop_fd_) return;
+        if (fd == wake_fd_) {
+          DrainReplicas();
+          continue;
+        }
         if (fd == server_->listen_fd_) {
           Accept();
           continue;
@@ -127,6 +137,7 @@ class Server::Loop {
       c->client.id = server_->state_.next_client_id.fetch_add(1);
       c->client.peer = PeerName(ss);
       c->client.authenticated = server_->state_.requirepass.empty();
+      c->client.wake_fd = wake_fd_;
       c->events = EPOLLIN;
       epoll_event ev{};
       ev.events = EPOLLIN;
@@ -176,7 +187,25 @@ class Server::Loop {
       AppendError(&c.out, "ERR Protocol error: query buffer limit reached");
       Reject(c, "query buffer limit reached");
     }
+    if (c.client.replica) {  // PSYNC made it a replica: its stream comes from the link
+      replica_fds_.insert(c.fd);
+      if (!c.client.replica->Drain(&c.out, c.out.size() - c.out_pos)) return false;
+    }
     return Flush(c);
+  }
+
+  // The wake eventfd fired: a replica link of this loop has stream bytes.
+  void DrainReplicas() {
+    uint64_t count;
+    ssize_t r = read(wake_fd_, &count, sizeof count);
+    (void)r;
+    std::vector<int> dead;
+    for (int fd : replica_fds_) {
+      Connection& c = *conns_.at(fd);
+      bool alive = c.client.replica->Drain(&c.out, c.out.size() - c.out_pos) && Flush(c) && UpdateInterest(c);
+      if (!alive) dead.push_back(fd);
+    }
+    for (int fd : dead) Close(fd);
   }
 
   void Reject(Connection& c, const std::string& why) {
@@ -219,6 +248,7 @@ class Server::Loop {
   }
 
   void Close(int fd) {
+    if (replica_fds_.erase(fd)) server_->replication_->Detach(conns_.at(fd)->client.replica);
     epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     conns_.erase(fd);
@@ -227,11 +257,17 @@ class Server::Loop {
 
   Server* server_;
   int epfd_ = -1;
+  int wake_fd_ = -1;  // replica links of this loop write it (ReplicaLink::Wake)
   std::unordered_map<int, std::unique_ptr<Connection>> conns_;
+  std::unordered_set<int> replica_fds_;
 };
 
-Server::Server(kv::Store* store, ServerOptions options) : keyspace_(store), options_(std::move(options)) {
+Server::Server(kv::Store* store, ServerOptions options)
+    : keyspace_(store),
+      options_(std::move(options)),
+      replication_(std::make_unique<Replication>(store, options_.replication)) {
   state_.keyspace = &keyspace_;
+  state_.replication = replication_.get();
   state_.requirepass = options_.requirepass;
   state_.bind = options_.bind;
   state_.port = options_.port;
@@ -248,6 +284,7 @@ Server::Server(kv::Store* store, ServerOptions options) : keyspace_(store), opti
 Server::~Server() {
   RequestStop();
   Wait();
+  replication_->Shutdown();  // no RDB builder or cron touches a loop's eventfd past here
   loops_.clear();
   if (listen_fd_ >= 0) close(listen_fd_);
   if (stop_fd_ >= 0) close(stop_fd_);

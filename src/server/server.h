@@ -29,6 +29,7 @@
 #include "pmtree/status.h"
 #include "server/commands.h"
 #include "server/keyspace.h"
+#include "server/replication.h"
 #include "server/resp.h"
 
 namespace pmtree::server {
@@ -45,6 +46,7 @@ struct ServerOptions {
   std::string pool_path;
   // One stderr line per client closed for bad input.
   bool log_rejected_clients = true;
+  ReplicationOptions replication;
 };
 
 class Server {
@@ -70,6 +72,7 @@ class Server {
   class Loop;
   Keyspace keyspace_;
   ServerOptions options_;
+  std::unique_ptr<Replication> replication_;
   ServerState state_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // an eventfd every loop polls; written once to stop
