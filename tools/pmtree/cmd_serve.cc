@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // `pmtree serve --pool PATH [--tree NAME] [--port N] [--bind ADDR]
-// [--threads N] [--requirepass PW] [--pool-size SIZE]`: a Redis-protocol
+// [--threads N] [--requirepass PW] [--pool-size SIZE] [--repl-backlog-size SIZE]`: a Redis-protocol
 // server over a key-value store (docs/server.md).  Logs to stderr; prints
 // "ready" once listening.  SIGTERM, SIGINT and SHUTDOWN close the store
 // cleanly (so the next start needs no recovery).
@@ -29,6 +29,7 @@ struct ServeArgs {
   // no SIGBUS when the file system fills), which on /dev/shm is memory taken
   // up front: 1 GiB rather than the library's 4 GiB default.
   uint64_t pool_size = 1ull << 30;
+  uint64_t repl_backlog_size = 1ull << 20;  // Redis's default
 };
 
 // The running server, for the signal handler (a lock-free atomic: safe to
@@ -54,6 +55,7 @@ int RunServe(const ServeArgs& a) {
   so.threads = a.threads;
   so.requirepass = a.requirepass;
   so.pool_path = a.pool;
+  so.replication.backlog_size = a.repl_backlog_size;
   int rc = 0;
   {
     server::Server srv(store->get(), so);
@@ -108,6 +110,12 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--requirepass", a->requirepass, "Password clients must AUTH with before data commands");
   cmd->add_option("--pool-size", a->pool_size, "Size of a new pool file in bytes (accepts K/M/G)")
       ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--repl-backlog-size", a->repl_backlog_size,
+                  "Replication backlog: how much of the write stream a reconnecting replica can resume from "
+                  "(accepts K/M/G)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(uint64_t{16 << 10}, uint64_t{1} << 40))
       ->capture_default_str();
   cmd->callback([a, exit_code] { *exit_code = RunServe(*a); });
 }
