@@ -11,7 +11,8 @@
 #   2. the replica SIGKILLed, more writes, the replica restarted on its
 #      directory: it resumes with a partial resync (the master's INFO
 #      sync_partial_ok, the replica's log) and converges again;
-#   3. a second replica attaches: INFO shows connected_slaves:2.
+#   3. a second replica attaches: INFO shows connected_slaves:2, and after a
+#      write WAIT 2 answers 2 (both stock replicas acknowledged it).
 # About 20 s on 2 cores; the trap stops every server and removes the pools.
 #
 # Usage: scripts/test_replication.sh [--pmtree BIN]
@@ -93,8 +94,8 @@ converged "$master" "$replica" "full resync under load"
 [[ $(info "$master" sync_full) == 1 ]] || die "expected one full sync, INFO says $(info "$master" sync_full)"
 
 # 2. replica killed and restarted: partial resync from the backlog
-kill -KILL "${SERVERS_PID[replica1]}"
-wait "${SERVERS_PID[replica1]}" 2>/dev/null || true
+kill -KILL "${SERVERS_PID[replica1]}" 2>/dev/null
+{ wait "${SERVERS_PID[replica1]}"; } 2>/dev/null || true
 unset "SERVERS_PID[replica1]"
 load "$master" 10000
 redis-cli -p "$master" DEL small >/dev/null
@@ -108,4 +109,7 @@ grep -q "Successful partial resynchronization" "$SERVERS_DIR/replica1.log" ||
 start_replica replica2 "$master"
 converged "$master" "$SERVER_PORT" "second replica"
 [[ $(info "$master" connected_slaves) == 2 ]] || die "connected_slaves is $(info "$master" connected_slaves), not 2"
+redis-cli -p "$master" SET waited yes >/dev/null
+acked=$(timeout 20 redis-cli -p "$master" WAIT 2 10000)
+[[ $acked == 2 ]] || die "WAIT 2 10000 answered '$acked', not 2"
 echo "test_replication: OK"

@@ -72,6 +72,7 @@ void AppendCommand(std::string* out, const std::vector<std::string>& args) {
 }
 
 void PsyncCmd(Call& c) { c.server.replication->Psync(c, c.args[1], c.args[2]); }
+void WaitCmd(Call& c) { c.server.replication->Wait(c); }
 void ReplconfCmd(Call& c) { c.server.replication->Replconf(c); }
 
 }  // namespace
@@ -80,6 +81,7 @@ const std::vector<CommandSpec>& ReplicationCommands() {
   static const std::vector<CommandSpec> kTable = {
       {"psync", PsyncCmd, 3, kNoQueue},
       {"replconf", ReplconfCmd, -1, kNoQueue},
+      {"wait", WaitCmd, 3, 0},
   };
   return kTable;
 }
@@ -189,6 +191,11 @@ void Replication::Shutdown() {
     cron_cv_.wait(lock, [this] { return builders_running_ == 0; });
   }
   if (cron_.joinable()) cron_.join();
+  {
+    std::lock_guard<std::mutex> lock(waiters_mu_);
+    stopping_waiters_ = true;
+    waiters_.clear();
+  }
   std::lock_guard<std::mutex> lock(stream_mu_);
   for (auto& link : replicas_) {
     std::lock_guard<std::mutex> l(link->mu_);
@@ -375,6 +382,7 @@ void Replication::Replconf(Call& call) {
       if (!ParseU64(a[i + 1], &v)) return;
       link.ack_offset.store(v);
       link.ack_time_ms.store(NowMs());
+      CheckWaiters();
       return;  // no reply, as Redis
     }
     if (EqualsIgnoreCase(a[i], "listening-port")) {
@@ -450,17 +458,78 @@ std::string Replication::InfoLines() {
 // does), so a replica can tell an idle master from a dead link.
 void Replication::Cron() {
   std::unique_lock<std::mutex> lock(threads_mu_);
-  auto next = std::chrono::steady_clock::now() + options_.ping_period;
-  while (!cron_cv_.wait_until(lock, next, [this] { return stopping_; })) {
-    next += options_.ping_period;
+  auto next_ping = std::chrono::steady_clock::now() + options_.ping_period;
+  while (!cron_cv_.wait_for(lock, options_.cron_period, [this] { return stopping_; })) {
     lock.unlock();
-    if (replica_count() > 0) {
-      gate_.LockShared();
-      Propagate({{"PING"}});
-      gate_.Unlock();
+    CheckWaiters();
+    if (std::chrono::steady_clock::now() >= next_ping) {
+      next_ping += options_.ping_period;
+      if (replica_count() > 0) {
+        gate_.LockShared();
+        Propagate({{"PING"}});
+        gate_.Unlock();
+      }
     }
     lock.lock();
   }
+}
+
+int64_t Replication::CountAcked(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(stream_mu_);
+  int64_t n = 0;
+  for (auto& r : replicas_) n += r->ack_offset.load() >= offset;
+  return n;
+}
+
+void Replication::CheckWaiters() {
+  std::lock_guard<std::mutex> lock(waiters_mu_);
+  int64_t now = NowMs();
+  for (size_t i = 0; i < waiters_.size();) {
+    auto w = waiters_[i].lock();
+    if (w) {
+      int64_t n = CountAcked(w->target);
+      if (n < w->want && (w->deadline_ms == 0 || now < w->deadline_ms)) {
+        ++i;
+        continue;
+      }
+      w->done = true;
+      w->result = n;
+      uint64_t one = 1;
+      ssize_t r = write(w->wake_fd, &one, sizeof one);
+      (void)r;
+    }
+    waiters_[i] = waiters_.back();
+    waiters_.pop_back();
+  }
+}
+
+void Replication::Wait(Call& call) {
+  int64_t want = 0, timeout = 0;
+  auto parse = [](const std::string& s, int64_t* v) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+    return !s.empty() && ec == std::errc() && p == s.data() + s.size();
+  };
+  if (!parse(call.args[1], &want) || !parse(call.args[2], &timeout))
+    return AppendError(call.out, "ERR value is not an integer or out of range");
+  if (timeout < 0) return AppendError(call.out, "ERR timeout is negative");
+  uint64_t target = master_offset();
+  int64_t acked = CountAcked(target);
+  if (acked >= want) return AppendInt(call.out, acked);
+  auto w = std::make_shared<Waiter>(Waiter{target, want, timeout ? NowMs() + timeout : 0, call.client.wake_fd});
+  {
+    std::lock_guard<std::mutex> lock(waiters_mu_);
+    if (stopping_waiters_) return AppendInt(call.out, acked);
+    waiters_.push_back(w);
+  }
+  call.client.unblock = [this, w](std::string* out) {
+    std::lock_guard<std::mutex> lock(waiters_mu_);
+    if (!w->done) return false;
+    AppendInt(out, w->result);
+    return true;
+  };
+  gate_.LockShared();
+  Propagate({{"REPLCONF", "GETACK", "*"}});
+  gate_.Unlock();
 }
 
 }  // namespace pmtree::server

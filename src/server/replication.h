@@ -69,6 +69,7 @@ struct ReplicationOptions {
   uint64_t backlog_size = 1ull << 20;             // Redis's repl-backlog-size default
   uint64_t replica_buffer_limit = 256ull << 20;   // Redis's client-output-buffer-limit replica hard limit
   std::chrono::milliseconds ping_period{10000};   // Redis's repl-ping-replica-period
+  std::chrono::milliseconds cron_period{100};     // WAIT timeouts are checked this often (Redis's hz 10)
   // TEST ONLY: runs between a write's execution and its streaming, to widen
   // the window R1 closes (the ordering test yields there).
   std::function<void()> between_execute_and_stream;
@@ -128,6 +129,10 @@ class Replication {
   // REPLCONF option value ...: records listening-port, ACK; answers +OK
   // (nothing for ACK, as Redis).
   void Replconf(Call& call);
+  // WAIT numreplicas timeout: answers now when enough replicas acknowledged
+  // the current offset, else blocks the client (ClientState::unblock) and
+  // asks every replica for an ACK (REPLCONF GETACK * in the stream).
+  void Wait(Call& call);
   // The connection of this replica closed.
   void Detach(const std::shared_ptr<ReplicaLink>& link);
 
@@ -156,6 +161,17 @@ class Replication {
     pthread_rwlock_t rw_;
   };
   class WriteGuard;
+  struct Waiter {  // one blocked WAIT; fields after wake_fd under waiters_mu_
+    uint64_t target;
+    int64_t want;
+    int64_t deadline_ms;  // steady clock; 0 = none
+    int wake_fd;
+    bool done = false;
+    int64_t result = 0;
+  };
+  int64_t CountAcked(uint64_t offset);  // takes stream_mu_
+  // Completes the waiters whose replicas acknowledged or whose time is up.
+  void CheckWaiters();
 
   void AppendToStream(std::string_view bytes);  // stream_mu_ held
   std::string BacklogFrom(uint64_t offset);     // stream_mu_ held
@@ -179,6 +195,10 @@ class Replication {
   uint64_t backlog_histlen_ = 0;
   std::vector<std::shared_ptr<ReplicaLink>> replicas_;
   uint64_t full_syncs_ = 0, partial_ok_ = 0, partial_err_ = 0;
+
+  std::mutex waiters_mu_;  // before stream_mu_ when both are held
+  std::vector<std::weak_ptr<Waiter>> waiters_;  // a closed client's waiter expires
+  bool stopping_waiters_ = false;
 
   std::mutex threads_mu_;  // guards the two below; cron_cv_ signals them
   int builders_running_ = 0;  // RDB builder threads (detached) not yet done

@@ -353,6 +353,39 @@ TEST(ReplicationTest, PartialResyncContinuesFromTheBacklog) {
   EXPECT_NE(info.find("repl_backlog_histlen:4096"), std::string::npos) << info;
 }
 
+TEST(ReplicationTest, WaitBlocksOnlyItsClientUntilTheReplicaAcks) {
+  ServerFixture f;
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"WAIT", "0", "0"}), ":0");
+  EXPECT_EQ(c->Cmd({"WAIT", "1", "-1"}), "-ERR timeout is negative");
+  EXPECT_EQ(c->Cmd({"WAIT", "1", "20"}), ":0");  // no replica: the timeout answers
+  FakeReplica r(f.port());
+  std::string reply = r.Handshake();
+  uint64_t at = std::stoull(reply.substr(53));
+  r.LoadRdb();
+  ASSERT_EQ(c->Cmd({"SET", "k", "v"}), "+OK");
+  // WAIT and a command pipelined behind it: the PING runs after WAIT answers.
+  ASSERT_TRUE(c->SendRaw(Client::Encode({"WAIT", "1", "0"}) + Client::Encode({"PING"})));
+  auto other = f.Connect();
+  EXPECT_EQ(other->Cmd({"GET", "k"}), "v");  // the loops are not blocked
+  V cmd;
+  do {
+    ASSERT_TRUE(r.Next(&cmd));
+  } while (cmd[0] != "REPLCONF");
+  EXPECT_EQ(cmd, (V{"REPLCONF", "GETACK", "*"}));
+  ASSERT_TRUE(r.client().Send({"REPLCONF", "ACK", std::to_string(at + r.consumed)}));
+  EXPECT_EQ(c->Read(), ":1");
+  EXPECT_EQ(c->Read(), "+PONG");
+  EXPECT_EQ(c->Cmd({"WAIT", "1", "0"}), ":1");  // nothing new since the ACK
+  // A client that closes while blocked leaves nothing behind.
+  {
+    auto gone = f.Connect();
+    ASSERT_EQ(gone->Cmd({"SET", "k", "w"}), "+OK");
+    ASSERT_TRUE(gone->Send({"WAIT", "1", "0"}));
+  }
+  EXPECT_EQ(c->Cmd({"PING"}), "+PONG");
+}
+
 TEST(ReplicationTest, SlowReplicaIsDroppedAndWritersCarryOn) {
   ServerOptions o;
   o.replication.replica_buffer_limit = 256 << 10;

@@ -99,7 +99,7 @@ class Server::Loop {
         int fd = events[i].data.fd;
         if (fd == server_->stop_fd_) return;
         if (fd == wake_fd_) {
-          DrainReplicas();
+          OnWake();
           continue;
         }
         if (fd == server_->listen_fd_) {
@@ -155,7 +155,6 @@ class Server::Loop {
   // Reads once, runs every complete command, writes the replies.  False
   // when the connection is to be closed now.
   bool OnReadable(Connection& c) {
-    const uint64_t limit = server_->options_.max_client_buffer;
     size_t old = c.in.size();
     c.in.resize(old + kReadChunk);
     ssize_t n = read(c.fd, c.in.data() + old, kReadChunk);
@@ -164,7 +163,14 @@ class Server::Loop {
       return n < 0 && (errno == EAGAIN || errno == EINTR);
     }
     c.in.resize(old + static_cast<size_t>(n));
-    while (!c.client.close_after_reply) {
+    return ProcessInput(c) && Flush(c);
+  }
+
+  // Runs every complete command of c's input, unless a command blocked the
+  // client (WAIT: its input waits until ClientState::unblock says so).
+  bool ProcessInput(Connection& c) {
+    const uint64_t limit = server_->options_.max_client_buffer;
+    while (!c.client.close_after_reply && !c.client.unblock) {
       auto outcome = c.parser.Parse(c.in, &c.in_pos, &c.args);
       if (outcome == RespParser::Outcome::kNeedMore) break;
       if (outcome == RespParser::Outcome::kError) {
@@ -179,6 +185,7 @@ class Server::Loop {
         break;
       }
     }
+    if (c.client.unblock) blocked_fds_.insert(c.fd);
     if (c.in_pos >= kCompactBytes || c.in_pos == c.in.size()) {
       c.in.erase(0, c.in_pos);
       c.in_pos = 0;
@@ -191,11 +198,12 @@ class Server::Loop {
       replica_fds_.insert(c.fd);
       if (!c.client.replica->Drain(&c.out, c.out.size() - c.out_pos)) return false;
     }
-    return Flush(c);
+    return true;
   }
 
-  // The wake eventfd fired: a replica link of this loop has stream bytes.
-  void DrainReplicas() {
+  // The wake eventfd fired: a replica link of this loop has stream bytes,
+  // or a blocked client (WAIT) may resume.
+  void OnWake() {
     uint64_t count;
     ssize_t r = read(wake_fd_, &count, sizeof count);
     (void)r;
@@ -205,7 +213,16 @@ class Server::Loop {
       bool alive = c.client.replica->Drain(&c.out, c.out.size() - c.out_pos) && Flush(c) && UpdateInterest(c);
       if (!alive) dead.push_back(fd);
     }
-    for (int fd : dead) Close(fd);
+    for (int fd : std::vector<int>(blocked_fds_.begin(), blocked_fds_.end())) {
+      Connection& c = *conns_.at(fd);
+      if (!c.client.unblock(&c.out)) continue;
+      c.client.unblock = nullptr;
+      blocked_fds_.erase(fd);
+      bool alive = ProcessInput(c) && Flush(c) && UpdateInterest(c);
+      if (!alive) dead.push_back(fd);
+    }
+    for (int fd : dead)
+      if (conns_.count(fd)) Close(fd);
   }
 
   void Reject(Connection& c, const std::string& why) {
@@ -249,6 +266,7 @@ class Server::Loop {
 
   void Close(int fd) {
     if (replica_fds_.erase(fd)) server_->replication_->Detach(conns_.at(fd)->client.replica);
+    blocked_fds_.erase(fd);
     epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     conns_.erase(fd);
@@ -260,6 +278,7 @@ class Server::Loop {
   int wake_fd_ = -1;  // replica links of this loop write it (ReplicaLink::Wake)
   std::unordered_map<int, std::unique_ptr<Connection>> conns_;
   std::unordered_set<int> replica_fds_;
+  std::unordered_set<int> blocked_fds_;  // clients whose ClientState::unblock is set
 };
 
 Server::Server(kv::Store* store, ServerOptions options)
