@@ -46,6 +46,7 @@ struct ClientState {
   // wake_fd is the eventfd of the connection's event loop.
   std::shared_ptr<ReplicaLink> replica;
   int wake_fd = -1;
+  bool is_master_link = false;  // the replica side applying its master's stream
   // A blocked client (WAIT): set by the command instead of a reply.  Its
   // loop stops running the client's input and, each time wake_fd fires,
   // calls it; true = the reply was appended to *out and the client resumes.

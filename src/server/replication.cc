@@ -25,7 +25,9 @@ int64_t NowMs() {
       .count();
 }
 
-std::string RandomReplid() {
+}  // namespace
+
+std::string NewReplid() {
   std::random_device rd;
   std::mt19937_64 g((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(NowMs()));
   static constexpr char kHex[] = "0123456789abcdef";
@@ -33,6 +35,8 @@ std::string RandomReplid() {
   for (char& c : id) c = kHex[g() & 15];
   return id;
 }
+
+namespace {
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view lower) {
   if (a.size() != lower.size()) return false;
@@ -73,6 +77,19 @@ void AppendCommand(std::string* out, const std::vector<std::string>& args) {
 
 void PsyncCmd(Call& c) { c.server.replication->Psync(c, c.args[1], c.args[2]); }
 void WaitCmd(Call& c) { c.server.replication->Wait(c); }
+
+// REPLICAOF host port | REPLICAOF NO ONE (SLAVEOF too).
+void ReplicaofCmd(Call& c) {
+  if (EqualsIgnoreCase(c.args[1], "no") && EqualsIgnoreCase(c.args[2], "one")) {
+    c.server.replication->ReplicaOfNoOne();
+    return AppendSimple(c.out, "OK");
+  }
+  uint64_t port = 0;
+  if (!ParseU64(c.args[2], &port) || port == 0 || port > 65535)
+    return AppendError(c.out, "ERR Invalid master port");
+  c.server.replication->ReplicaOf(c.args[1], static_cast<int>(port));
+  AppendSimple(c.out, "OK");
+}
 void ReplconfCmd(Call& c) { c.server.replication->Replconf(c); }
 
 }  // namespace
@@ -82,6 +99,8 @@ const std::vector<CommandSpec>& ReplicationCommands() {
       {"psync", PsyncCmd, 3, kNoQueue},
       {"replconf", ReplconfCmd, -1, kNoQueue},
       {"wait", WaitCmd, 3, 0},
+      {"replicaof", ReplicaofCmd, 3, kNoQueue},
+      {"slaveof", ReplicaofCmd, 3, kNoQueue},
   };
   return kTable;
 }
@@ -176,14 +195,15 @@ class Replication::WriteGuard {
   std::vector<size_t> idx_;
 };
 
-Replication::Replication(kv::Store* store, ReplicationOptions options)
-    : store_(store), options_(options), replid_(RandomReplid()) {
+Replication::Replication(kv::Store* store, ServerState* server, ReplicationOptions options)
+    : store_(store), server_(server), options_(options), replid_(NewReplid()) {
   cron_ = std::thread([this] { Cron(); });
 }
 
 Replication::~Replication() { Shutdown(); }
 
 void Replication::Shutdown() {
+  StopMasterLink();
   {
     std::unique_lock<std::mutex> lock(threads_mu_);
     stopping_ = true;
@@ -204,6 +224,9 @@ void Replication::Shutdown() {
 }
 
 void Replication::ExecuteWrite(const CommandSpec& spec, Call& call) {
+  // The master's stream: the applier holds the gate and proxies the bytes.
+  if (call.client.is_master_link) return spec.handler(call);
+  if (is_replica_.load()) return AppendError(call.out, "READONLY You can't write against a read only replica.");
   const bool exec = spec.name == "exec";
   std::vector<std::vector<std::string>> queued;
   if (exec && call.client.in_multi && !call.client.multi_failed) queued = call.client.queued;
@@ -287,7 +310,9 @@ void Replication::Psync(Call& call, std::string_view replid, std::string_view of
   {
     std::lock_guard<std::mutex> lock(stream_mu_);
     uint64_t first = offset_ + 1 - backlog_histlen_;
-    if (active_ && replid == replid_ && numeric && want >= first && want <= offset_ + 1) {
+    bool known = replid == replid_ ||
+                 (replid == replid2_ && numeric && static_cast<int64_t>(want) <= second_offset_);
+    if (active_ && known && numeric && want >= first && want <= offset_ + 1) {
       std::string tail = BacklogFrom(want);
       AppendSimple(call.out, "CONTINUE " + replid_);
       std::lock_guard<std::mutex> l(link->mu_);
@@ -304,6 +329,7 @@ void Replication::Psync(Call& call, std::string_view replid, std::string_view of
   gate_.Lock();
   const kv::Snapshot* snapshot = store_->GetSnapshot();
   uint64_t at;
+  std::string id;
   {
     std::lock_guard<std::mutex> lock(stream_mu_);
     if (!active_) {
@@ -314,6 +340,7 @@ void Replication::Psync(Call& call, std::string_view replid, std::string_view of
     }
     need_select_ = true;  // as Redis: the new replica's stream starts with SELECT
     at = offset_;
+    id = replid_;
     {
       std::lock_guard<std::mutex> l(link->mu_);
       link->state_ = ReplicaLink::State::kWaitRdb;
@@ -322,20 +349,21 @@ void Replication::Psync(Call& call, std::string_view replid, std::string_view of
     ++full_syncs_;
   }
   gate_.Unlock();
-  AppendSimple(call.out, "FULLRESYNC " + replid_ + " " + std::to_string(at));
+  AppendSimple(call.out, "FULLRESYNC " + id + " " + std::to_string(at));
   std::lock_guard<std::mutex> lock(threads_mu_);
   ++builders_running_;
-  std::thread([this, link, snapshot, at] { BuildRdb(link, snapshot, at); }).detach();
+  std::thread([this, link, snapshot, at, id] { BuildRdb(link, snapshot, at, id); }).detach();
 }
 
-void Replication::BuildRdb(std::shared_ptr<ReplicaLink> link, const kv::Snapshot* snapshot, uint64_t offset) {
+void Replication::BuildRdb(std::shared_ptr<ReplicaLink> link, const kv::Snapshot* snapshot, uint64_t offset,
+                           std::string replid) {
   std::vector<std::pair<std::string, std::string>> aux = {
       {"redis-ver", "7.0.15"},
       {"redis-bits", "64"},
       {"ctime", std::to_string(std::time(nullptr))},
       {"used-mem", "0"},
       {"repl-stream-db", "0"},
-      {"repl-id", replid_},
+      {"repl-id", replid},
       {"repl-offset", std::to_string(offset)},
       {"aof-base", "0"},
   };
@@ -405,6 +433,15 @@ void Replication::Detach(const std::shared_ptr<ReplicaLink>& link) {
   link->wake_fd_ = -1;
 }
 
+void Replication::DropReplicas() {
+  for (auto& link : replicas_) {
+    std::lock_guard<std::mutex> l(link->mu_);
+    link->overflow_ = true;  // its loop closes it at the wake-up
+    link->Wake();
+  }
+  replicas_.clear();
+}
+
 uint64_t Replication::master_offset() {
   std::lock_guard<std::mutex> lock(stream_mu_);
   return offset_;
@@ -424,7 +461,11 @@ std::string Replication::InfoLines() {
     t.append("\r\n");
   };
   std::lock_guard<std::mutex> lock(stream_mu_);
-  line("role", "master");
+  if (is_replica_.load()) {
+    t += ReplicaInfoLines();
+  } else {
+    line("role", "master");
+  }
   line("connected_slaves", std::to_string(replicas_.size()));
   int64_t now = NowMs();
   for (size_t i = 0; i < replicas_.size(); ++i) {
@@ -441,9 +482,9 @@ std::string Replication::InfoLines() {
   }
   line("master_failover_state", "no-failover");
   line("master_replid", replid_);
-  line("master_replid2", std::string(40, '0'));
+  line("master_replid2", replid2_);
   line("master_repl_offset", std::to_string(offset_));
-  line("second_repl_offset", "-1");
+  line("second_repl_offset", std::to_string(second_offset_));
   line("repl_backlog_active", active_ ? "1" : "0");
   line("repl_backlog_size", std::to_string(options_.backlog_size));
   line("repl_backlog_first_byte_offset", std::to_string(active_ ? offset_ + 1 - backlog_histlen_ : 0));
@@ -464,7 +505,7 @@ void Replication::Cron() {
     CheckWaiters();
     if (std::chrono::steady_clock::now() >= next_ping) {
       next_ping += options_.ping_period;
-      if (replica_count() > 0) {
+      if (!is_replica_.load() && replica_count() > 0) {
         gate_.LockShared();
         Propagate({{"PING"}});
         gate_.Unlock();

@@ -40,6 +40,18 @@
 // append to the replica's buffer and wake that loop (an eventfd), which
 // sends.
 //
+// REPLICA SIDE (master_link.cc).  `pmtree serve --replicaof HOST PORT` or
+// REPLICAOF runs a thread that connects, sends the same handshake (PSYNC
+// <replid> <offset+1> when it followed that master before, in memory only:
+// after a restart it is PSYNC ? -1, a full resync), loads the RDB after
+// emptying the pool (FLUSHALL semantics), then applies the stream through
+// the same command handlers (so every write persists in our pool) and
+// answers REPLCONF GETACK, sending REPLCONF ACK every second.  Our own
+// replicas get the master's stream byte for byte: replid and offsets are
+// the top master's (Redis 7's sub-replicas), so a chain can resume
+// anywhere.  The applier holds the gate shared around each command and
+// its proxying (R2 for our own full syncs); it is the only writer (R1).
+//
 // Thread safety: every member may be called from any loop thread.
 
 #ifndef PMTREE_SERVER_REPLICATION_H_
@@ -64,6 +76,9 @@
 #include "server/commands.h"
 
 namespace pmtree::server {
+
+// A new replication id: 40 random hex digits.
+std::string NewReplid();
 
 struct ReplicationOptions {
   uint64_t backlog_size = 1ull << 20;             // Redis's repl-backlog-size default
@@ -111,7 +126,9 @@ class ReplicaLink {
 
 class Replication {
  public:
-  Replication(kv::Store* store, ReplicationOptions options);
+  // `server` is the state the replica side executes the master's stream
+  // with (its keyspace, the command table); it must outlive this object.
+  Replication(kv::Store* store, ServerState* server, ReplicationOptions options);
   ~Replication();  // Shutdown()
   Replication(const Replication&) = delete;
   Replication& operator=(const Replication&) = delete;
@@ -136,9 +153,19 @@ class Replication {
   // The connection of this replica closed.
   void Detach(const std::shared_ptr<ReplicaLink>& link);
 
+  // ---- replica side ----
+  // REPLICAOF host port: (re)connects to that master in a thread of its own
+  // and follows it (see REPLICA SIDE above); clients' writes are refused
+  // with -READONLY meanwhile.  REPLICAOF NO ONE (ReplicaOfNoOne) stops
+  // following and makes this a master again (writes accepted), keeping the
+  // data and offset; the old replid stays valid for PSYNC (replid2), so its
+  // own replicas continue.
+  void ReplicaOf(std::string host, int port);
+  void ReplicaOfNoOne();
+  bool is_replica() const { return is_replica_.load(); }
+
   // The "# Replication" lines of INFO after the header.
   std::string InfoLines();
-  std::string replid() const { return replid_; }
   uint64_t master_offset();
   size_t replica_count();
 
@@ -175,12 +202,25 @@ class Replication {
 
   void AppendToStream(std::string_view bytes);  // stream_mu_ held
   std::string BacklogFrom(uint64_t offset);     // stream_mu_ held
-  void BuildRdb(std::shared_ptr<ReplicaLink> link, const kv::Snapshot* snapshot, uint64_t offset);
+  void BuildRdb(std::shared_ptr<ReplicaLink> link, const kv::Snapshot* snapshot, uint64_t offset,
+                std::string replid);
   void Cron();
+  // The replica side (master_link.cc).
+  class MasterConn;
+  void MasterLoop();
+  Status SyncWithMaster(MasterConn& conn);
+  Status LoadRdb(std::string_view rdb, const std::string& replid, uint64_t offset);
+  Status FollowStream(MasterConn& conn);
+  void StopMasterLink();
+  void DropReplicas();  // stream_mu_ held: every attached replica is closed
+  std::string ReplicaInfoLines();  // stream_mu_ held
 
   kv::Store* store_;
+  ServerState* server_;
   ReplicationOptions options_;
-  std::string replid_;
+  std::string replid_;   // under stream_mu_ (changes on a replica's sync and on promotion)
+  std::string replid2_ = std::string(40, '0');  // the previous replid, valid up to second_offset_
+  int64_t second_offset_ = -1;
 
   Gate gate_;
   static constexpr size_t kStripes = 256;
@@ -199,6 +239,17 @@ class Replication {
   std::mutex waiters_mu_;  // before stream_mu_ when both are held
   std::vector<std::weak_ptr<Waiter>> waiters_;  // a closed client's waiter expires
   bool stopping_waiters_ = false;
+
+  // Replica side: the master we follow (under stream_mu_) and its thread.
+  std::atomic<bool> is_replica_{false};
+  std::atomic<bool> link_stop_{false};
+  std::atomic<bool> link_up_{false};
+  std::atomic<int64_t> link_last_io_ms_{0};
+  std::string master_host_;
+  int master_port_ = 0;
+  bool synced_ = false;  // replid_/offset_ name the master's stream (PSYNC can resume)
+  std::mutex link_mu_;   // serialises ReplicaOf / ReplicaOfNoOne
+  std::thread link_thread_;
 
   std::mutex threads_mu_;  // guards the two below; cron_cv_ signals them
   int builders_running_ = 0;  // RDB builder threads (detached) not yet done

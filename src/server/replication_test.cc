@@ -386,6 +386,50 @@ TEST(ReplicationTest, WaitBlocksOnlyItsClientUntilTheReplicaAcks) {
   EXPECT_EQ(c->Cmd({"PING"}), "+PONG");
 }
 
+// Polls `c` until INFO's `field` equals `want` (bounded by attempts, not time).
+bool Reaches(Client& c, const std::string& field, uint64_t want) {
+  for (int i = 0; i < 200000; ++i) {
+    if (InfoField(c, field) == want) return true;
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+TEST(ReplicationTest, PmtreeReplicaFollowsRefusesWritesAndPromotes) {
+  ServerFixture master;
+  ServerFixture replica;
+  auto m = master.Connect();
+  auto r = replica.Connect();
+  ASSERT_EQ(m->Cmd({"SET", "before", "1"}), "+OK");
+  ASSERT_EQ(m->Cmd({"ZADD", "z", "2.5", "a"}), ":1");
+  ASSERT_EQ(r->Cmd({"SET", "stale", "x"}), "+OK");  // the full resync empties the pool first
+  ASSERT_EQ(r->Cmd({"REPLICAOF", "127.0.0.1", std::to_string(master.port())}), "+OK");
+  EXPECT_EQ(r->Cmd({"SET", "k", "v"}), "-READONLY You can't write against a read only replica.");
+  V hset = {"HSET", "h"};
+  for (int i = 0; i < 80; ++i) hset.insert(hset.end(), {"f" + std::to_string(i), "v"});  // a large hash
+  ASSERT_EQ(m->Cmd(hset), ":80");
+  ASSERT_EQ(m->Cmd({"MULTI"}), "+OK");
+  ASSERT_EQ(m->Cmd({"INCR", "n"}), "+QUEUED");
+  ASSERT_EQ(m->Cmd({"DEL", "before"}), "+QUEUED");
+  ASSERT_EQ(m->Cmd({"EXEC"}), "[:1, :1]");
+  ASSERT_TRUE(Reaches(*r, "slave_repl_offset", InfoField(*m, "master_repl_offset")));
+  EXPECT_EQ(ReadMaster(*r), ReadMaster(*m));
+  EXPECT_EQ(r->Cmd({"HLEN", "h"}), ":80");
+  EXPECT_EQ(r->Cmd({"ZSCORE", "z", "a"}), "2.5");
+  EXPECT_EQ(r->Cmd({"EXISTS", "stale"}), ":0");
+  std::string info = r->Cmd({"INFO", "replication"});
+  EXPECT_NE(info.find("role:slave"), std::string::npos) << info;
+  EXPECT_NE(info.find("master_link_status:up"), std::string::npos) << info;
+  // Promoted: writes accepted, the old replid kept as replid2.
+  std::string old_id = m->Cmd({"INFO", "replication"}).substr(m->Cmd({"INFO", "replication"}).find("master_replid:") + 14, 40);
+  EXPECT_EQ(r->Cmd({"REPLICAOF", "NO", "ONE"}), "+OK");
+  EXPECT_EQ(r->Cmd({"SET", "k", "v"}), "+OK");
+  info = r->Cmd({"INFO", "replication"});
+  EXPECT_NE(info.find("role:master"), std::string::npos) << info;
+  EXPECT_NE(info.find("master_replid2:" + old_id), std::string::npos) << info;
+  EXPECT_EQ(m->Cmd({"GET", "k"}), "(nil)");
+}
+
 TEST(ReplicationTest, SlowReplicaIsDroppedAndWritersCarryOn) {
   ServerOptions o;
   o.replication.replica_buffer_limit = 256 << 10;

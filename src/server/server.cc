@@ -284,7 +284,7 @@ class Server::Loop {
 Server::Server(kv::Store* store, ServerOptions options)
     : keyspace_(store),
       options_(std::move(options)),
-      replication_(std::make_unique<Replication>(store, options_.replication)) {
+      replication_(std::make_unique<Replication>(store, &state_, options_.replication)) {
   state_.keyspace = &keyspace_;
   state_.replication = replication_.get();
   state_.requirepass = options_.requirepass;

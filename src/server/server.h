@@ -67,6 +67,7 @@ class Server {
   // True when a client's SHUTDOWN stopped the server.
   bool shutdown_by_client() const { return shutdown_by_client_.load(); }
   const ServerState& state() const { return state_; }
+  Replication& replication() { return *replication_; }
 
  private:
   class Loop;

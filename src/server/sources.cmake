@@ -7,7 +7,8 @@ add_library(pmtree_server
   src/server/data_commands.cc
   src/server/server.cc
   src/server/rdb.cc
-  src/server/replication.cc)
+  src/server/replication.cc
+  src/server/master_link.cc)
 add_library(pmtree::server ALIAS pmtree_server)
 target_include_directories(pmtree_server PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>)
 target_link_libraries(pmtree_server PUBLIC pmtree_kv Threads::Threads)
