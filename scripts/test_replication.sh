@@ -12,8 +12,13 @@
 #      directory: it resumes with a partial resync (the master's INFO
 #      sync_partial_ok, the replica's log) and converges again;
 #   3. a second replica attaches: INFO shows connected_slaves:2, and after a
-#      write WAIT 2 answers 2 (both stock replicas acknowledged it).
-# About 20 s on 2 cores; the trap stops every server and removes the pools.
+#      write WAIT 2 answers 2 (both stock replicas acknowledged it);
+#   4. a chain pmtree -> pmtree (--replicaof) -> redis-server converges, and
+#      the middle refuses clients' writes (-READONLY);
+#   5. 300 writes each acknowledged by WAIT 1, the master SIGKILLed, the
+#      pmtree replica promoted (REPLICAOF NO ONE): it takes writes and holds
+#      every acknowledged key; the redis-server below it follows it on.
+# About 40 s on 2 cores; the trap stops every server and removes the pools.
 #
 # Usage: scripts/test_replication.sh [--pmtree BIN]
 #   --pmtree BIN   pmtree binary (default build/pmtree; env PMTREE_BIN)
@@ -84,8 +89,8 @@ redis-cli -p "$master" ZADD scores 1.5 a -2 b inf c >/dev/null
 redis-cli -p "$master" SET "binary key" $'line\nbreak' >/dev/null
 
 # 1. full resync while writers run
-load "$master" 20000
-load "$master" 40000 &
+load "$master" 5000
+load "$master" 30000 &
 loader=$!
 start_replica replica1 "$master"
 replica=$SERVER_PORT
@@ -97,7 +102,7 @@ converged "$master" "$replica" "full resync under load"
 kill -KILL "${SERVERS_PID[replica1]}" 2>/dev/null
 { wait "${SERVERS_PID[replica1]}"; } 2>/dev/null || true
 unset "SERVERS_PID[replica1]"
-load "$master" 10000
+load "$master" 5000
 redis-cli -p "$master" DEL small >/dev/null
 start_replica replica1 "$master" "$replica"
 converged "$master" "$replica" "restart"
@@ -112,4 +117,32 @@ converged "$master" "$SERVER_PORT" "second replica"
 redis-cli -p "$master" SET waited yes >/dev/null
 acked=$(timeout 20 redis-cli -p "$master" WAIT 2 10000)
 [[ $acked == 2 ]] || die "WAIT 2 10000 answered '$acked', not 2"
+# 4. a chain pmtree -> pmtree -> redis-server converges
+servers_start_pmtree chain "$pmtree" lbtree --threads 2 --pool-size 256M --replicaof 127.0.0.1 "$master"
+chain=$SERVER_PORT
+start_replica leaf "$chain"
+leaf=$SERVER_PORT
+load "$master" 5000
+converged "$master" "$chain" "chain: pmtree replica"
+converged "$chain" "$leaf" "chain: redis-server behind it"
+[[ $(redis-cli -p "$chain" SET refused 1) == READONLY* ]] || die "the pmtree replica accepted a client's write"
+
+# 5. failover: every write acknowledged by WAIT 1 survives the master's
+#    SIGKILL on the promoted replica (one connection: SET, WAIT, SET, ...).
+for ((i = 0; i < 300; i++)); do printf 'SET wk:%d %d\nWAIT 1 5000\n' "$i" "$i"; done |
+  timeout 60 redis-cli -p "$master" >"$SERVERS_DIR/waited.txt"
+kill -KILL "${SERVERS_PID[master]}" 2>/dev/null
+{ wait "${SERVERS_PID[master]}"; } 2>/dev/null || true
+unset "SERVERS_PID[master]"
+[[ $(redis-cli -p "$chain" REPLICAOF NO ONE) == OK ]] || die "REPLICAOF NO ONE failed"
+[[ $(redis-cli -p "$chain" SET promoted yes) == OK ]] || die "the promoted replica refuses writes"
+acked=$(paste - - <"$SERVERS_DIR/waited.txt" | awk '$1 == "OK" && $2 >= 1' | wc -l)
+((acked == 300)) || die "only $acked of 300 writes were acknowledged by WAIT 1"
+for ((i = 0; i < 300; i++)); do echo "GET wk:$i"; done | redis-cli -p "$chain" >"$SERVERS_DIR/after.txt"
+seq 0 299 | cmp -s - "$SERVERS_DIR/after.txt" ||
+  die "a write acknowledged by WAIT 1 is missing on the promoted replica"
+echo "test_replication: failover: 300 WAIT-acknowledged writes present after the master's SIGKILL and promotion"
+# The redis-server below the promoted replica follows it on (new replid).
+redis-cli -p "$chain" SET after-promotion 1 >/dev/null
+converged "$chain" "$leaf" "chain after promotion"
 echo "test_replication: OK"
