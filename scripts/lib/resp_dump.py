@@ -13,68 +13,24 @@ stderr the number of keys.  Any other type, or an error reply, exits 1.
 """
 
 import argparse
-import socket
 import sys
+
+from resp_keys import Connection
 
 BATCH = 500
 
 
-def encode(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else arg.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-class Conn:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        self.buf = b""
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise EOFError("server closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def _exact(self, n):
-        while len(self.buf) < n + 2:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise EOFError("server closed the connection")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n + 2:]
-        return data
-
-    def reply(self):
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest
-        if kind == b"-":
-            raise RuntimeError("error reply: " + rest.decode(errors="replace"))
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self._exact(n)
-        if kind == b"*":
-            return [self.reply() for _ in range(int(rest))]
-        raise RuntimeError("bad reply line %r" % line)
-
-    def pipeline(self, commands):
-        self.sock.sendall(b"".join(encode(*c) for c in commands))
-        return [self.reply() for _ in commands]
+def checked(replies):
+    for r in replies:
+        if isinstance(r, Exception):
+            raise RuntimeError("error reply: %s" % r)
+    return replies
 
 
 def dump(conn):
     keys, cursor = [], b"0"
     while True:
-        cursor, batch = conn.pipeline([("SCAN", cursor, "COUNT", "1000")])[0]
+        cursor, batch = checked(conn.pipeline([("SCAN", cursor, "COUNT", "1000")]))[0]
         keys.extend(batch)
         if cursor == b"0":
             break
@@ -82,23 +38,23 @@ def dump(conn):
     lines = []
     for i in range(0, len(keys), BATCH):
         chunk = keys[i:i + BATCH]
-        types = conn.pipeline([("TYPE", k) for k in chunk])
+        types = checked(conn.pipeline([("TYPE", k) for k in chunk]))
         reads = []
         for k, t in zip(chunk, types):
-            if t == b"string":
+            if t == "string":
                 reads.append(("GET", k))
-            elif t == b"hash":
+            elif t == "hash":
                 reads.append(("HGETALL", k))
-            elif t == b"zset":
+            elif t == "zset":
                 reads.append(("ZRANGEBYSCORE", k, "-inf", "+inf", "WITHSCORES"))
             else:
                 raise RuntimeError("key %r has type %r (not string, hash or zset)" % (k, t))
-        for k, t, v in zip(chunk, types, conn.pipeline(reads)):
-            if t == b"hash":
+        for k, t, v in zip(chunk, types, checked(conn.pipeline(reads))):
+            if t == "hash":
                 v = sorted(zip(v[0::2], v[1::2]))
-            elif t == b"zset":
+            elif t == "zset":
                 v = [(m, float(s)) for m, s in zip(v[0::2], v[1::2])]
-            lines.append("%s %r %r" % (t.decode(), k, v))
+            lines.append("%s %r %r" % (t, k, v))
     return lines
 
 
@@ -108,8 +64,8 @@ def main():
     ap.add_argument("--out", help="write the dump here (default stdout)")
     args = ap.parse_args()
     try:
-        lines = dump(Conn(args.port))
-    except (OSError, EOFError, RuntimeError) as e:
+        lines = dump(Connection("127.0.0.1", args.port, 60))
+    except (OSError, RuntimeError) as e:
         print("resp_dump.py: port %d: %s" % (args.port, e), file=sys.stderr)
         return 1
     text = "".join(line + "\n" for line in lines)

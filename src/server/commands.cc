@@ -215,12 +215,7 @@ void InfoCmd(Call& c) {
   const ServerState& s = c.server;
   auto uptime = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - s.started).count();
   std::string t;
-  auto line = [&](std::string_view k, const std::string& v) {
-    t.append(k);
-    t.push_back(':');
-    t.append(v);
-    t.append("\r\n");
-  };
+  auto line = [&](std::string_view k, const std::string& v) { AppendInfoLine(&t, k, v); };
   if (on("server")) {
     t += "# Server\r\n";
     line("redis_version", std::string(kRedisCompatVersion));
@@ -431,6 +426,13 @@ void ExecCmd(Call& c) {
 }  // namespace
 
 const CommandSpec* FindCommand(std::string_view name) { return Lookup(name); }
+
+void AppendInfoLine(std::string* t, std::string_view key, std::string_view value) {
+  t->append(key);
+  t->push_back(':');
+  t->append(value);
+  t->append("\r\n");
+}
 
 uint64_t CursorTable::Put(std::string key) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -130,6 +130,8 @@ struct CommandSpec {
 const std::vector<CommandSpec>& DataCommands();
 // PSYNC, REPLCONF (replication.cc).
 const std::vector<CommandSpec>& ReplicationCommands();
+// Appends "key:value\r\n" (an INFO line).
+void AppendInfoLine(std::string* t, std::string_view key, std::string_view value);
 // The table entry of a command name (any case); null when unknown.
 const CommandSpec* FindCommand(std::string_view name);
 // Appends the reply for a Status that is not OK: WRONGTYPE, -OOM for a full

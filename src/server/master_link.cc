@@ -135,6 +135,7 @@ class Replication::MasterConn {
 void Replication::ReplicaOf(std::string host, int port) {
   std::lock_guard<std::mutex> l(link_mu_);
   StopMasterLink();
+  gate_.Lock();  // active_ changes only under the exclusive gate (WriteGuard reads it shared)
   {
     std::lock_guard<std::mutex> lock(stream_mu_);
     master_host_ = std::move(host);
@@ -144,6 +145,7 @@ void Replication::ReplicaOf(std::string host, int port) {
       backlog_.assign(options_.backlog_size, '\0');
     }
   }
+  gate_.Unlock();
   is_replica_.store(true);
   link_stop_.store(false);
   link_thread_ = std::thread([this] { MasterLoop(); });

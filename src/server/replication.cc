@@ -417,6 +417,7 @@ void Replication::Replconf(Call& call) {
       if (!ParseU64(a[i + 1], &v) || v > 65535) return AppendError(call.out, "ERR value is not an integer or out of range");
       link.listening_port.store(static_cast<int>(v));
     } else if (EqualsIgnoreCase(a[i], "ip-address")) {
+      std::lock_guard<std::mutex> lock(stream_mu_);  // INFO reads it
       link.ip = a[i + 1];
     } else if (!EqualsIgnoreCase(a[i], "capa") && !EqualsIgnoreCase(a[i], "getack") &&
                !EqualsIgnoreCase(a[i], "rdb-only") && !EqualsIgnoreCase(a[i], "rdb-filter-only")) {
@@ -454,12 +455,7 @@ size_t Replication::replica_count() {
 
 std::string Replication::InfoLines() {
   std::string t;
-  auto line = [&](std::string_view k, const std::string& v) {
-    t.append(k);
-    t.push_back(':');
-    t.append(v);
-    t.append("\r\n");
-  };
+  auto line = [&](std::string_view k, const std::string& v) { AppendInfoLine(&t, k, v); };
   std::lock_guard<std::mutex> lock(stream_mu_);
   if (is_replica_.load()) {
     t += ReplicaInfoLines();
