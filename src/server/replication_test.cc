@@ -453,7 +453,7 @@ TEST(ReplicationTest, SlowReplicaIsDroppedAndWritersCarryOn) {
   EXPECT_EQ(InfoField(*c, "connected_slaves"), 0u);
 }
 
-// Writers on four loops append to a few keys while a replica attaches
+// Writers on up to four loops append to a few keys while a replica attaches
 // mid-load: the snapshot plus the stream replayed in order equals the
 // master (R1, R2).
 TEST(ReplicationTest, ConcurrentWritersReplayToTheMastersState) {
@@ -466,14 +466,23 @@ TEST(ReplicationTest, ConcurrentWritersReplayToTheMastersState) {
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 64));
   };
   ServerFixture f(o);
-  constexpr int kWriters = 4, kOps = 2048, kKeys = 4;
+  constexpr int kWriters = 6, kOps = 1024, kKeys = 4;
   std::atomic<int> started{0};
+  std::atomic<bool> attached{false};
   std::vector<std::thread> writers;
   for (int t = 0; t < kWriters; ++t)
     writers.emplace_back([&, t] {
+      // The loops take connections with EPOLLEXCLUSIVE: a burst of connects
+      // lands on one loop.  Connecting once the others are busy spreads them
+      // (usually), which the reordering this test looks for needs.
+      while (started.load() < t) std::this_thread::yield();
       Client w(f.port());
       std::mt19937 rng(t);
-      for (int i = 0; i < kOps; i += 16) {
+      // Writes until the replica attached, then kOps more: the stream part
+      // does not depend on how fast the attach was.
+      for (int i = 0, after = 0; after < kOps; i += 16) {
+        if (i == 0) started.fetch_add(1);
+        if (attached.load()) after += 16;
         std::string batch;
         for (int j = 0; j < 16; ++j) {
           std::string k = "k" + std::to_string(rng() % kKeys);
@@ -484,14 +493,14 @@ TEST(ReplicationTest, ConcurrentWritersReplayToTheMastersState) {
         }
         ASSERT_TRUE(w.SendRaw(batch));
         for (int j = 0; j < 16; ++j) ASSERT_NE(w.Read()[0], '-');
-        if (i == 0) started.fetch_add(1);
       }
     });
-  // Attach once the load is under way (every writer had its first replies).
+  // Attach once the load is under way (every writer started).
   auto c = f.Connect();
   while (started.load() < kWriters) std::this_thread::yield();
   FakeReplica r(f.port());
   std::string reply = r.Handshake();
+  attached.store(true);
   ASSERT_EQ(reply.substr(0, 12), "+FULLRESYNC ");
   uint64_t at = std::stoull(reply.substr(53));
   r.LoadRdb();
