@@ -171,7 +171,7 @@ Replication::Gate::~Gate() { pthread_rwlock_destroy(&rw_); }
 class Replication::WriteGuard {
  public:
   WriteGuard(Replication* r, const std::vector<std::string_view>& keys, bool exclusive)
-      : r_(r), exclusive_(exclusive) {
+      : r_(r) {
     exclusive ? r_->gate_.Lock() : r_->gate_.LockShared();
     streaming_ = r_->active_;  // written only under the exclusive gate
     if (!streaming_ || exclusive) return;
@@ -190,7 +190,6 @@ class Replication::WriteGuard {
 
  private:
   Replication* r_;
-  bool exclusive_;
   bool streaming_ = false;
   std::vector<size_t> idx_;
 };
