@@ -333,6 +333,11 @@ Status Replication::FollowStream(MasterConn& conn) {
     if (!getack) {
       discard.clear();
       Execute(*server_, master, args, &discard);
+      // The master applied it, so an error here (a full pool) is a
+      // divergence: say so loudly; the stream goes on, as Redis's replicas do.
+      if (!discard.empty() && discard[0] == '-')
+        std::fprintf(stderr, "pmtree serve: replica: the master's %s failed here: %s", args[0].c_str(),
+                     discard.c_str() + 1);
     }
     {
       std::lock_guard<std::mutex> lock(stream_mu_);
