@@ -386,10 +386,14 @@ TEST(ReplicationTest, WaitBlocksOnlyItsClientUntilTheReplicaAcks) {
   EXPECT_EQ(c->Cmd({"PING"}), "+PONG");
 }
 
-// Polls `c` until INFO's `field` equals `want` (bounded by attempts, not time).
-bool Reaches(Client& c, const std::string& field, uint64_t want) {
+// Polls until replica `r`'s link is up and it has applied master `m`'s
+// whole stream (bounded by attempts, not time).  Before the first replica
+// attaches the master's offset stays 0, so the link state matters too.
+bool CaughtUp(Client& r, Client& m) {
   for (int i = 0; i < 200000; ++i) {
-    if (InfoField(c, field) == want) return true;
+    if (r.Cmd({"INFO", "replication"}).find("master_link_status:up") != std::string::npos &&
+        InfoField(r, "slave_repl_offset") == InfoField(m, "master_repl_offset"))
+      return true;
     std::this_thread::yield();
   }
   return false;
@@ -412,7 +416,7 @@ TEST(ReplicationTest, PmtreeReplicaFollowsRefusesWritesAndPromotes) {
   ASSERT_EQ(m->Cmd({"INCR", "n"}), "+QUEUED");
   ASSERT_EQ(m->Cmd({"DEL", "before"}), "+QUEUED");
   ASSERT_EQ(m->Cmd({"EXEC"}), "[:1, :1]");
-  ASSERT_TRUE(Reaches(*r, "slave_repl_offset", InfoField(*m, "master_repl_offset")));
+  ASSERT_TRUE(CaughtUp(*r, *m));
   EXPECT_EQ(ReadMaster(*r), ReadMaster(*m));
   EXPECT_EQ(r->Cmd({"HLEN", "h"}), ":80");
   EXPECT_EQ(r->Cmd({"ZSCORE", "z", "a"}), "2.5");
