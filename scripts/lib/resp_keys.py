@@ -34,7 +34,7 @@ def value_of(key):
 def encode(*args):
     out = [b"*%d\r\n" % len(args)]
     for arg in args:
-        data = arg.encode()
+        data = arg if isinstance(arg, bytes) else arg.encode()
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
 
@@ -63,7 +63,7 @@ class Connection:
         return data
 
     def reply(self):
-        """One reply: str for +simple, Exception for -error, int, bytes or None for bulk."""
+        """One reply: str for +simple, Exception for -error, int, bytes or None for bulk, a list for an array."""
         line = self._line()
         kind, rest = line[:1], line[1:].decode()
         if kind == b"+":
@@ -75,6 +75,9 @@ class Connection:
         if kind == b"$":
             n = int(rest)
             return None if n < 0 else self._exact(n)
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.reply() for _ in range(n)]
         raise ConnectionError("unexpected reply %r" % line[:80])
 
     def pipeline(self, commands):

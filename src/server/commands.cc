@@ -13,6 +13,7 @@
 #include <cctype>
 #include <unordered_map>
 
+#include "server/replication.h"
 #include "server/resp.h"
 
 namespace pmtree::server {
@@ -186,11 +187,11 @@ const std::vector<CommandSpec>& ServerCommands();
 
 void CommandCmd(Call& c) {
   std::string sub = c.args.size() > 1 ? Lower(c.args[1]) : "";
-  size_t count = ServerCommands().size() + DataCommands().size();
+  size_t count = ServerCommands().size() + DataCommands().size() + ReplicationCommands().size();
   if (sub == "count") return AppendInt(c.out, static_cast<int64_t>(count));
   if (sub == "list") {
     AppendArray(c.out, static_cast<int64_t>(count));
-    for (const auto* table : {&ServerCommands(), &DataCommands()})
+    for (const auto* table : {&ServerCommands(), &DataCommands(), &ReplicationCommands()})
       for (const auto& spec : *table) AppendBulk(c.out, spec.name);
     return;
   }
@@ -214,12 +215,7 @@ void InfoCmd(Call& c) {
   const ServerState& s = c.server;
   auto uptime = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - s.started).count();
   std::string t;
-  auto line = [&](std::string_view k, const std::string& v) {
-    t.append(k);
-    t.push_back(':');
-    t.append(v);
-    t.append("\r\n");
-  };
+  auto line = [&](std::string_view k, const std::string& v) { AppendInfoLine(&t, k, v); };
   if (on("server")) {
     t += "# Server\r\n";
     line("redis_version", std::string(kRedisCompatVersion));
@@ -267,8 +263,7 @@ void InfoCmd(Call& c) {
   }
   if (on("replication")) {
     t += "# Replication\r\n";
-    line("role", "master");
-    line("connected_slaves", "0");
+    t += s.replication ? s.replication->InfoLines() : "role:master\r\nconnected_slaves:0\r\n";
     t += "\r\n";
   }
   if (want == "keyspace" || want == "everything") {  // walks every key: only on request
@@ -334,11 +329,11 @@ const std::vector<CommandSpec>& ServerCommands() {
       {"command", CommandCmd, -1, 0},
       {"info", InfoCmd, -1, 0},
       {"dbsize", DbSizeCmd, 1, 0},
-      {"flushall", FlushCmd, -1, 0},
-      {"flushdb", FlushCmd, -1, 0},
+      {"flushall", FlushCmd, -1, kWrite},
+      {"flushdb", FlushCmd, -1, kWrite},
       {"shutdown", ShutdownCmd, -1, kNoQueue},
       {"multi", MultiCmd, 1, kNoQueue},
-      {"exec", ExecCmd, 1, kNoQueue},
+      {"exec", ExecCmd, 1, kNoQueue | kWrite},
       {"discard", DiscardCmd, 1, kNoQueue},
   };
   return kTable;
@@ -347,7 +342,7 @@ const std::vector<CommandSpec>& ServerCommands() {
 const CommandSpec* Lookup(std::string_view name) {
   static const auto* kIndex = [] {
     auto* m = new std::unordered_map<std::string, const CommandSpec*>;
-    for (const auto* table : {&ServerCommands(), &DataCommands()})
+    for (const auto* table : {&ServerCommands(), &DataCommands(), &ReplicationCommands()})
       for (const auto& spec : *table) (*m)[std::string(spec.name)] = &spec;
     return m;
   }();
@@ -430,6 +425,15 @@ void ExecCmd(Call& c) {
 
 }  // namespace
 
+const CommandSpec* FindCommand(std::string_view name) { return Lookup(name); }
+
+void AppendInfoLine(std::string* t, std::string_view key, std::string_view value) {
+  t->append(key);
+  t->push_back(':');
+  t->append(value);
+  t->append("\r\n");
+}
+
 uint64_t CursorTable::Put(std::string key) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_++;
@@ -483,6 +487,7 @@ void Execute(ServerState& server, ClientState& client, std::vector<std::string>&
     return AppendSimple(out, "QUEUED");
   }
   Call call{server, client, args, out};
+  if ((spec->flags & kWrite) && server.replication) return server.replication->ExecuteWrite(*spec, call);
   spec->handler(call);
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -26,6 +27,9 @@
 #include "server/keyspace.h"
 
 namespace pmtree::server {
+
+class Replication;
+class ReplicaLink;
 
 struct ClientState {
   uint64_t id = 0;
@@ -38,6 +42,15 @@ struct ClientState {
   bool in_multi = false;
   bool multi_failed = false;
   std::vector<std::vector<std::string>> queued;
+  // Replication (replication.h): set once the client sent REPLCONF/PSYNC;
+  // wake_fd is the eventfd of the connection's event loop.
+  std::shared_ptr<ReplicaLink> replica;
+  int wake_fd = -1;
+  bool is_master_link = false;  // the replica side applying its master's stream
+  // A blocked client (WAIT): set by the command instead of a reply.  Its
+  // loop stops running the client's input and, each time wake_fd fires,
+  // calls it; true = the reply was appended to *out and the client resumes.
+  std::function<bool(std::string* out)> unblock;
 };
 
 // SCAN cursors: Redis clients (redis-cli --scan, redis-py) treat the cursor
@@ -72,6 +85,7 @@ struct ServerState {
   std::atomic<uint64_t> rejected_protocol{0};  // clients closed on a protocol error
   std::atomic<uint64_t> next_client_id{1};
   CursorTable cursors;
+  Replication* replication = nullptr;  // the master side of replication (set by the server)
   // Set by the server: SHUTDOWN calls it to stop every loop.
   std::function<void()> request_shutdown;
 };
@@ -96,6 +110,7 @@ enum CommandFlag : uint32_t {
   kNoAuth = 1u << 0,   // allowed before AUTH (AUTH, HELLO, QUIT; not PING, as in Redis)
   kNoQueue = 1u << 1,  // runs even inside MULTI (MULTI, EXEC, DISCARD, QUIT)
   kInTxn = 1u << 2,    // may be queued in MULTI: runs inside EXEC's kv transaction
+  kWrite = 1u << 3,    // may change the data set: streamed to replicas (replication.h)
 };
 
 struct CommandSpec {
@@ -113,6 +128,12 @@ struct CommandSpec {
 
 // The data commands (data_commands.cc).
 const std::vector<CommandSpec>& DataCommands();
+// PSYNC, REPLCONF (replication.cc).
+const std::vector<CommandSpec>& ReplicationCommands();
+// Appends "key:value\r\n" (an INFO line).
+void AppendInfoLine(std::string* t, std::string_view key, std::string_view value);
+// The table entry of a command name (any case); null when unknown.
+const CommandSpec* FindCommand(std::string_view name);
 // Appends the reply for a Status that is not OK: WRONGTYPE, -OOM for a full
 // pool, Redis texts passed through, other store errors as -ERR.
 void AppendStatusError(std::string* out, const Status& s);

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace pmtree::server {
 namespace {
@@ -70,10 +71,13 @@ struct Connection {
 // leaves before its write is durable.  A SET that SetMany did not apply (a
 // sorted set or large hash to replace, a full pool) runs through Execute,
 // which gives its own reply.  This is the one path around Execute: a
-// per-command hook there (propagation, command stats) must also run for each
-// applied SET in RunGroup, in order, before the replies go out.
+// per-command hook there must also run for each applied SET in RunGroup, in
+// order, before the replies go out -- as replication's does
+// (Replication::ExecuteSetGroup).
 bool Groupable(const ServerState& server, const ClientState& client, const std::vector<std::string>& args) {
   if (args.size() != 3 || client.in_multi || (!server.requirepass.empty() && !client.authenticated)) return false;
+  // A replica refuses clients' writes (-READONLY, from Execute).
+  if (client.is_master_link || (server.replication && server.replication->is_replica())) return false;
   const std::string& name = args[0];
   if (name.size() != 3 || (name[0] | 0x20) != 's' || (name[1] | 0x20) != 'e' || (name[2] | 0x20) != 't') return false;
   // Anything Execute would refuse goes through Execute for its error reply.
@@ -86,6 +90,7 @@ class Server::Loop {
   ~Loop() {
     for (auto& [fd, c] : conns_) close(fd);
     if (epfd_ >= 0) close(epfd_);
+    if (wake_fd_ >= 0) close(wake_fd_);
   }
 
   Status Init() {
@@ -100,6 +105,10 @@ class Server::Loop {
     ev.data.fd = server_->stop_fd_;
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, server_->stop_fd_, &ev) != 0)
       return Status::IoError(Errno("server: epoll_ctl(stop)"));
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) return Status::IoError(Errno("server: eventfd"));
+    ev.data.fd = wake_fd_;
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) return Status::IoError(Errno("server: epoll_ctl(wake)"));
     return Status::Ok();
   }
 
@@ -115,6 +124,10 @@ class Server::Loop {
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
         if (fd == server_->stop_fd_) return;
+        if (fd == wake_fd_) {
+          OnWake();
+          continue;
+        }
         if (fd == server_->listen_fd_) {
           Accept();
           continue;
@@ -150,6 +163,7 @@ class Server::Loop {
       c->client.id = server_->state_.next_client_id.fetch_add(1);
       c->client.peer = PeerName(ss);
       c->client.authenticated = server_->state_.requirepass.empty();
+      c->client.wake_fd = wake_fd_;
       c->events = EPOLLIN;
       epoll_event ev{};
       ev.events = EPOLLIN;
@@ -167,13 +181,19 @@ class Server::Loop {
   // Reads once, runs every complete command, writes the replies.  False
   // when the connection is to be closed now.
   bool OnReadable(Connection& c) {
-    const uint64_t limit = server_->options_.max_client_buffer;
     // Into the loop's buffer, then appended: growing c.in by a whole chunk
     // would zero 64 KiB per read however little arrived.
     ssize_t n = read(c.fd, read_buf_.get(), kReadChunk);
     if (n <= 0) return n < 0 && (errno == EAGAIN || errno == EINTR);
     c.in.append(read_buf_.get(), static_cast<size_t>(n));
-    while (!c.client.close_after_reply) {
+    return ProcessInput(c) && Flush(c);
+  }
+
+  // Runs every complete command of c's input, unless a command blocked the
+  // client (WAIT: its input waits until ClientState::unblock says so).
+  bool ProcessInput(Connection& c) {
+    const uint64_t limit = server_->options_.max_client_buffer;
+    while (!c.client.close_after_reply && !c.client.unblock) {
       auto outcome = c.parser.Parse(c.in, &c.in_pos, &c.args);
       if (outcome == RespParser::Outcome::kNeedMore) break;
       if (outcome == RespParser::Outcome::kError) {
@@ -199,6 +219,7 @@ class Server::Loop {
       }
     }
     RunGroup(c);
+    if (c.client.unblock) blocked_fds_.insert(c.fd);
     if (c.in_pos >= kCompactBytes || c.in_pos == c.in.size()) {
       c.in.erase(0, c.in_pos);
       c.in_pos = 0;
@@ -207,7 +228,35 @@ class Server::Loop {
       AppendError(&c.out, "ERR Protocol error: query buffer limit reached");
       Reject(c, "query buffer limit reached");
     }
-    return Flush(c);
+    if (c.client.replica) {  // PSYNC made it a replica: its stream comes from the link
+      replica_fds_.insert(c.fd);
+      if (!c.client.replica->Drain(&c.out, c.out.size() - c.out_pos)) return false;
+    }
+    return true;
+  }
+
+  // The wake eventfd fired: a replica link of this loop has stream bytes,
+  // or a blocked client (WAIT) may resume.
+  void OnWake() {
+    uint64_t count;
+    ssize_t r = read(wake_fd_, &count, sizeof count);
+    (void)r;
+    std::vector<int> dead;
+    for (int fd : replica_fds_) {
+      Connection& c = *conns_.at(fd);
+      bool alive = c.client.replica->Drain(&c.out, c.out.size() - c.out_pos) && Flush(c) && UpdateInterest(c);
+      if (!alive) dead.push_back(fd);
+    }
+    for (int fd : std::vector<int>(blocked_fds_.begin(), blocked_fds_.end())) {
+      Connection& c = *conns_.at(fd);
+      if (!c.client.unblock(&c.out)) continue;
+      c.client.unblock = nullptr;
+      blocked_fds_.erase(fd);
+      bool alive = ProcessInput(c) && Flush(c) && UpdateInterest(c);
+      if (!alive) dead.push_back(fd);
+    }
+    for (int fd : dead)
+      if (conns_.count(fd)) Close(fd);
   }
 
   // Commits the held SETs (see GROUP COMMIT) and appends their replies.
@@ -219,7 +268,17 @@ class Server::Loop {
     size_t applied = 0;
     // Its status needs no reply of its own: every SET not applied runs
     // below through Execute, which reports that SET's error.
-    (void)server_->keyspace_.SetMany(sets, &applied);
+    auto commit = [&] {
+      (void)server_->keyspace_.SetMany(sets, &applied);
+      return applied;
+    };
+    // A master streams the applied SETs to its replicas under the same
+    // ordering rules as any write (replication.h, R1-R3).
+    if (server_->replication_) {
+      server_->replication_->ExecuteSetGroup(c.group, commit);
+    } else {
+      commit();
+    }
     server_->state_.total_commands.fetch_add(applied, std::memory_order_relaxed);
     for (size_t i = 0; i < applied; ++i) AppendSimple(&c.out, "OK");
     for (size_t i = applied; i < c.group.size(); ++i) Execute(server_->state_, c.client, c.group[i], &c.out);
@@ -266,6 +325,8 @@ class Server::Loop {
   }
 
   void Close(int fd) {
+    if (replica_fds_.erase(fd)) server_->replication_->Detach(conns_.at(fd)->client.replica);
+    blocked_fds_.erase(fd);
     epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     conns_.erase(fd);
@@ -275,11 +336,18 @@ class Server::Loop {
   Server* server_;
   int epfd_ = -1;
   std::unique_ptr<char[]> read_buf_ = std::make_unique<char[]>(kReadChunk);
+  int wake_fd_ = -1;  // replica links of this loop write it (ReplicaLink::Wake)
   std::unordered_map<int, std::unique_ptr<Connection>> conns_;
+  std::unordered_set<int> replica_fds_;
+  std::unordered_set<int> blocked_fds_;  // clients whose ClientState::unblock is set
 };
 
-Server::Server(kv::Store* store, ServerOptions options) : keyspace_(store), options_(std::move(options)) {
+Server::Server(kv::Store* store, ServerOptions options)
+    : keyspace_(store),
+      options_(std::move(options)),
+      replication_(std::make_unique<Replication>(store, &state_, options_.replication)) {
   state_.keyspace = &keyspace_;
+  state_.replication = replication_.get();
   state_.requirepass = options_.requirepass;
   state_.bind = options_.bind;
   state_.port = options_.port;
@@ -296,6 +364,7 @@ Server::Server(kv::Store* store, ServerOptions options) : keyspace_(store), opti
 Server::~Server() {
   RequestStop();
   Wait();
+  replication_->Shutdown();  // no RDB builder or cron touches a loop's eventfd past here
   loops_.clear();
   if (listen_fd_ >= 0) close(listen_fd_);
   if (stop_fd_ >= 0) close(stop_fd_);

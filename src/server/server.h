@@ -29,6 +29,7 @@
 #include "pmtree/status.h"
 #include "server/commands.h"
 #include "server/keyspace.h"
+#include "server/replication.h"
 #include "server/resp.h"
 
 namespace pmtree::server {
@@ -45,6 +46,7 @@ struct ServerOptions {
   std::string pool_path;
   // One stderr line per client closed for bad input.
   bool log_rejected_clients = true;
+  ReplicationOptions replication;
 };
 
 class Server {
@@ -65,11 +67,13 @@ class Server {
   // True when a client's SHUTDOWN stopped the server.
   bool shutdown_by_client() const { return shutdown_by_client_.load(); }
   const ServerState& state() const { return state_; }
+  Replication& replication() { return *replication_; }
 
  private:
   class Loop;
   Keyspace keyspace_;
   ServerOptions options_;
+  std::unique_ptr<Replication> replication_;
   ServerState state_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // an eventfd every loop polls; written once to stop

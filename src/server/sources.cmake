@@ -5,7 +5,10 @@ add_library(pmtree_server
   src/server/keyspace.cc
   src/server/commands.cc
   src/server/data_commands.cc
-  src/server/server.cc)
+  src/server/server.cc
+  src/server/rdb.cc
+  src/server/replication.cc
+  src/server/master_link.cc)
 add_library(pmtree::server ALIAS pmtree_server)
 target_include_directories(pmtree_server PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>)
 target_link_libraries(pmtree_server PUBLIC pmtree_kv Threads::Threads)
@@ -16,6 +19,7 @@ pmtree_test(server_test
   src/server/server_fuzz_test.cc
   src/server/server_kill_test.cc
   LINK pmtree_server)
+pmtree_test(replication_test src/server/replication_test.cc LINK pmtree_server)
 # The kill test starts the CLI (`pmtree serve`) as a child process.
 if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)
   target_compile_definitions(server_test PRIVATE PMTREE_CLI="$<TARGET_FILE:pmtree>")

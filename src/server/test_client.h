@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/server.h"
@@ -91,6 +92,16 @@ class Client {
     }
     return "(bad reply '" + line + "')";
   }
+  // A replication payload: "$<len>\r\n" and len bytes without a trailing
+  // CRLF (an RDB image after +FULLRESYNC); "(eof)" on a short read.
+  std::string ReadPayload() {
+    std::string line, data;
+    if (!ReadLine(&line) || line.empty() || line[0] != '$') return "(eof)";
+    if (!ReadN(std::stoul(line.substr(1)), &data)) return "(eof)";
+    return data;
+  }
+  // Whatever the client has buffered and not yet parsed, then cleared.
+  std::string TakeBuffered() { return std::exchange(buf_, {}); }
   // Sends one command and reads its reply.
   std::string Cmd(const std::vector<std::string>& args) {
     if (!Send(args)) return "(send failed)";

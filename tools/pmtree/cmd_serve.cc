@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // `pmtree serve --pool PATH [--tree NAME] [--port N] [--bind ADDR]
-// [--threads N] [--requirepass PW] [--pool-size SIZE]`: a Redis-protocol
+// [--threads N] [--requirepass PW] [--pool-size SIZE] [--repl-backlog-size SIZE]
+// [--replicaof HOST PORT]`: a Redis-protocol
 // server over a key-value store (docs/server.md).  Logs to stderr; prints
 // "ready" once listening.  SIGTERM, SIGINT and SHUTDOWN close the store
 // cleanly (so the next start needs no recovery).
@@ -9,7 +10,9 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <charconv>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "pmtree/kv.h"
@@ -29,6 +32,8 @@ struct ServeArgs {
   // no SIGBUS when the file system fills), which on /dev/shm is memory taken
   // up front: 1 GiB rather than the library's 4 GiB default.
   uint64_t pool_size = 1ull << 30;
+  uint64_t repl_backlog_size = 1ull << 20;  // Redis's default
+  std::vector<std::string> replicaof;       // HOST PORT, or empty
 };
 
 // The running server, for the signal handler (a lock-free atomic: safe to
@@ -40,6 +45,15 @@ extern "C" void OnStopSignal(int) {
 }
 
 int RunServe(const ServeArgs& a) {
+  int master_port = 0;
+  if (!a.replicaof.empty()) {
+    const std::string& p = a.replicaof[1];
+    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), master_port);
+    if (ec != std::errc() || end != p.data() + p.size() || master_port <= 0 || master_port > 65535) {
+      std::fprintf(stderr, "pmtree serve: --replicaof: '%s' is not a port (1..65535)\n", p.c_str());
+      return 2;
+    }
+  }
   kv::Options opts;
   opts.engine = a.tree;
   opts.pool_size = a.pool_size;
@@ -58,6 +72,7 @@ int RunServe(const ServeArgs& a) {
   so.threads = a.threads;
   so.requirepass = a.requirepass;
   so.pool_path = a.pool;
+  so.replication.backlog_size = a.repl_backlog_size;
   int rc = 0;
   {
     server::Server srv(store->get(), so);
@@ -67,6 +82,7 @@ int RunServe(const ServeArgs& a) {
       (void)(*store)->Close();
       return 2;
     }
+    if (master_port) srv.replication().ReplicaOf(a.replicaof[0], master_port);
     g_server.store(&srv);
     struct sigaction sa{};
     sa.sa_handler = OnStopSignal;
@@ -112,6 +128,14 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--requirepass", a->requirepass, "Password clients must AUTH with before data commands");
   cmd->add_option("--pool-size", a->pool_size, "Size of a new pool file in bytes (accepts K/M/G)")
       ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--replicaof", a->replicaof, "HOST PORT: start as a read-only replica of that master")
+      ->expected(2);
+  cmd->add_option("--repl-backlog-size", a->repl_backlog_size,
+                  "Replication backlog: how much of the write stream a reconnecting replica can resume from "
+                  "(accepts K/M/G)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(uint64_t{16 << 10}, uint64_t{1} << 40))
       ->capture_default_str();
   cmd->callback([a, exit_code] { *exit_code = RunServe(*a); });
 }
