@@ -69,5 +69,40 @@ TEST(SuiteTest, SuiteReportsMissingTreesInsteadOfFailing) {
   std::filesystem::remove_all(dir);
 }
 
+// The overview compares every tree with the best durable peer and with
+// absl-btree, from the same run's rows.
+TEST(SuiteTest, OverviewGivesEachTreesRatioToTheBestDurablePeerAndToAbsl) {
+  std::string dir = "/dev/shm/pmtree-suite-overview-test-" + std::to_string(getpid());
+  SuiteOptions o;
+  o.suites = {"overview"};
+  o.scale = 0.005;
+  o.base.pool_size = 32ull << 20;  // pools are reserved whole: small ones keep the test quick
+  o.out_dir = dir;
+  o.figures = false;
+  o.base.progress = false;
+  o.command = "bench_test";
+  std::string out;
+  ASSERT_TRUE(RunSuites(o, &out).ok());
+  std::ifstream in(dir + "/overview.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string md = ss.str();
+  EXPECT_NE(md.find("| tree | insert / best durable | read / best durable |"), std::string::npos) << md;
+  // The best durable peer is named per workload (rocksdb only when built).
+  size_t best = md.find("| best durable peer |");
+  ASSERT_NE(best, std::string::npos) << md;
+  std::string best_row = md.substr(best, md.find('\n', best) - best);
+  EXPECT_TRUE(best_row.find("lmdb-writemap") != std::string::npos || best_row.find("rocksdb") != std::string::npos)
+      << best_row;
+  EXPECT_EQ(best_row.find("n/a"), std::string::npos) << best_row;
+  // Each tree's row carries ratios, not n/a.
+  size_t row = md.find("| volatile | ", md.find("| tree | insert / best durable"));
+  ASSERT_NE(row, std::string::npos) << md;
+  std::string volatile_row = md.substr(row, md.find('\n', row) - row);
+  EXPECT_EQ(volatile_row.find("n/a"), std::string::npos) << volatile_row;
+  EXPECT_NE(volatile_row.find("x |"), std::string::npos) << volatile_row;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pmtree::bench
