@@ -341,8 +341,14 @@ class LbTree final : public BasicTree<K> {
     uint64_t stale_locks = 0;
     bool reached_end = false;  // met `stop` (or the list end when stop == 0)
     Status status;
+    // Every block the segment reaches (leaves and key blobs), by offset.
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;
   };
   void ScanSegment(uint64_t start, uint64_t stop, uint64_t max_steps, SegmentResult* out);
+  // The per-segment part of recovery that needs no other segment, run by the
+  // segment's own thread: resets the segment's leaf versions and sorts its
+  // blocks by offset (the allocator then takes them in ascending order).
+  void FinishSegment(SegmentResult* out);
   // Level-1 nodes over `recs` (separators of records 1.. are their min keys;
   // empty leaves other than the very first record are not routed to, L7).
   struct Built {
@@ -403,6 +409,8 @@ class LbTree final : public BasicTree<K> {
   Counter inserts_line0_, inserts_moving_, entries_moved_, splits_, split_new_side_, split_old_side_;
   Counter deletes_, updates_, restarts_, hint_records_;
   double recovery_ms_ = 0;
+  // Crash recovery by phase (ms): leaf walk, allocator, routing, inner nodes.
+  double recovery_walk_ms_ = 0, recovery_alloc_ms_ = 0, recovery_route_ms_ = 0, recovery_inner_ms_ = 0;
   uint64_t recovery_threads_used_ = 0, recovery_segments_ = 0, recovery_leaves_ = 0, stale_locks_cleared_ = 0;
   bool instant_restart_ = false, recovery_fallback_ = false;
   bool force_alloc_rebuild_ = false;  // a clean pool whose restart image is unusable
@@ -1264,8 +1272,25 @@ void LbTree<K>::ScanSegment(uint64_t start, uint64_t stop, uint64_t max_steps, S
     }
     out->leaves.push_back(rec);
     leaf = b0->tail[alt ? 1 : 0];
+    // The walk chases one pointer per leaf: start loading the next leaf's
+    // lines now, so their misses overlap (a prefetch of a bad offset is
+    // harmless; L2 is checked above before any read).
+    if (leaf != 0 && leaf != stop && pool_->InHeap(leaf, node_size_))
+      for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(leaf) + off);
   }
   out->reached_end = stop == 0;
+}
+
+template <class K>
+void LbTree<K>::FinishSegment(SegmentResult* out) {
+  if (!out->status.ok() || !out->reached_end) return;
+  out->blocks.reserve(out->leaves.size() + out->blobs.size());
+  for (const LeafRecord& rec : out->leaves) {
+    LeafVer(rec.leaf).store(0, std::memory_order_relaxed);
+    out->blocks.push_back({rec.leaf, node_size_});
+  }
+  out->blocks.insert(out->blocks.end(), out->blobs.begin(), out->blobs.end());
+  std::sort(out->blocks.begin(), out->blocks.end());
 }
 
 template <class K>
@@ -1305,6 +1330,7 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     size_t s0 = t * starts.size() / nthreads, s1 = (t + 1) * starts.size() / nthreads;
     uint64_t stop = s1 < starts.size() ? starts[s1] : 0;
     ScanSegment(starts[s0], stop, max_steps, &res[t]);
+    FinishSegment(&res[t]);
   };
   std::vector<std::thread> pool_threads;
   for (uint32_t t = 1; t < nthreads; t++) pool_threads.emplace_back(walk, t);
@@ -1320,6 +1346,7 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     recovery_fallback_ = true;
     res.assign(1, SegmentResult{});
     ScanSegment(head_, 0, max_steps, &res[0]);
+    FinishSegment(&res[0]);
     nthreads = 1;
     starts.resize(1);
   }
@@ -1327,22 +1354,36 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     if (!r.status.ok()) return r.status;
     if (!r.reached_end) return Status::Corruption("lbtree: leaf list walk did not terminate (invariant L2)");
   }
+  auto lap = [t = std::chrono::steady_clock::now()]() mutable {
+    auto now = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(now - t).count();
+    t = now;
+    return ms;
+  };
+  recovery_walk_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   // Allocator (rule 4 of allocator.h): after a crash, everything reachable is
-  // in use and the rest of the heap is free again.
+  // in use and the rest of the heap is free again.  The allocator's rebuild is
+  // serial; it is fed in ascending offset order (each segment sorted its
+  // blocks in parallel; merged here), which keeps its ordered index's
+  // insertion path in cache: in list order the offsets are random.
   Allocator& al = pool_->allocator();
   if (!pool_->clean_shutdown() || force_alloc_rebuild_) {
+    std::vector<std::pair<uint64_t, uint64_t>> blocks = std::move(res[0].blocks);
+    for (size_t t = 1; t < res.size(); t++) {
+      size_t mid = blocks.size();
+      blocks.insert(blocks.end(), res[t].blocks.begin(), res[t].blocks.end());
+      std::inplace_merge(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(mid), blocks.end());
+      std::vector<std::pair<uint64_t, uint64_t>>().swap(res[t].blocks);
+    }
     al.BeginRebuild();
     Status s = al.MarkUsed(meta_off_, sizeof(Meta));
-    for (auto& r : res) {
-      for (auto& rec : r.leaves)
-        if (s.ok()) s = al.MarkUsed(rec.leaf, node_size_);
-      for (auto& bl : r.blobs)
-        if (s.ok()) s = al.MarkUsed(bl.first, bl.second);
-    }
+    for (const auto& bl : blocks)
+      if (s.ok()) s = al.MarkUsed(bl.first, bl.second);
     if (!s.ok()) return s.Annotate("lbtree recovery");
     al.EndRebuild();
   }
+  recovery_alloc_ms_ = lap();
 
   // Routing: head first, then every nonempty leaf with its min key (L7).
   std::vector<std::pair<uint64_t, uint64_t>> routed;
@@ -1360,9 +1401,10 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     }
     stale_locks_cleared_ += r.stale_locks;
   }
-  for (uint64_t leaf : all) LeafVer(leaf).store(0, std::memory_order_relaxed);
   leaf_count_.store(count);
+  recovery_route_ms_ = lap();
   PMTREE_RETURN_IF_ERROR(RebuildFromRoutes(std::move(routed)));
+  recovery_inner_ms_ = lap();
   recovery_threads_used_ = nthreads;
   recovery_segments_ = starts.size();
   recovery_leaves_ = count;
@@ -1732,6 +1774,10 @@ TreeStats LbTree<K>::Stats() {
   add("hint_records", static_cast<double>(hint_records_.Get()));
   add("recovery_ms", recovery_ms_);
   add("recovery_threads", static_cast<double>(recovery_threads_used_));
+  add("recovery_walk_ms", recovery_walk_ms_);
+  add("recovery_alloc_ms", recovery_alloc_ms_);
+  add("recovery_route_ms", recovery_route_ms_);
+  add("recovery_inner_ms", recovery_inner_ms_);
   add("recovery_segments", static_cast<double>(recovery_segments_));
   add("recovery_leaves_scanned", static_cast<double>(recovery_leaves_));
   add("recovery_fallback", recovery_fallback_ ? 1 : 0);
