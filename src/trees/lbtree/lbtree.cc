@@ -1364,9 +1364,9 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
 
   // Allocator (rule 4 of allocator.h): after a crash, everything reachable is
   // in use and the rest of the heap is free again.  The allocator's rebuild is
-  // serial; it is fed in ascending offset order (each segment sorted its
-  // blocks in parallel; merged here), which keeps its ordered index's
-  // insertion path in cache: in list order the offsets are random.
+  // serial, so it gets all blocks at once in ascending offset order (each
+  // segment sorted its blocks in parallel; merged here): each goes in next to
+  // the previous one.  In list order the offsets are random.
   Allocator& al = pool_->allocator();
   if (!pool_->clean_shutdown() || force_alloc_rebuild_) {
     std::vector<std::pair<uint64_t, uint64_t>> blocks = std::move(res[0].blocks);
@@ -1378,8 +1378,7 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     }
     al.BeginRebuild();
     Status s = al.MarkUsed(meta_off_, sizeof(Meta));
-    for (const auto& bl : blocks)
-      if (s.ok()) s = al.MarkUsed(bl.first, bl.second);
+    if (s.ok()) s = al.MarkUsedSorted(blocks);
     if (!s.ok()) return s.Annotate("lbtree recovery");
     al.EndRebuild();
   }
