@@ -36,6 +36,7 @@
 #include "trees/lbtree/lbtree.h"
 
 #include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -66,6 +67,14 @@ inline void CpuRelax() {
 #else
   std::this_thread::yield();
 #endif
+}
+
+// CPU time of the calling thread (ms): recovery reports its phases in CPU
+// time too, which a loaded machine inflates far less than wall time.
+inline double ThreadCpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
 // Concurrent readers load header words and entries while a writer Store64s
@@ -411,6 +420,9 @@ class LbTree final : public BasicTree<K> {
   double recovery_ms_ = 0;
   // Crash recovery by phase (ms): leaf walk, allocator, routing, inner nodes.
   double recovery_walk_ms_ = 0, recovery_alloc_ms_ = 0, recovery_route_ms_ = 0, recovery_inner_ms_ = 0;
+  // CPU time (ms) of the busiest walk thread and of the serial part after the
+  // walk: their sum is the recovery time of an otherwise idle machine.
+  double recovery_walk_cpu_ms_ = 0, recovery_serial_cpu_ms_ = 0;
   uint64_t recovery_threads_used_ = 0, recovery_segments_ = 0, recovery_leaves_ = 0, stale_locks_cleared_ = 0;
   bool instant_restart_ = false, recovery_fallback_ = false;
   bool force_alloc_rebuild_ = false;  // a clean pool whose restart image is unusable
@@ -1326,16 +1338,21 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
   uint32_t nthreads = std::max<uint32_t>(1, std::min<uint32_t>(threads, static_cast<uint32_t>(starts.size())));
   // Thread t walks segments [t*S/T, (t+1)*S/T): contiguous leaf ranges.
   std::vector<SegmentResult> res(nthreads);
+  std::vector<double> walk_cpu(nthreads);
   auto walk = [&](uint32_t t) {
+    const double c0 = ThreadCpuMs();
     size_t s0 = t * starts.size() / nthreads, s1 = (t + 1) * starts.size() / nthreads;
     uint64_t stop = s1 < starts.size() ? starts[s1] : 0;
     ScanSegment(starts[s0], stop, max_steps, &res[t]);
     FinishSegment(&res[t]);
+    walk_cpu[t] = ThreadCpuMs() - c0;
   };
   std::vector<std::thread> pool_threads;
   for (uint32_t t = 1; t < nthreads; t++) pool_threads.emplace_back(walk, t);
   walk(0);
   for (auto& th : pool_threads) th.join();
+  const double serial_cpu0 = ThreadCpuMs();
+  recovery_walk_cpu_ms_ = *std::max_element(walk_cpu.begin(), walk_cpu.end());
   bool ok = true;
   for (auto& r : res) {
     if (!r.status.ok() || !r.reached_end) ok = false;
@@ -1408,6 +1425,7 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
   recovery_segments_ = starts.size();
   recovery_leaves_ = count;
   RecordHints(all);
+  recovery_serial_cpu_ms_ = ThreadCpuMs() - serial_cpu0;
   recovery_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return Status::Ok();
 }
@@ -1777,6 +1795,8 @@ TreeStats LbTree<K>::Stats() {
   add("recovery_alloc_ms", recovery_alloc_ms_);
   add("recovery_route_ms", recovery_route_ms_);
   add("recovery_inner_ms", recovery_inner_ms_);
+  add("recovery_walk_cpu_ms", recovery_walk_cpu_ms_);
+  add("recovery_serial_cpu_ms", recovery_serial_cpu_ms_);
   add("recovery_segments", static_cast<double>(recovery_segments_));
   add("recovery_leaves_scanned", static_cast<double>(recovery_leaves_));
   add("recovery_fallback", recovery_fallback_ ? 1 : 0);
