@@ -40,22 +40,32 @@ TEST(SuiteTest, UnknownSuiteIsRejectedListingValidOnes) {
 
 // A suite whose trees are missing still writes a report that lists them; one
 // whose trees exist measures them.  Tiny scale keeps it fast.
-TEST(SuiteTest, SuiteReportsMissingTreesInsteadOfFailing) {
-  std::string dir = "/dev/shm/pmtree-suite-test-" + std::to_string(getpid());
+// Options for one suite at a tiny scale, reporting into `dir`, no figures.
+SuiteOptions TinySuite(const std::string& suite, double scale, const std::string& dir) {
   SuiteOptions o;
-  o.suites = {"wotree"};
-  o.scale = 0.01;
+  o.suites = {suite};
+  o.scale = scale;
   o.out_dir = dir;
   o.figures = false;
   o.base.progress = false;
   o.command = "bench_test";
+  return o;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(SuiteTest, SuiteReportsMissingTreesInsteadOfFailing) {
+  std::string dir = "/dev/shm/pmtree-suite-test-" + std::to_string(getpid());
+  SuiteOptions o = TinySuite("wotree", 0.01, dir);
   std::string out;
   ASSERT_TRUE(RunSuites(o, &out).ok());
   EXPECT_EQ(out, dir);
-  std::ifstream in(dir + "/wotree.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string md = ss.str();
+  std::string md = ReadFile(dir + "/wotree.md");
   EXPECT_NE(md.find("| experiment | paper says | we measure | verdict |"), std::string::npos);
   for (const char* t : {"wotree", "logtree", "wbtree", "fastfair"}) {
     if (!FindTree(t)) {
@@ -73,20 +83,11 @@ TEST(SuiteTest, SuiteReportsMissingTreesInsteadOfFailing) {
 // absl-btree, from the same run's rows.
 TEST(SuiteTest, OverviewGivesEachTreesRatioToTheBestDurablePeerAndToAbsl) {
   std::string dir = "/dev/shm/pmtree-suite-overview-test-" + std::to_string(getpid());
-  SuiteOptions o;
-  o.suites = {"overview"};
-  o.scale = 0.005;
+  SuiteOptions o = TinySuite("overview", 0.005, dir);
   o.base.pool_size = 32ull << 20;  // pools are reserved whole: small ones keep the test quick
-  o.out_dir = dir;
-  o.figures = false;
-  o.base.progress = false;
-  o.command = "bench_test";
   std::string out;
   ASSERT_TRUE(RunSuites(o, &out).ok());
-  std::ifstream in(dir + "/overview.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string md = ss.str();
+  std::string md = ReadFile(dir + "/overview.md");
   EXPECT_NE(md.find("| tree | insert / best durable | read / best durable |"), std::string::npos) << md;
   // The best durable peer is named per workload (rocksdb only when built).
   size_t best = md.find("| best durable peer |");
