@@ -447,6 +447,9 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
       uint64_t c = node->child[i].load(std::memory_order_acquire);
       if (!Validate(node, v)) break;
       if (node->level == 1) {
+        // Start the leaf's misses now, under the leaf version's (the side
+        // table is a separate miss): the caller reads the leaf next.
+        for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(c) + off);
         uint64_t lv = LeafVer(c).load(std::memory_order_acquire);
         if (lv & 1) break;
         // The parent unchanged after the leaf version was read means no split
@@ -456,6 +459,10 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
         return {c, lv};
       }
       Inner* next = reinterpret_cast<Inner*>(c);
+      // Fetch the whole child node at once (as prefetching B+-trees do): its
+      // binary search and its child pointer touch several lines, each
+      // otherwise a miss in turn.
+      for (size_t off = 0; off < sizeof(Inner); off += kLineSize) __builtin_prefetch(reinterpret_cast<char*>(next) + off);
       uint64_t nv = next->version.load(std::memory_order_acquire);
       if ((nv & 1) || !Validate(node, v)) break;
       node = next;
