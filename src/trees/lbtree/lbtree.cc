@@ -43,6 +43,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -227,6 +228,15 @@ class LbTree final : public BasicTree<K> {
   static int HeaderLine(int b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }
   char* LinePtr(uint64_t off, int b, int line) const { return LeafPtr(off) + kBlockSize * b + kLineSize * line; }
   std::atomic<uint64_t>& LeafVer(uint64_t off) const { return ver_[off / kBlockSize]; }
+  // Prefetches the lines of an inner node a descent can read: the header and
+  // keys[0, inner_keys_), and child[0, inner_keys_] (a separate run of lines).
+  void PrefetchInner(const Inner* n) const {
+    const char* base = reinterpret_cast<const char*>(n);
+    const size_t keys_end = offsetof(Inner, keys) + sizeof(uint64_t) * inner_keys_;
+    for (size_t off = 0; off < keys_end; off += kLineSize) __builtin_prefetch(base + off);
+    const size_t child0 = offsetof(Inner, child), child_end = child0 + sizeof(uint64_t) * (inner_keys_ + 1);
+    for (size_t off = child0 & ~size_t{kLineSize - 1}; off < child_end; off += kLineSize) __builtin_prefetch(base + off);
+  }
   Meta* meta() const { return pool_->At<Meta>(meta_off_); }
 
   // A consistent copy of a leaf's headers, read by a writer holding the lock.
@@ -459,10 +469,10 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
         return {c, lv};
       }
       Inner* next = reinterpret_cast<Inner*>(c);
-      // Fetch the whole child node at once (as prefetching B+-trees do): its
-      // binary search and its child pointer touch several lines, each
-      // otherwise a miss in turn.
-      for (size_t off = 0; off < sizeof(Inner); off += kLineSize) __builtin_prefetch(reinterpret_cast<char*>(next) + off);
+      // Fetch the child node's used lines at once (as prefetching B+-trees
+      // do): its binary search and its child pointer touch several lines,
+      // each otherwise a miss in turn.
+      PrefetchInner(next);
       uint64_t nv = next->version.load(std::memory_order_acquire);
       if ((nv & 1) || !Validate(node, v)) break;
       node = next;
