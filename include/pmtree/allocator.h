@@ -130,6 +130,11 @@ class Allocator {
   // reachable block; EndRebuild makes the complement free.
   void BeginRebuild();
   Status MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner = BlockOwner::kTree);
+  // MarkUsed for many blocks (offset, size) given in ascending offset order
+  // (InvalidArgument otherwise): one lock, and each block goes in next to the
+  // previous one instead of searching the used index, so a recovery that
+  // reports a million blocks spends tens of ms here, not hundreds.
+  Status MarkUsedSorted(const std::vector<std::pair<uint64_t, uint64_t>>& blocks, BlockOwner owner = BlockOwner::kTree);
   void EndRebuild();
   bool rebuilding() const { return rebuilding_; }
 
@@ -171,6 +176,10 @@ class Allocator {
  private:
   void InsertFreeLocked(uint64_t offset, uint64_t size);  // coalescing
   void FinishRebuildLocked();
+  // MarkUsed with mu_ held; `next` is used_.lower_bound(offset).  Sets *at to
+  // the inserted entry.
+  Status MarkUsedLocked(uint64_t offset, uint64_t size, BlockOwner owner, std::map<uint64_t, uint64_t>::iterator next,
+                        std::map<uint64_t, uint64_t>::iterator* at);
   void RemoveFreeLocked(std::map<uint64_t, uint64_t>::iterator it);
 
   const uint64_t heap_begin_;

@@ -41,6 +41,8 @@ struct alignas(64) Progress {
 Status BenchConfig::Validate() const {
   if (targets.empty()) return Status::InvalidArgument("no tree given; valid: " + TreeNames() + ", all, " + PeerNames());
   for (const auto& t : targets)
+    if (std::string why = UnbuiltPeerReason(t); !why.empty()) return Status::InvalidArgument(why);
+  for (const auto& t : targets)
     if (!FindTree(t) && !FindPeer(t))
       return Status::InvalidArgument("unknown tree '" + t + "'; valid: " + TreeNames() + ", all, peers (" +
                                      PeerNames() + ")");

@@ -1,133 +1,35 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// LMDB and Berkeley DB adapters (peers.h).
+// The LMDB, Berkeley DB and absl::btree_map adapters and the peer table
+// (peers.h); RocksDB is in peer_rocksdb.cc.
 
 #include "bench/peers.h"
 
 #include <absl/container/btree_map.h>
 #include <db.h>
 #include <lmdb.h>
-#include <sys/stat.h>
 
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <type_traits>
 
+#include "bench/peer_common.h"
 #include "bench/workload.h"
 #include "bench/ycsb.h"
 
 namespace pmtree::bench {
 namespace {
 
-namespace fs = std::filesystem;
-
-// The key bytes a peer stores: the workload's string, or the 64-bit key big-endian.
-struct KeyBuf {
-  char be[8];
-  std::string_view view;
-  KeyBuf(uint64_t key, std::string_view bkey) {
-    if (!bkey.empty()) {
-      view = bkey;
-      return;
-    }
-    for (int i = 0; i < 8; i++) be[i] = static_cast<char>(key >> (56 - 8 * i));
-    view = std::string_view(be, 8);
-  }
-};
-
-// The value bytes a peer stores for v (ValueBytes, target.h), in a per-thread
-// buffer valid until the next call on this thread.
-std::string_view ValueBuf(uint64_t v, uint32_t n) {
-  thread_local std::string buf;
-  buf.resize(n);
-  FillValueBytes(v, n, buf.data());
-  return buf;
-}
-
-// The bytes a peer stores for value v: the encoded YCSB record in YCSB mode,
-// else ValueBytes; per-thread, valid until the next call on this thread.
-std::string_view StoredValue(const PeerConfig& c, uint64_t v) {
-  if (!c.ycsb) return ValueBuf(v, c.value_size);
-  thread_local kv::FieldMap rec;
-  thread_local std::string buf;
-  FillYcsbRecord(v, &rec);
-  EncodeRecord(rec, &buf);
-  return buf;
-}
-
-// YCSB mode: a read decodes the record into its fields, as a client of a
-// store that keeps records as one value must.  False when malformed.
-bool DecodeRead(const PeerConfig& c, std::string_view bytes) {
-  thread_local kv::FieldMap fields;
-  return !c.ycsb || DecodeRecord(bytes, &fields);
-}
-
-// YCSB mode: the record `old` with the one field an update of value v
-// writes replaced (ycsb.h); empty when `old` is malformed.
-std::string_view ModifyRecord(std::string_view old, uint64_t v) {
-  thread_local kv::FieldMap fields;
-  thread_local std::string buf;
-  if (!DecodeRecord(old, &fields)) return {};
-  const uint32_t f = YcsbUpdateField(v);
-  FillYcsbField(v, f, &fields[YcsbFieldName(f)]);
-  EncodeRecord(fields, &buf);
-  return buf;
-}
-
-// The byte-string key the load stores for a 64-bit key (empty: the 8
-// big-endian bytes, KeyBuf).
-void LoadKeyBytes(const PeerConfig& c, uint64_t key, std::string* out) {
-  out->clear();
-  if (c.ycsb)
-    AppendYcsbKey(key, out);
-  else if (c.key_min)
-    AppendBytesKey(key, c.key_min, c.key_max, out);
-}
-
-// A per-thread buffer a lookup copies a value into.
-char* ReadBuf(uint32_t n) {
-  thread_local std::string buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
-uint64_t DirBytes(const std::string& dir) {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(dir, ec)) {
-    struct stat st;
-    if (stat(e.path().c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
-  }
-  return total;
-}
-
-// Marks a directory this benchmark made, so --reuse-pool replaces only those.
-constexpr const char* kPeerDirMarker = ".pmtree-bench-peer";
-
-// Makes the peer's directory.  An existing path is never removed unless
-// `reuse` is set and the directory carries the marker of an earlier bench
-// run.  Sets *owned once the directory is ours to remove.
-Status PrepareDir(const std::string& dir, bool reuse, bool* owned) {
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(dir, ec))) {
-    if (!reuse)
-      return Status::Busy(dir + " already exists; the bench never removes what it did not create: remove it, "
-                                "choose another --pool, or pass --reuse-pool to replace a directory of an earlier "
-                                "bench run");
-    if (!fs::is_directory(fs::symlink_status(dir, ec)) || !fs::exists(fs::path(dir) / kPeerDirMarker, ec))
-      return Status::Busy(dir + " exists and is not a peer directory made by the bench (no " +
-                          std::string(kPeerDirMarker) + "); refusing to remove it");
-    fs::remove_all(dir, ec);
-    if (ec) return Status::IoError("cannot remove " + dir + ": " + ec.message());
-  }
-  if (!fs::create_directories(dir, ec)) return Status::IoError("cannot create peer directory " + dir + ": " + ec.message());
-  *owned = true;
-  std::ofstream marker(fs::path(dir) / kPeerDirMarker);
-  if (!marker) return Status::IoError("cannot write " + dir + "/" + kPeerDirMarker);
-  return Status::Ok();
-}
+using peer::DecodeRead;
+using peer::DirBytes;
+using peer::KeyBuf;
+using peer::LoadKeyBytes;
+using peer::ModifyRecord;
+using peer::PrepareDir;
+using peer::ReadBuf;
+using peer::RemoveDirIfOwned;
+using peer::StoredValue;
+using peer::ValueBuf;
 
 // ---- LMDB -------------------------------------------------------------------------
 
@@ -148,10 +50,7 @@ class LmdbTarget final : public Target {
   }
   ~LmdbTarget() override {
     if (env_) mdb_env_close(env_);
-    if (!c_.keep && owned_) {
-      std::error_code ec;
-      fs::remove_all(c_.dir, ec);
-    }
+    RemoveDirIfOwned(c_, owned_);
   }
 
   Status Open() {
@@ -348,10 +247,7 @@ class BdbTarget final : public Target {
   }
   ~BdbTarget() override {
     CloseHandles();
-    if (!c_.keep && owned_) {
-      std::error_code ec;
-      fs::remove_all(c_.dir, ec);
-    }
+    RemoveDirIfOwned(c_, owned_);
   }
 
   Status Open() {
@@ -692,6 +588,11 @@ Result<std::unique_ptr<Target>> OpenPeer(const PeerConfig& c) {
   return std::unique_ptr<Target>(std::move(t));
 }
 
+template <bool kSync>
+Result<std::unique_ptr<Target>> OpenRocksDbPeer(const PeerConfig& c) {
+  return peer::OpenRocksDb(c, kSync);
+}
+
 }  // namespace
 
 const std::vector<PeerInfo>& Peers() {
@@ -717,6 +618,16 @@ const std::vector<PeerInfo>& Peers() {
       {"bdb-nosync", "Berkeley DB with DB_TXN_NOSYNC (relaxed)",
        "the commit record may still be in the process's log buffer: a process crash can lose recent ops",
        &OpenPeer<BdbTarget, 1>},
+#ifdef PMTREE_HAVE_ROCKSDB
+      {"rocksdb", "RocksDB LSM-tree, WAL in the same directory, WriteOptions::sync=true per write (peer_rocksdb.cc)",
+       "a returned write is in the synced WAL: survives a process crash and (on a durable medium) power loss; on "
+       "/dev/shm the files are DRAM, so power loss loses everything",
+       &OpenRocksDbPeer<true>},
+      {"rocksdb-nosync", "RocksDB with sync=false (relaxed): the WAL record is written, not synced",
+       "a returned write is in the WAL file in the OS page cache: survives a process crash, not an OS crash or power "
+       "loss",
+       &OpenRocksDbPeer<false>},
+#endif
       {"absl-btree", "absl::btree_map in DRAM: the reference volatile ordered index (single-threaded)",
        "volatile: a process crash loses everything", &OpenAbsl},
   };
@@ -727,6 +638,17 @@ const PeerInfo* FindPeer(std::string_view name) {
   for (const auto& p : Peers())
     if (p.name == name) return &p;
   return nullptr;
+}
+
+std::string UnbuiltPeerReason(std::string_view name) {
+#ifndef PMTREE_HAVE_ROCKSDB
+  if (name == "rocksdb" || name == "rocksdb-nosync")
+    return "peer '" + std::string(name) +
+           "' is not in this build: pkg-config found no 'rocksdb' when it was configured (install librocksdb-dev, "
+           "as scripts/setup.sh does, and reconfigure)";
+#endif
+  (void)name;
+  return {};
 }
 
 std::string PeerNames() {

@@ -15,6 +15,10 @@
 //                 in-process log buffer)
 //   lmdb-writemap MDB_WRITEMAP (pages written in the shared map, msync at
 //                 commit); lmdb-writemap-async adds MDB_MAPASYNC (relaxed)
+//   rocksdb       RocksDB, WAL in the peer directory, WriteOptions::sync per
+//                 write; rocksdb-nosync without sync (relaxed).  Built only
+//                 when pkg-config finds rocksdb (peer_rocksdb.cc lists the
+//                 tuning)
 //   absl-btree    absl::btree_map in the heap: volatile, single-threaded, the
 //                 reference for "how close to DRAM speed"
 //
@@ -24,8 +28,9 @@
 // in YCSB mode the records of ycsb.h, serialised by EncodeRecord.  Peers are not in the tree registry: they are not PM trees, have
 // no pool and no persistence counters (per-op flush columns are empty).
 //
-// Thread safety: every peer accepts concurrent operations (LMDB serialises
-// writers; Berkeley DB locks pages and retries on deadlock).
+// Thread safety: every peer but absl-btree accepts concurrent operations
+// (LMDB serialises writers; Berkeley DB locks pages and retries on deadlock;
+// RocksDB groups concurrent WAL writes).
 
 #ifndef PMTREE_BENCH_PEERS_H_
 #define PMTREE_BENCH_PEERS_H_
@@ -65,6 +70,10 @@ struct PeerInfo {
 const std::vector<PeerInfo>& Peers();
 const PeerInfo* FindPeer(std::string_view name);
 std::string PeerNames();
+// For a peer this build leaves out (its library was not found when the build
+// was configured: "rocksdb", "rocksdb-nosync"), why and how to get it; empty
+// for every other name.
+std::string UnbuiltPeerReason(std::string_view name);
 
 }  // namespace pmtree::bench
 

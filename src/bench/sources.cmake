@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # The benchmark driver (src/bench/README.md): a library the CLI's `bench`
 # subcommand fronts.  Depends on the trees (through the registry only),
-# nlohmann_json, and the peers LMDB, Berkeley DB and absl::btree_map (Debian:
-# liblmdb-dev, libdb++-dev / libdb5.3-dev, libabsl-dev; scripts/setup.sh
-# installs them).
+# nlohmann_json, and the peers LMDB, Berkeley DB, absl::btree_map and, when
+# found, RocksDB (Debian: liblmdb-dev, libdb++-dev / libdb5.3-dev, libabsl-dev,
+# librocksdb-dev; scripts/setup.sh installs them).
 find_package(absl CONFIG REQUIRED)
 
 find_path(PMTREE_LMDB_INCLUDE lmdb.h)
@@ -17,10 +17,15 @@ if(NOT PMTREE_BDB_INCLUDE OR NOT PMTREE_BDB_LIBRARY)
   message(FATAL_ERROR "Berkeley DB not found: install libdb++-dev (scripts/setup.sh does)")
 endif()
 
+# RocksDB (Debian librocksdb-dev, through pkg-config) is optional: without it
+# the rocksdb peers are left out and `bench --tree rocksdb` says why.
+pkg_check_modules(ROCKSDB QUIET IMPORTED_TARGET rocksdb)
+
 add_library(pmtree_bench
   src/bench/workload.cc
   src/bench/stats.cc
   src/bench/tree_target.cc
+  src/bench/peer_common.cc
   src/bench/peers.cc
   src/bench/ycsb.cc
   src/bench/driver.cc
@@ -31,6 +36,14 @@ target_include_directories(pmtree_bench PUBLIC src PRIVATE ${PMTREE_LMDB_INCLUDE
 target_link_libraries(pmtree_bench
   PUBLIC pmtree_kv pmtree_trees nlohmann_json::nlohmann_json
   PRIVATE ${PMTREE_LMDB_LIBRARY} ${PMTREE_BDB_LIBRARY} absl::btree)
+if(ROCKSDB_FOUND)
+  target_sources(pmtree_bench PRIVATE src/bench/peer_rocksdb.cc)
+  target_compile_definitions(pmtree_bench PRIVATE PMTREE_HAVE_ROCKSDB)
+  target_link_libraries(pmtree_bench PRIVATE PkgConfig::ROCKSDB)
+  message(STATUS "bench: RocksDB ${ROCKSDB_VERSION} found; the rocksdb peers are built")
+else()
+  message(STATUS "bench: pkg-config found no rocksdb (librocksdb-dev); the rocksdb peers are left out")
+endif()
 
 # Recorded in every report; output.cc prefers the live `git describe` of the
 # source tree when it is available at run time.
@@ -51,6 +64,7 @@ pmtree_test(bench_test
   src/bench/driver_test.cc
   src/bench/suites_test.cc
   src/bench/ycsb_test.cc
+  src/bench/peers_test.cc
   LINK pmtree_bench)
 # The CLI's `bench` subcommand, and the figures over its output (below).
 if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)

@@ -151,6 +151,53 @@ Rebuild RebuildOf(const Measurement* m) {
   return r;
 }
 
+// The durable peers a tree is compared with (issue 19): the best of them per
+// workload is "the best durable peer".
+const std::vector<std::string> kDurablePeers = {"lmdb-writemap", "rocksdb"};
+
+// For each tree, its throughput over the best durable peer's and over
+// absl-btree's, per overview-ops workload (issue 19's goals: durable inserts
+// >= 5x the best durable peer; lookups within 1.1x of absl-btree's time).
+std::string PeerRatioTable(SuiteContext& s, const std::vector<std::string>& trees) {
+  const std::vector<std::string> workloads = {"insert=1", "read=1", "update=1"};
+  auto tput = [&](const std::string& t, const std::string& v) {
+    const Measurement* m =
+        s.Find("overview-ops", [&](const Measurement& r) { return r.tree == t && r.variant == v && r.error.empty(); });
+    return m ? m->throughput_ops_s : kNaN;
+  };
+  std::string best_row = "| best durable peer |";
+  std::vector<double> best(workloads.size(), kNaN);
+  for (size_t w = 0; w < workloads.size(); w++) {
+    std::string who;
+    for (const auto& p : kDurablePeers) {
+      double v = tput(p, workloads[w]);
+      if (std::isfinite(v) && !(v <= best[w])) {
+        best[w] = v;
+        who = p;
+      }
+    }
+    best_row += " " + (who.empty() ? std::string("n/a") : who + " " + Mops(best[w])) + " |";
+  }
+  best_row += " | | |";
+  std::string absl_row = "| absl-btree | | | |";
+  for (const auto& w : workloads) absl_row += " " + Mops(tput("absl-btree", w)) + " |";
+  std::string out =
+      "Each tree's throughput over the best durable peer's (the faster of " + kDurablePeers[0] + " and " +
+      kDurablePeers[1] + " per workload; a peer not in this build is left out) and over absl-btree's (the volatile "
+      "reference), from the rows above. Issue 19's goals: durable inserts >= 5x the best durable peer; lookups "
+      "within 1.1x of absl-btree's time, i.e. read / absl >= 0.91x.\n\n"
+      "| tree | insert / best durable | read / best durable | update / best durable | insert / absl | read / absl | "
+      "update / absl |\n|---|---|---|---|---|---|---|\n" +
+      best_row + "\n" + absl_row + "\n";
+  for (const auto& t : trees) {
+    out += "| " + t + " |";
+    for (size_t w = 0; w < workloads.size(); w++) out += " " + Ratio(tput(t, workloads[w]) / best[w]) + " |";
+    for (const auto& w : workloads) out += " " + Ratio(tput(t, w) / tput("absl-btree", w)) + " |";
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---- overview: every tree and the peers ------------------------------------------------
@@ -195,6 +242,7 @@ void RunOverviewSuite(SuiteContext& s) {
              " | " + (ins ? Num(ins->stats.dram_bytes / 1048576.0, 1) : "-") + " |\n";
   }
   s.Text(table);
+  s.Text(PeerRatioTable(s, trees));
   s.AddFigure({"throughput.png", "Throughput by workload", "overview-ops", "bars", "variant", "throughput_ops_s", "tree",
                "", "", "ops/s", true});
   s.AddFigure({"flushes.png", "Flush instructions per operation", "overview-ops", "bars", "variant", "per_op.flushes",

@@ -40,22 +40,32 @@ TEST(SuiteTest, UnknownSuiteIsRejectedListingValidOnes) {
 
 // A suite whose trees are missing still writes a report that lists them; one
 // whose trees exist measures them.  Tiny scale keeps it fast.
-TEST(SuiteTest, SuiteReportsMissingTreesInsteadOfFailing) {
-  std::string dir = "/dev/shm/pmtree-suite-test-" + std::to_string(getpid());
+// Options for one suite at a tiny scale, reporting into `dir`, no figures.
+SuiteOptions TinySuite(const std::string& suite, double scale, const std::string& dir) {
   SuiteOptions o;
-  o.suites = {"wotree"};
-  o.scale = 0.01;
+  o.suites = {suite};
+  o.scale = scale;
   o.out_dir = dir;
   o.figures = false;
   o.base.progress = false;
   o.command = "bench_test";
+  return o;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(SuiteTest, SuiteReportsMissingTreesInsteadOfFailing) {
+  std::string dir = "/dev/shm/pmtree-suite-test-" + std::to_string(getpid());
+  SuiteOptions o = TinySuite("wotree", 0.01, dir);
   std::string out;
   ASSERT_TRUE(RunSuites(o, &out).ok());
   EXPECT_EQ(out, dir);
-  std::ifstream in(dir + "/wotree.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string md = ss.str();
+  std::string md = ReadFile(dir + "/wotree.md");
   EXPECT_NE(md.find("| experiment | paper says | we measure | verdict |"), std::string::npos);
   for (const char* t : {"wotree", "logtree", "wbtree", "fastfair"}) {
     if (!FindTree(t)) {
@@ -66,6 +76,32 @@ TEST(SuiteTest, SuiteReportsMissingTreesInsteadOfFailing) {
   nlohmann::json figs = nlohmann::json::parse(std::ifstream(dir + "/figures.json"));
   ASSERT_TRUE(figs.is_array());
   for (const auto& f : figs) EXPECT_TRUE(f.contains("command"));
+  std::filesystem::remove_all(dir);
+}
+
+// The overview compares every tree with the best durable peer and with
+// absl-btree, from the same run's rows.
+TEST(SuiteTest, OverviewGivesEachTreesRatioToTheBestDurablePeerAndToAbsl) {
+  std::string dir = "/dev/shm/pmtree-suite-overview-test-" + std::to_string(getpid());
+  SuiteOptions o = TinySuite("overview", 0.005, dir);
+  o.base.pool_size = 32ull << 20;  // pools are reserved whole: small ones keep the test quick
+  std::string out;
+  ASSERT_TRUE(RunSuites(o, &out).ok());
+  std::string md = ReadFile(dir + "/overview.md");
+  EXPECT_NE(md.find("| tree | insert / best durable | read / best durable |"), std::string::npos) << md;
+  // The best durable peer is named per workload (rocksdb only when built).
+  size_t best = md.find("| best durable peer |");
+  ASSERT_NE(best, std::string::npos) << md;
+  std::string best_row = md.substr(best, md.find('\n', best) - best);
+  EXPECT_TRUE(best_row.find("lmdb-writemap") != std::string::npos || best_row.find("rocksdb") != std::string::npos)
+      << best_row;
+  EXPECT_EQ(best_row.find("n/a"), std::string::npos) << best_row;
+  // Each tree's row carries ratios, not n/a.
+  size_t row = md.find("| volatile | ", md.find("| tree | insert / best durable"));
+  ASSERT_NE(row, std::string::npos) << md;
+  std::string volatile_row = md.substr(row, md.find('\n', row) - row);
+  EXPECT_EQ(volatile_row.find("n/a"), std::string::npos) << volatile_row;
+  EXPECT_NE(volatile_row.find("x |"), std::string::npos) << volatile_row;
   std::filesystem::remove_all(dir);
 }
 

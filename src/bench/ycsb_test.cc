@@ -266,7 +266,8 @@ std::vector<Opened> RecordTargets(const std::string& stem) {
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     if (t.ok()) out.push_back({"kv/" + kc.engine, std::move(*t)});
   }
-  for (const char* peer : {"lmdb-nosync", "bdb-nosync"}) {
+  for (const char* peer : {"lmdb-nosync", "bdb-nosync", "rocksdb-nosync"}) {
+    if (!FindPeer(peer)) continue;  // rocksdb: only when the build found it
     PeerConfig pc;
     pc.dir = stem + "-" + peer + ".d";
     pc.map_size = 64ull << 20;

@@ -251,13 +251,37 @@ void Allocator::BeginRebuild() {
 }
 
 Status Allocator::MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner) {
-  size = RoundUp(size == 0 ? 1 : size);
   std::lock_guard<std::mutex> g(mu_);
   if (!rebuilding_) return Status::Internal("allocator: MarkUsed outside a rebuild");
+  std::map<uint64_t, uint64_t>::iterator at;
+  return MarkUsedLocked(offset, size, owner, used_.lower_bound(offset), &at);
+}
+
+Status Allocator::MarkUsedSorted(const std::vector<std::pair<uint64_t, uint64_t>>& blocks, BlockOwner owner) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!rebuilding_) return Status::Internal("allocator: MarkUsedSorted outside a rebuild");
+  if (blocks.empty()) return Status::Ok();
+  auto next = used_.lower_bound(blocks[0].first);
+  for (size_t i = 0; i < blocks.size(); i++) {
+    // (An offset equal to the previous one is a double use, reported below.)
+    if (i > 0 && blocks[i].first < blocks[i - 1].first)
+      return Status::InvalidArgument("allocator: MarkUsedSorted given offset " + std::to_string(blocks[i].first) +
+                                     " after " + std::to_string(blocks[i - 1].first) + " (not ascending)");
+    // Blocks marked before this batch may lie between two of its blocks.
+    while (next != used_.end() && next->first < blocks[i].first) ++next;
+    std::map<uint64_t, uint64_t>::iterator at;
+    PMTREE_RETURN_IF_ERROR(MarkUsedLocked(blocks[i].first, blocks[i].second, owner, next, &at));
+    next = std::next(at);
+  }
+  return Status::Ok();
+}
+
+Status Allocator::MarkUsedLocked(uint64_t offset, uint64_t size, BlockOwner owner,
+                                 std::map<uint64_t, uint64_t>::iterator next, std::map<uint64_t, uint64_t>::iterator* at) {
+  size = RoundUp(size == 0 ? 1 : size);
   if (offset % kAllocGranule != 0 || offset < heap_begin_ || offset > heap_end_ || size > heap_end_ - offset)
     return Status::Corruption("block at offset " + std::to_string(offset) + " of " + std::to_string(size) +
                               " bytes is not an aligned block inside the heap");
-  auto next = used_.lower_bound(offset);
   if (next != used_.end() && next->first < offset + size)
     return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
                               std::to_string(next->first) + " (double use)");
@@ -267,7 +291,7 @@ Status Allocator::MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner) {
       return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
                                 std::to_string(prev->first) + " (double use)");
   }
-  used_.emplace(offset, size);
+  *at = used_.emplace_hint(next, offset, size);
   if (owner == BlockOwner::kStore) store_bytes_ += size;
   return Status::Ok();
 }

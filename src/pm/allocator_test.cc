@@ -102,6 +102,38 @@ TEST(AllocatorTest, MarkUsedRejectsOverlapAsDoubleUse) {
   a.EndRebuild();
 }
 
+TEST(AllocatorTest, MarkUsedSortedLeavesTheSameFreeSpaceAsOneMarkUsedPerBlock) {
+  const uint64_t begin = 4096, end = 1 << 20;
+  std::vector<std::pair<uint64_t, uint64_t>> blocks;
+  for (uint64_t off = begin + 1024; off + 512 <= end; off += 3 * 1024) blocks.push_back({off, 512 + off % 7});
+  Allocator one(begin, end), batch(begin, end);
+  one.BeginRebuild();
+  batch.BeginRebuild();
+  // A block marked before the batch, between two of the batch's blocks.
+  ASSERT_TRUE(one.MarkUsed(begin + 2048 + 512, 256).ok());
+  ASSERT_TRUE(batch.MarkUsed(begin + 2048 + 512, 256).ok());
+  for (const auto& [off, size] : blocks) ASSERT_TRUE(one.MarkUsed(off, size).ok());
+  ASSERT_TRUE(batch.MarkUsedSorted(blocks).ok());
+  one.EndRebuild();
+  batch.EndRebuild();
+  EXPECT_EQ(batch.FreeExtents(), one.FreeExtents());
+  EXPECT_EQ(batch.bytes_in_use(), one.bytes_in_use());
+  EXPECT_TRUE(batch.CheckConsistency().ok());
+}
+
+TEST(AllocatorTest, MarkUsedSortedRejectsDisorderAndDoubleUse) {
+  Allocator a(4096, 1 << 20);
+  a.BeginRebuild();
+  EXPECT_EQ(a.MarkUsedSorted({{16384, 256}, {8192, 256}}).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(a.MarkUsedSorted({{32768, 256}, {32768, 256}}).code(), Status::Code::kCorruption);
+  ASSERT_TRUE(a.MarkUsed(65536, 256).ok());
+  Status s = a.MarkUsedSorted({{65536 - 256, 512}});  // overlaps the block marked before
+  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_NE(s.message().find("double use"), std::string_view::npos);
+  a.EndRebuild();
+  EXPECT_EQ(a.MarkUsedSorted({{8192, 256}}).code(), Status::Code::kInternal);  // outside a rebuild
+}
+
 TEST(AllocatorTest, StoreBlocksAreCountedApartFromTheTrees) {
   Allocator a(4096, 1 << 20);
   uint64_t node = *a.Allocate(256);

@@ -68,6 +68,8 @@ Status ExpandTargets(const std::string& list, std::vector<std::string>* out) {
       for (const auto& p : Peers()) out->emplace_back(p.name);
     } else if (FindPeer(item)) {
       out->push_back(item);
+    } else if (std::string why = UnbuiltPeerReason(item); !why.empty()) {
+      return Status::InvalidArgument(why);
     } else {
       auto r = ParseTreeList(item);
       if (!r.ok())

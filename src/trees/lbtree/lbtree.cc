@@ -36,12 +36,14 @@
 #include "trees/lbtree/lbtree.h"
 
 #include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -66,6 +68,14 @@ inline void CpuRelax() {
 #else
   std::this_thread::yield();
 #endif
+}
+
+// CPU time of the calling thread (ms): recovery reports its phases in CPU
+// time too, which a loaded machine inflates far less than wall time.
+inline double ThreadCpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
 // Concurrent readers load header words and entries while a writer Store64s
@@ -218,6 +228,15 @@ class LbTree final : public BasicTree<K> {
   static int HeaderLine(int b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }
   char* LinePtr(uint64_t off, int b, int line) const { return LeafPtr(off) + kBlockSize * b + kLineSize * line; }
   std::atomic<uint64_t>& LeafVer(uint64_t off) const { return ver_[off / kBlockSize]; }
+  // Prefetches the lines of an inner node a descent can read: the header and
+  // keys[0, inner_keys_), and child[0, inner_keys_] (a separate run of lines).
+  void PrefetchInner(const Inner* n) const {
+    const char* base = reinterpret_cast<const char*>(n);
+    const size_t keys_end = offsetof(Inner, keys) + sizeof(uint64_t) * inner_keys_;
+    for (size_t off = 0; off < keys_end; off += kLineSize) __builtin_prefetch(base + off);
+    const size_t child0 = offsetof(Inner, child), child_end = child0 + sizeof(uint64_t) * (inner_keys_ + 1);
+    for (size_t off = child0 & ~size_t{kLineSize - 1}; off < child_end; off += kLineSize) __builtin_prefetch(base + off);
+  }
   Meta* meta() const { return pool_->At<Meta>(meta_off_); }
 
   // A consistent copy of a leaf's headers, read by a writer holding the lock.
@@ -341,8 +360,14 @@ class LbTree final : public BasicTree<K> {
     uint64_t stale_locks = 0;
     bool reached_end = false;  // met `stop` (or the list end when stop == 0)
     Status status;
+    // Every block the segment reaches (leaves and key blobs), by offset.
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;
   };
   void ScanSegment(uint64_t start, uint64_t stop, uint64_t max_steps, SegmentResult* out);
+  // The per-segment part of recovery that needs no other segment, run by the
+  // segment's own thread: resets the segment's leaf versions and sorts its
+  // blocks by offset (the allocator then takes them in ascending order).
+  void FinishSegment(SegmentResult* out);
   // Level-1 nodes over `recs` (separators of records 1.. are their min keys;
   // empty leaves other than the very first record are not routed to, L7).
   struct Built {
@@ -403,6 +428,11 @@ class LbTree final : public BasicTree<K> {
   Counter inserts_line0_, inserts_moving_, entries_moved_, splits_, split_new_side_, split_old_side_;
   Counter deletes_, updates_, restarts_, hint_records_;
   double recovery_ms_ = 0;
+  // Crash recovery by phase (ms): leaf walk, allocator, routing, inner nodes.
+  double recovery_walk_ms_ = 0, recovery_alloc_ms_ = 0, recovery_route_ms_ = 0, recovery_inner_ms_ = 0;
+  // CPU time (ms) of the busiest walk thread and of the serial part after the
+  // walk: their sum is the recovery time of an otherwise idle machine.
+  double recovery_walk_cpu_ms_ = 0, recovery_serial_cpu_ms_ = 0;
   uint64_t recovery_threads_used_ = 0, recovery_segments_ = 0, recovery_leaves_ = 0, stale_locks_cleared_ = 0;
   bool instant_restart_ = false, recovery_fallback_ = false;
   bool force_alloc_rebuild_ = false;  // a clean pool whose restart image is unusable
@@ -427,6 +457,9 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
       uint64_t c = node->child[i].load(std::memory_order_acquire);
       if (!Validate(node, v)) break;
       if (node->level == 1) {
+        // Start the leaf's misses now, under the leaf version's (the side
+        // table is a separate miss): the caller reads the leaf next.
+        for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(c) + off);
         uint64_t lv = LeafVer(c).load(std::memory_order_acquire);
         if (lv & 1) break;
         // The parent unchanged after the leaf version was read means no split
@@ -436,6 +469,10 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
         return {c, lv};
       }
       Inner* next = reinterpret_cast<Inner*>(c);
+      // Fetch the child node's used lines at once (as prefetching B+-trees
+      // do): its binary search and its child pointer touch several lines,
+      // each otherwise a miss in turn.
+      PrefetchInner(next);
       uint64_t nv = next->version.load(std::memory_order_acquire);
       if ((nv & 1) || !Validate(node, v)) break;
       node = next;
@@ -1264,8 +1301,25 @@ void LbTree<K>::ScanSegment(uint64_t start, uint64_t stop, uint64_t max_steps, S
     }
     out->leaves.push_back(rec);
     leaf = b0->tail[alt ? 1 : 0];
+    // The walk chases one pointer per leaf: start loading the next leaf's
+    // lines now, so their misses overlap (a prefetch of a bad offset is
+    // harmless; L2 is checked above before any read).
+    if (leaf != 0 && leaf != stop && pool_->InHeap(leaf, node_size_))
+      for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(leaf) + off);
   }
   out->reached_end = stop == 0;
+}
+
+template <class K>
+void LbTree<K>::FinishSegment(SegmentResult* out) {
+  if (!out->status.ok() || !out->reached_end) return;
+  out->blocks.reserve(out->leaves.size() + out->blobs.size());
+  for (const LeafRecord& rec : out->leaves) {
+    LeafVer(rec.leaf).store(0, std::memory_order_relaxed);
+    out->blocks.push_back({rec.leaf, node_size_});
+  }
+  out->blocks.insert(out->blocks.end(), out->blobs.begin(), out->blobs.end());
+  std::sort(out->blocks.begin(), out->blocks.end());
 }
 
 template <class K>
@@ -1301,15 +1355,21 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
   uint32_t nthreads = std::max<uint32_t>(1, std::min<uint32_t>(threads, static_cast<uint32_t>(starts.size())));
   // Thread t walks segments [t*S/T, (t+1)*S/T): contiguous leaf ranges.
   std::vector<SegmentResult> res(nthreads);
+  std::vector<double> walk_cpu(nthreads);
   auto walk = [&](uint32_t t) {
+    const double c0 = ThreadCpuMs();
     size_t s0 = t * starts.size() / nthreads, s1 = (t + 1) * starts.size() / nthreads;
     uint64_t stop = s1 < starts.size() ? starts[s1] : 0;
     ScanSegment(starts[s0], stop, max_steps, &res[t]);
+    FinishSegment(&res[t]);
+    walk_cpu[t] = ThreadCpuMs() - c0;
   };
   std::vector<std::thread> pool_threads;
   for (uint32_t t = 1; t < nthreads; t++) pool_threads.emplace_back(walk, t);
   walk(0);
   for (auto& th : pool_threads) th.join();
+  const double serial_cpu0 = ThreadCpuMs();
+  recovery_walk_cpu_ms_ = *std::max_element(walk_cpu.begin(), walk_cpu.end());
   bool ok = true;
   for (auto& r : res) {
     if (!r.status.ok() || !r.reached_end) ok = false;
@@ -1320,6 +1380,7 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     recovery_fallback_ = true;
     res.assign(1, SegmentResult{});
     ScanSegment(head_, 0, max_steps, &res[0]);
+    FinishSegment(&res[0]);
     nthreads = 1;
     starts.resize(1);
   }
@@ -1327,22 +1388,35 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     if (!r.status.ok()) return r.status;
     if (!r.reached_end) return Status::Corruption("lbtree: leaf list walk did not terminate (invariant L2)");
   }
+  auto lap = [t = std::chrono::steady_clock::now()]() mutable {
+    auto now = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(now - t).count();
+    t = now;
+    return ms;
+  };
+  recovery_walk_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   // Allocator (rule 4 of allocator.h): after a crash, everything reachable is
-  // in use and the rest of the heap is free again.
+  // in use and the rest of the heap is free again.  The allocator's rebuild is
+  // serial, so it gets all blocks at once in ascending offset order (each
+  // segment sorted its blocks in parallel; merged here): each goes in next to
+  // the previous one.  In list order the offsets are random.
   Allocator& al = pool_->allocator();
   if (!pool_->clean_shutdown() || force_alloc_rebuild_) {
+    std::vector<std::pair<uint64_t, uint64_t>> blocks = std::move(res[0].blocks);
+    for (size_t t = 1; t < res.size(); t++) {
+      size_t mid = blocks.size();
+      blocks.insert(blocks.end(), res[t].blocks.begin(), res[t].blocks.end());
+      std::inplace_merge(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(mid), blocks.end());
+      std::vector<std::pair<uint64_t, uint64_t>>().swap(res[t].blocks);
+    }
     al.BeginRebuild();
     Status s = al.MarkUsed(meta_off_, sizeof(Meta));
-    for (auto& r : res) {
-      for (auto& rec : r.leaves)
-        if (s.ok()) s = al.MarkUsed(rec.leaf, node_size_);
-      for (auto& bl : r.blobs)
-        if (s.ok()) s = al.MarkUsed(bl.first, bl.second);
-    }
+    if (s.ok()) s = al.MarkUsedSorted(blocks);
     if (!s.ok()) return s.Annotate("lbtree recovery");
     al.EndRebuild();
   }
+  recovery_alloc_ms_ = lap();
 
   // Routing: head first, then every nonempty leaf with its min key (L7).
   std::vector<std::pair<uint64_t, uint64_t>> routed;
@@ -1360,13 +1434,15 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     }
     stale_locks_cleared_ += r.stale_locks;
   }
-  for (uint64_t leaf : all) LeafVer(leaf).store(0, std::memory_order_relaxed);
   leaf_count_.store(count);
+  recovery_route_ms_ = lap();
   PMTREE_RETURN_IF_ERROR(RebuildFromRoutes(std::move(routed)));
+  recovery_inner_ms_ = lap();
   recovery_threads_used_ = nthreads;
   recovery_segments_ = starts.size();
   recovery_leaves_ = count;
   RecordHints(all);
+  recovery_serial_cpu_ms_ = ThreadCpuMs() - serial_cpu0;
   recovery_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return Status::Ok();
 }
@@ -1732,6 +1808,12 @@ TreeStats LbTree<K>::Stats() {
   add("hint_records", static_cast<double>(hint_records_.Get()));
   add("recovery_ms", recovery_ms_);
   add("recovery_threads", static_cast<double>(recovery_threads_used_));
+  add("recovery_walk_ms", recovery_walk_ms_);
+  add("recovery_alloc_ms", recovery_alloc_ms_);
+  add("recovery_route_ms", recovery_route_ms_);
+  add("recovery_inner_ms", recovery_inner_ms_);
+  add("recovery_walk_cpu_ms", recovery_walk_cpu_ms_);
+  add("recovery_serial_cpu_ms", recovery_serial_cpu_ms_);
   add("recovery_segments", static_cast<double>(recovery_segments_));
   add("recovery_leaves_scanned", static_cast<double>(recovery_leaves_));
   add("recovery_fallback", recovery_fallback_ ? 1 : 0);

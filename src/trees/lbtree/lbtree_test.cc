@@ -498,6 +498,10 @@ TEST(LbTreeTest, CrashRecoveryRebuildsInnerNodesInParallelOverLeafSegments) {
     EXPECT_EQ(Extra(st, "recovery_segments"), kMaxHints + 1);
     EXPECT_EQ(Extra(st, "recovery_fallback"), 0);
     EXPECT_EQ(Extra(st, "recovery_leaves_scanned"), st.leaf_nodes);
+    // The phase times are reported (their values depend on the machine).
+    for (const char* phase : {"recovery_walk_ms", "recovery_alloc_ms", "recovery_route_ms", "recovery_inner_ms",
+                              "recovery_walk_cpu_ms", "recovery_serial_cpu_ms"})
+      EXPECT_GE(Extra(st, phase), 0) << phase;
     ExpectModel(*h->tree, model);
     Fill(*h->tree, model, rng, 3000);
     // crash again
