@@ -7,7 +7,7 @@
 //  C1  The meta block has the magic, version and a valid node size; its root
 //      is a node in the heap.
 //  C2  Every node is 64-aligned in the heap, at the level its parent implies;
-//      array == node + 64; count <= N - 1; lock word 0.
+//      array == node + 64; count <= N - 1; lock word and merge mark 0.
 //  C3  Logical positions [0, count) hold non-NULL pairs (identity word != 0);
 //      their keys strictly increase (inner nodes: from position 1).
 //  C4  Every physical slot outside [base, base + count) is all-zero (NULL).
@@ -15,12 +15,14 @@
 //  C6  The first node of each level has no low key, every other node has one;
 //      the root has no sibling; no node is reached twice.
 //  C7  The children of level L+1, in order, are the sibling chain of level L;
-//      separator i of an inner node equals its child's low key.
+//      separator i of an inner node equals its child's low key; the unused
+//      key of position 0 equals the child's low key, 0 when it has none.
 //  C8  An inner node's low key equals its leftmost child's low key.
 //  C9  Key slots are valid (byte keys: blob in the heap, length, hash).
 //  C10 Pool bytes reached (meta, nodes, leaf key blobs, leaf low-key blobs)
 //      plus reserved spare nodes equal the allocator's bytes in use.
 //  C11 The key-0 record of the meta block is 0 or 1 (byte-key trees: 0).
+//  C12 A root inner node has at least two children (merges collapse it).
 //
 // Shift rules (what recovery relies on; docs/trees/circtree.md, "Write
 // orders").  Every copy of a pair into a neighbouring slot writes both words

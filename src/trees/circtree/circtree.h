@@ -12,9 +12,12 @@
 // (bidirectional shifting) and commits with one 8-byte store of the node's
 // base location and count.  Splits copy the upper half to a new right
 // sibling, link it, clear the copies with NULLs and commit the count
-// (Figure 5).  Recovery after a crash repairs interrupted shifts from the
-// NULL boundaries and transient duplicates, finishes interrupted splits and
-// links children the parents lack (§5.5).
+// (Figure 5).  A node left under N / 2 pairs by a delete merges into its
+// right sibling under the same parent (§5.3), cascading up and collapsing a
+// root left with one child.  Recovery after a crash repairs interrupted
+// shifts from the NULL boundaries and transient duplicates, finishes
+// interrupted splits and merges, links children the parents lack and drops
+// the ones they name too many (§5.5).
 //
 // Durability (pmtree/tree.h contract): every mutating call is durable when it
 // returns; a crash at any instant recovers to the state before or after it.

@@ -714,6 +714,39 @@ TEST(CircTreeTest, ByteStringKeysSurviveACrash) {
 
 // ---- concurrency (run under ThreadSanitizer by scripts/test.sh --tsan) -------------------------------
 
+// Inserts the stable keys k * stride (value k, k = 1..stable), then runs
+// writer(w, errors) on `writers` threads while one reader looks the stable
+// keys up and checks that scans come back sorted, until every writer is
+// done.  Returns the errors the reader and the writers counted.
+int RunWritersBesideAReader(U64Tree& tree, uint64_t stable, uint64_t stride, uint64_t seed, int writers,
+                            const std::function<void(int, std::atomic<int>&)>& writer) {
+  for (uint64_t k = 1; k <= stable; k++) EXPECT_TRUE(*tree.Insert(k * stride, k));
+  std::atomic<int> done{0};
+  std::atomic<int> errors{0};
+  std::thread reader([&] {
+    std::mt19937_64 rng(seed ^ 7);
+    std::vector<Tree::Entry> out(64);
+    while (done.load() < writers) {
+      const uint64_t k = 1 + rng() % stable;
+      uint64_t v = 0;
+      if (!tree.Lookup(k * stride, &v) || v != k) errors++;
+      const size_t n = tree.Scan(rng() % (stable * stride), std::span(out));
+      for (size_t i = 1; i < n; i++)
+        if (!(out[i - 1].first < out[i].first)) errors++;
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int w = 0; w < writers; w++) {
+    threads.emplace_back([&, w] {
+      writer(w, errors);
+      done++;
+    });
+  }
+  for (auto& th : threads) th.join();
+  reader.join();
+  return errors.load();
+}
+
 TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
   const uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
@@ -721,43 +754,22 @@ TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
   U64Tree& tree = **t;
-  // Keys 1..1000 are stable: present throughout, readers must always see them.
-  for (uint64_t k = 1; k <= 1000; k++) ASSERT_TRUE(*tree.Insert(k * 4, k));
   constexpr int kWriters = 2;
-  std::atomic<bool> stop{false};
-  std::atomic<int> errors{0};
-  std::thread reader([&] {
-    std::mt19937_64 rng(seed ^ 7);
-    std::vector<Tree::Entry> out(64);
-    while (!stop.load()) {
-      const uint64_t k = 1 + rng() % 1000;
-      uint64_t v = 0;
-      if (!tree.Lookup(k * 4, &v) || v != k) errors++;
-      const size_t n = tree.Scan(rng() % 4000, std::span(out));
-      for (size_t i = 1; i < n; i++)
-        if (!(out[i - 1].first < out[i].first)) errors++;
-    }
+  // Keys 4..4000 are stable; writer w owns keys k * 4 + 1 + w: inserts them
+  // all, removes half.
+  const int errors = RunWritersBesideAReader(tree, 1000, 4, seed, kWriters, [&](int w, std::atomic<int>& err) {
+    for (uint64_t k = 0; k < 3000; k++)
+      if (!*tree.Insert(k * 4 + 1 + w, k)) err++;
+    for (uint64_t k = 0; k < 3000; k += 2)
+      if (!*tree.Remove(k * 4 + 1 + w)) err++;
   });
-  std::vector<std::thread> writers;
-  for (int w = 0; w < kWriters; w++) {
-    writers.emplace_back([&, w] {
-      // Writer w owns keys k * 4 + 1 + w: inserts them all, removes half.
-      for (uint64_t k = 0; k < 3000; k++)
-        if (!*tree.Insert(k * 4 + 1 + w, k)) errors++;
-      for (uint64_t k = 0; k < 3000; k += 2)
-        if (!*tree.Remove(k * 4 + 1 + w)) errors++;
-    });
-  }
-  for (auto& th : writers) th.join();
-  stop = true;
-  reader.join();
-  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(errors, 0);
   ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
   EXPECT_EQ(tree.Stats().entries, 1000u + kWriters * 1500u);
 }
 
 // Merges under concurrency (§5.4): writers insert and then remove all their
-// keys, so leaves and inner nodes merge and the root collapses while a
+// keys, so leaves and inner nodes merge and the root collapses while the
 // reader looks up and scans the stable keys (run under ThreadSanitizer by
 // scripts/test.sh --tsan).
 TEST(CircTreeTest, ConcurrentRemovalsMergeWhileReadersFindEveryStableKey) {
@@ -767,40 +779,17 @@ TEST(CircTreeTest, ConcurrentRemovalsMergeWhileReadersFindEveryStableKey) {
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
   U64Tree& tree = **t;
-  // Keys k * 64 (k = 1..100) stay present throughout.
-  for (uint64_t k = 1; k <= 100; k++) ASSERT_TRUE(*tree.Insert(k * 64, k));
-  constexpr int kWriters = 2;
-  std::atomic<int> done{0};
-  std::atomic<int> errors{0};
-  std::thread reader([&] {
-    std::mt19937_64 rng(seed ^ 11);
-    std::vector<Tree::Entry> out(32);
-    while (done.load() < kWriters) {
-      const uint64_t k = 1 + rng() % 100;
-      uint64_t v = 0;
-      if (!tree.Lookup(k * 64, &v) || v != k) errors++;
-      const size_t n = tree.Scan(rng() % 6400, std::span(out));
-      for (size_t i = 1; i < n; i++)
-        if (!(out[i - 1].first < out[i].first)) errors++;
+  // Keys 64..6400 are stable; writer w owns keys j * 64 + 1 + w (between
+  // the stable keys and beyond them): two rounds of insert-all, remove-all.
+  const int errors = RunWritersBesideAReader(tree, 100, 64, seed, 2, [&](int w, std::atomic<int>& err) {
+    for (int round = 0; round < 2; round++) {
+      for (uint64_t j = 0; j < 2000; j++)
+        if (!*tree.Insert(j * 64 + 1 + w, j)) err++;
+      for (uint64_t j = 0; j < 2000; j++)
+        if (!*tree.Remove(j * 64 + 1 + w)) err++;
     }
   });
-  std::vector<std::thread> writers;
-  for (int w = 0; w < kWriters; w++) {
-    writers.emplace_back([&, w] {
-      // Writer w owns keys j * 64 + 1 + w (between the stable keys and
-      // beyond them); two rounds of insert-all, remove-all.
-      for (int round = 0; round < 2; round++) {
-        for (uint64_t j = 0; j < 2000; j++)
-          if (!*tree.Insert(j * 64 + 1 + w, j)) errors++;
-        for (uint64_t j = 0; j < 2000; j++)
-          if (!*tree.Remove(j * 64 + 1 + w)) errors++;
-      }
-      done++;
-    });
-  }
-  for (auto& th : writers) th.join();
-  reader.join();
-  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(errors, 0);
   ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
   const TreeStats st = tree.Stats();
   EXPECT_EQ(st.entries, 100u);

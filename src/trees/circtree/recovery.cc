@@ -24,11 +24,18 @@
 //        case 3b  pairs at or above the sibling's low key: a split stopped
 //                 before its NULLs/commit    -> NULLed, count committed
 //        stale    half-written words in NULL slots -> zeroed
-//   3. Rebuild the allocator from what the tree reaches (no leak).
-//   4. Inner levels against the level below (bottom-up):
+//        case 7a  merge mark, count unchanged: copies not committed -> zeroed
+//        case 7b  merge mark, count changed: committed -> fence redone
+//   3. Merges that committed but did not finish (FinishMerges, bottom-up):
+//        case 7c  a node whose sibling's fence equals its own -> emptied,
+//                 unlinked
+//        case 8   an IN naming a node the chain lost (IN one child long)
+//                 -> entry removed; separators set to the children's fences
+//        case 9   a root IN with one child -> the child becomes the root
+//   4. Rebuild the allocator from what the tree reaches (no leak).
+//   5. Inner levels against the level below (bottom-up):
 //        case 4   the root has a sibling     -> new root installed
 //        case 5   a node no parent names (IN one child short) -> inserted
-//      (An IN one child long needs a merge, which this tree does not do.)
 
 #include <algorithm>
 #include <cstdio>
