@@ -415,10 +415,15 @@ void CircTree<P>::InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t v
 // pair needs no shift, only its NULL.  Commit: (b, n-1) or (b+1, n-1).
 template <class P>
 void CircTree<P>::RemoveAt(uint64_t off, uint32_t pos) {
+  LineWriter w(pool_);
+  RemoveAt(off, pos, w);
+}
+
+template <class P>
+void CircTree<P>::RemoveAt(uint64_t off, uint32_t pos, LineWriter& w) {
   Node* x = N(off);
   const bool leaf = x->hdr.level == 0;
   const Span s = LoadSpan(x);
-  LineWriter w(pool_);
   if (pos + 1 == s.n || pos > s.n / 2) {
     for (int64_t d = pos; d + 1 < s.n; d++) CopyPair(w, At(x, s, d), At(x, s, d + 1), leaf, true);
     NullPair(w, At(x, s, static_cast<int64_t>(s.n) - 1), leaf);
@@ -682,9 +687,11 @@ void CircTree<P>::MergeAfterRemove(Cmp&& cmp) {
 //       (b - n_X, n_R + n_X); low_key = X's fence (0 when X has none, then the
 //       flag cleared); merge = 0.                         (StopPoint kMergeCommitted)
 //   M4  X's pairs NULLed greatest first (delete stores, S2); X commits (b, 0)
-//   M5  L.sibling = R, persisted                          (kMergeUnlinked)
-//   M6  P removes X's entry (§5.3 delete), then the entry now naming R gets
-//       X's fence as its key, persisted
+//   M5  L.sibling = R                                     (kMergeUnlinked)
+//   M6  the entry naming R gets X's fence as its key, then P removes X's
+//       entry (§5.3 delete); M5 and M6 are one line-ordered store sequence
+//       (LineWriter), so the unlink persists before the separator and both
+//       before the first store of P's delete
 //   M7  root collapse: a root left with one child R (no sibling) is replaced
 //       by R: meta.root = R, persisted
 // Then the locks go and X (and a collapsed root) is retired: readers inside
@@ -790,25 +797,19 @@ typename CircTree<P>::MergeResult CircTree<P>::MergeAt(uint32_t level, Cmp&& cmp
       w.Finish();
       Commit(xn, xs.b, 0);  // M4
     }
-    if (l != 0) {
-      pool_->Store64(&N(l)->hdr.sibling, r);
-      // M5: X leaves the sibling chain before its parent entry goes, so a
-      // crash leaves the paper's "IN one child long", never a parent naming
-      // a node the chain still needs.
-      pool_->Persist(&N(l)->hdr.sibling, sizeof(uint64_t));
-    }
+    // M5: X leaves the sibling chain before its parent entry goes, so a
+    // crash leaves the paper's "IN one child long", never a parent naming a
+    // node the chain still needs.
+    if (l != 0) w.Store(&N(l)->hdr.sibling, r);
     if (Stop(StopPoint::kMergeUnlinked)) {
+      w.Finish();
       UnlockStripes(held);
       return MergeResult::kStopped;
     }
-    RemoveAt(p, i);
+    // M6: R's separator becomes its new fence (X's), then X's entry goes.
+    if (Ld(&At(pn, ps, i + 1)->key) != xfence) w.Store(&At(pn, ps, i + 1)->key, xfence);
+    RemoveAt(p, i, w);
     const Span ps2 = LoadSpan(pn);
-    uint64_t* sep = &At(pn, ps2, i)->key;
-    if (Ld(sep) != xfence) {
-      pool_->Store64(sep, xfence);
-      // M6: R's separator is its new fence before the parent unlocks.
-      pool_->Persist(sep, sizeof(uint64_t));
-    }
     bool collapsed = false;
     if (Ld(&meta_->root) == p && ps2.n == 1 && rn->hdr.sibling == 0) {
       std::lock_guard<std::mutex> g(root_mu_);

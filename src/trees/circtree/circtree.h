@@ -196,8 +196,11 @@ class CircTree final : public BasicTree<typename P::Arg> {
   // Algorithm 1: inserts (slot, value) at logical position pos of the locked
   // node with room, shifting toward the nearer end.
   void InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
-  // §5.3: removes logical position pos of the locked node.
+  // §5.3: removes logical position pos of the locked node.  With `w`, its
+  // stores continue the caller's line-ordered stores (a merge's unlink and
+  // separator, persisted before the parent's first shift store).
   void RemoveAt(uint64_t off, uint32_t pos);
+  void RemoveAt(uint64_t off, uint32_t pos, LineWriter& w);
   // Writes one pair.  identity_first: the identity word before the other
   // word (deletes: the first store already hides the removed pair); else the
   // other word first (inserts: the pair appears only when complete).
