@@ -609,6 +609,16 @@ Status CircTree<P>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib) {
 }
 
 template <class P>
+void CircTree<P>::CollapseRoot(uint64_t child) {
+  std::lock_guard<std::mutex> g(root_mu_);
+  pool_->Store64(&meta_->root, child);
+  // The collapse is durable before the merge returns (and before the old
+  // root, now retired, can be reused).
+  pool_->Persist(&meta_->root, sizeof(uint64_t));
+  root_collapses_.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <class P>
 Status CircTree<P>::CompleteRootSplit() {
   uint64_t root;
   for (;;) {
@@ -812,12 +822,8 @@ typename CircTree<P>::MergeResult CircTree<P>::MergeAt(uint32_t level, Cmp&& cmp
     const Span ps2 = LoadSpan(pn);
     bool collapsed = false;
     if (Ld(&meta_->root) == p && ps2.n == 1 && rn->hdr.sibling == 0) {
-      std::lock_guard<std::mutex> g(root_mu_);
-      pool_->Store64(&meta_->root, r);
-      // M7: the root collapse is durable before the merge returns.
-      pool_->Persist(&meta_->root, sizeof(uint64_t));
+      CollapseRoot(r);  // M7
       collapsed = true;
-      root_collapses_.fetch_add(1, std::memory_order_relaxed);
     }
     const bool parent_underfull = !collapsed && Ld(&meta_->root) != p && ps2.n < half;
     UnlockStripes(held);

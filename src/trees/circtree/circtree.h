@@ -241,6 +241,8 @@ class CircTree final : public BasicTree<typename P::Arg> {
   Status SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
   Status InsertSeparator(uint32_t level, uint64_t slot, uint64_t child);
   Status InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib);
+  // Root collapse (merge step M7, recovery case 9): meta.root = child.
+  void CollapseRoot(uint64_t child);
   Status CompleteRootSplit();
   Status EnsureSpares(size_t n);
   Result<uint64_t> TakeSpare();

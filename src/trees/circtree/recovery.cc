@@ -431,9 +431,7 @@ Status CircTree<P>::FinishMerges(std::vector<std::vector<uint64_t>>* levels) {
     if (x->hdr.level == 0 || x->hdr.sibling != 0 || s.n != 1) break;
     const uint64_t child = At(x, s, 0)->value;
     if (N(child)->hdr.sibling != 0) break;
-    pool_->Store64(&meta_->root, child);
-    // Persist the collapse (M7).
-    pool_->Persist(&meta_->root, sizeof(uint64_t));
+    CollapseRoot(child);
     report_.roots_collapsed++;
   }
   return CollectLevels(levels);
