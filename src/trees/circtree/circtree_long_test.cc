@@ -73,9 +73,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // CRASH_MODEL.md §5: mutants made by dropping each flush or fence site in
 // turn.  Every mutant that can change contents is caught; the survivors
-// allowed are the flushes of meta.root after a root split (InstallRoot) and
-// after a root collapse (CollapseRoot, merge step M7), which recovery cases 4 and 9
-// regenerate (docs/trees/circtree.md, "Mutation score").
+// allowed are the persists of meta.root after a root split (InstallRoot) and
+// after a root collapse (CollapseRoot, merge step M7: its flush and its
+// fence), which recovery cases 4 and 9 regenerate (docs/trees/circtree.md,
+// "Mutation score").
 TEST(CircTreeMutation, EveryContentRelevantMutantIsCaught) {
   crash::ExploreOptions o;
   o.depth = 2;
@@ -92,7 +93,7 @@ TEST(CircTreeMutation, EveryContentRelevantMutantIsCaught) {
         function.find("InstallRoot") != std::string::npos || function.find("CollapseRoot") != std::string::npos;
     EXPECT_TRUE(root_switch) << m.kind << " at " << m.site << " (" << function << ") survived";
   }
-  EXPECT_LE(r->survived, 2u);
+  EXPECT_LE(r->survived, 3u);
   EXPECT_GE(r->caught, 14u);
 }
 
