@@ -122,6 +122,7 @@ Op Remove(uint64_t k) { return Op{OpKind::kRemove, k, 0}; }
 struct PreState {
   std::string name;
   std::vector<Op> ops;
+  std::vector<Op> letters;  // operations this pre-state adds to the alphabet
 };
 
 // Both 4-byte halves of a value differ between versions, so a value store
@@ -215,7 +216,23 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
       if (q.tree->Stats().leaf_nodes < leaves) {
         auto pre = inserts(s1);
         for (uint64_t j = 1; j < i; j++) pre.push_back(Remove(10 * j));
-        out.push_back({"merge-threshold", pre});
+        out.push_back({"merge-threshold", pre, {Remove(10 * i)}});
+        break;
+      }
+    }
+  }
+  // The same for a node with a left neighbour (trees that merge only): from
+  // the first three-leaf state, remove keys upward from the median.
+  if (s2 != 0 && !out.empty() && out.back().name == "merge-threshold") {
+    PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
+    for (const Op& op : inserts(s2)) (void)q.tree->Insert(op.key, op.value);
+    const uint64_t leaves = q.tree->Stats().leaf_nodes;
+    for (uint64_t i = s2 / 2; i <= s2; i++) {
+      (void)q.tree->Remove(10 * i);
+      if (q.tree->Stats().leaf_nodes < leaves) {
+        auto pre = inserts(s2);
+        for (uint64_t j = s2 / 2; j < i; j++) pre.push_back(Remove(10 * j));
+        out.push_back({"merge-threshold-middle", pre, {Remove(10 * i)}});
         break;
       }
     }
@@ -271,6 +288,10 @@ std::vector<Op> Alphabet(const PreState& p, bool reopen) {
                          Op{OpKind::kUpsert, c, ValueFor(c, 2)}, Remove(a), Op{OpKind::kUpdate, c, ValueFor(c, 3)},
                          Op{OpKind::kUpdate, b, ValueFor(b, 3)}};
   if (low < min && !m.count(low)) ops.push_back(Insert(low, ValueFor(low, 1)));
+  // The merge-threshold pre-states stop just before the removal that
+  // merges a leaf: that removal is a letter there.
+  for (const Op& op : p.letters)
+    if (m.count(op.key) && op.key != c) ops.push_back(op);
   // Close and reopen: the clean-shutdown writes and instant restart, and the
   // operations after it run on the restarted tree.
   if (reopen) ops.push_back(Op{OpKind::kReopen, 0, 0});

@@ -7,7 +7,7 @@
 //  C1  The meta block has the magic, version and a valid node size; its root
 //      is a node in the heap.
 //  C2  Every node is 64-aligned in the heap, at the level its parent implies;
-//      array == node + 64; count <= N - 1; lock word 0.
+//      array == node + 64; count <= N - 1; lock word and merge mark 0.
 //  C3  Logical positions [0, count) hold non-NULL pairs (identity word != 0);
 //      their keys strictly increase (inner nodes: from position 1).
 //  C4  Every physical slot outside [base, base + count) is all-zero (NULL).
@@ -15,12 +15,14 @@
 //  C6  The first node of each level has no low key, every other node has one;
 //      the root has no sibling; no node is reached twice.
 //  C7  The children of level L+1, in order, are the sibling chain of level L;
-//      separator i of an inner node equals its child's low key.
+//      separator i of an inner node equals its child's low key; the unused
+//      key of position 0 equals the child's low key, 0 when it has none.
 //  C8  An inner node's low key equals its leftmost child's low key.
 //  C9  Key slots are valid (byte keys: blob in the heap, length, hash).
 //  C10 Pool bytes reached (meta, nodes, leaf key blobs, leaf low-key blobs)
 //      plus reserved spare nodes equal the allocator's bytes in use.
 //  C11 The key-0 record of the meta block is 0 or 1 (byte-key trees: 0).
+//  C12 A root inner node has at least two children (merges collapse it).
 //
 // Shift rules (what recovery relies on; docs/trees/circtree.md, "Write
 // orders").  Every copy of a pair into a neighbouring slot writes both words
@@ -369,6 +371,8 @@ Result<bool> CircTree<P>::Remove(K key) {
   // The removal is persistent: the key blob may go (readers inside an epoch
   // guard may still hold it, hence Retire inside Release).
   keys_.Release(slot);
+  // §5.3: a leaf under N / 2 pairs merges into its right sibling.
+  if (s.n - 1 < slots_ / 2 && Ld32(&N(Ld(&meta_->root))->hdr.level) > 0) MergeAfterRemove(cmp);
   return true;
 }
 
@@ -411,10 +415,15 @@ void CircTree<P>::InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t v
 // pair needs no shift, only its NULL.  Commit: (b, n-1) or (b+1, n-1).
 template <class P>
 void CircTree<P>::RemoveAt(uint64_t off, uint32_t pos) {
+  LineWriter w(pool_);
+  RemoveAt(off, pos, w);
+}
+
+template <class P>
+void CircTree<P>::RemoveAt(uint64_t off, uint32_t pos, LineWriter& w) {
   Node* x = N(off);
   const bool leaf = x->hdr.level == 0;
   const Span s = LoadSpan(x);
-  LineWriter w(pool_);
   if (pos + 1 == s.n || pos > s.n / 2) {
     for (int64_t d = pos; d + 1 < s.n; d++) CopyPair(w, At(x, s, d), At(x, s, d + 1), leaf, true);
     NullPair(w, At(x, s, static_cast<int64_t>(s.n) - 1), leaf);
@@ -600,6 +609,16 @@ Status CircTree<P>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib) {
 }
 
 template <class P>
+void CircTree<P>::CollapseRoot(uint64_t child) {
+  std::lock_guard<std::mutex> g(root_mu_);
+  pool_->Store64(&meta_->root, child);
+  // The collapse is durable before the merge returns (and before the old
+  // root, now retired, can be reused).
+  pool_->Persist(&meta_->root, sizeof(uint64_t));
+  root_collapses_.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <class P>
 Status CircTree<P>::CompleteRootSplit() {
   uint64_t root;
   for (;;) {
@@ -638,6 +657,184 @@ Status CircTree<P>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t chil
     return Status::Ok();
   }
   return SplitInsert(off, ub, slot, child);
+}
+
+// ---------------------------------------------------------------------------
+// Merge (§5.3)
+// ---------------------------------------------------------------------------
+
+template <class P>
+std::vector<uint64_t> CircTree<P>::LockStripes(std::initializer_list<uint64_t> offs) {
+  std::vector<uint64_t> held;
+  for (uint64_t o : offs)
+    if (o != 0) held.push_back(o);
+  auto by_stripe = [&](uint64_t a, uint64_t b) { return locks_.StripeOf(a) < locks_.StripeOf(b); };
+  auto same_stripe = [&](uint64_t a, uint64_t b) { return locks_.StripeOf(a) == locks_.StripeOf(b); };
+  std::sort(held.begin(), held.end(), by_stripe);
+  held.erase(std::unique(held.begin(), held.end(), same_stripe), held.end());
+  for (uint64_t o : held) Lock(o);
+  return held;
+}
+
+template <class P>
+template <class Cmp>
+void CircTree<P>::MergeAfterRemove(Cmp&& cmp) {
+  // Merges run one at a time: a merge is the only operation holding more
+  // than one stripe, so it cannot deadlock with writers (they hold one stripe
+  // and wait for none while holding it).
+  std::lock_guard<std::mutex> g(merge_mu_);
+  for (uint32_t level = 0;; level++)
+    if (MergeAt(level, cmp) != MergeResult::kParentUnderfull) return;
+}
+
+// Merge write order (docs/trees/circtree.md, "Merge"), X the underfull node
+// at `level` on the key's path, R its right sibling under the same parent P,
+// L the node whose sibling is X (none when X is the first of its level):
+//   M1  R.merge = R.base_count | kMergeMark, persisted   (only when X has pairs)
+//   M2  X's pairs are copied into R's free slots left of its base, in
+//       ascending order with insert stores (S1), persisted line by line
+//   M3  one store group in R's header line, persisted once: base_count
+//       (b - n_X, n_R + n_X); low_key = X's fence (0 when X has none, then the
+//       flag cleared); merge = 0.                         (StopPoint kMergeCommitted)
+//   M4  X's pairs NULLed greatest first (delete stores, S2); X commits (b, 0)
+//   M5  L.sibling = R                                     (kMergeUnlinked)
+//   M6  the entry naming R gets X's fence as its key, then P removes X's
+//       entry (§5.3 delete); M5 and M6 are one line-ordered store sequence
+//       (LineWriter), so the unlink persists before the separator and both
+//       before the first store of P's delete
+//   M7  root collapse: a root left with one child R (no sibling) is replaced
+//       by R: meta.root = R, persisted
+// Then the locks go and X (and a collapsed root) is retired: readers inside
+// an epoch guard may still hold it, and they find it empty with R's fence
+// equal to its own, so the move-right rule takes them to R.
+template <class P>
+template <class Cmp>
+typename CircTree<P>::MergeResult CircTree<P>::MergeAt(uint32_t level, Cmp&& cmp) {
+  const uint32_t half = slots_ / 2;  // §5.3: underutilized below N / 2 pairs
+  for (int attempt = 0; attempt < 3; attempt++) {
+    if (Ld32(&N(Ld(&meta_->root))->hdr.level) <= level) return MergeResult::kNone;
+    // A snapshot of the nodes involved, read without locks and validated
+    // again once they are all locked.
+    struct PathView {
+      uint64_t next = 0, x = 0, r = 0, left_child = 0;
+      uint32_t i = 0;
+    };
+    uint64_t p = DescendTo(level + 1, cmp);
+    PathView v;
+    for (;;) {
+      v = locks_.For(p).ReadStable([&] {
+        PathView o;
+        const Node* pn = N(p);
+        if (MoveRight(pn, cmp, &o.next)) return o;
+        const Span s = LoadSpan(pn);
+        if (s.n == 0) return o;
+        const uint32_t ub = UpperBound(pn, s, 1, cmp);
+        o.i = ub - 1;
+        o.x = Ld(&At(pn, s, o.i)->value);
+        o.r = ub < s.n ? Ld(&At(pn, s, ub)->value) : 0;
+        o.left_child = o.i >= 1 ? Ld(&At(pn, s, static_cast<int64_t>(o.i) - 1)->value) : 0;
+        return o;
+      });
+      if (v.next == 0) break;
+      p = v.next;
+    }
+    const uint64_t x = v.x, r = v.r;
+    if (x == 0 || r == 0) return MergeResult::kNone;  // X is its parent's last child
+    struct NodeView {
+      uint32_t n;
+      uint64_t sibling, fence;
+    };
+    auto view = [&](uint64_t off) {
+      return locks_.For(off).ReadStable(
+          [&] { return NodeView{LoadSpan(N(off)).n, Ld(&N(off)->hdr.sibling), FenceOf(N(off))}; });
+    };
+    const NodeView xv = view(x), rv = view(r);
+    if (xv.n >= half || xv.sibling != r || xv.n + rv.n > cap_) return MergeResult::kNone;
+    uint64_t l = 0;
+    if (xv.fence != 0) {
+      // L is P's previous child or, for P's first child, the last node left
+      // of X's fence; a split not yet in the parent may sit between.
+      l = v.left_child;
+      if (l == 0)
+        l = DescendTo(level, [&](uint64_t slot) { return CompareFences(slot, xv.fence) < 0 ? -1 : 1; });
+      for (int steps = 0; l != 0 && steps < 64; steps++) {
+        const uint64_t sib = view(l).sibling;
+        if (sib == x) break;
+        l = sib;
+      }
+      if (l == 0) return MergeResult::kNone;
+    }
+    const std::vector<uint64_t> held = LockStripes({p, x, r, l});
+    Node* pn = N(p);
+    Node* xn = N(x);
+    Node* rn = N(r);
+    const Span ps = LoadSpan(pn), xs = LoadSpan(xn), rs = LoadSpan(rn);
+    uint32_t i = 0;
+    while (i < ps.n && At(pn, ps, i)->value != x) i++;
+    const uint64_t xfence = FenceOf(xn);
+    const bool valid = Ld32(&N(Ld(&meta_->root))->hdr.level) > level && i + 1 < ps.n &&
+                       At(pn, ps, i + 1)->value == r && xn->hdr.sibling == r && xs.n < half &&
+                       xs.n + rs.n <= cap_ && (l != 0 ? N(l)->hdr.sibling == x : (xfence == 0 && i == 0));
+    if (!valid) {
+      UnlockStripes(held);
+      continue;
+    }
+    const bool leaf = level == 0;
+    const uint64_t rfence = FenceOf(rn);
+    LineWriter w(pool_);
+    if (xs.n > 0) {
+      pool_->Store64(&rn->hdr.merge, rn->hdr.base_count | kMergeMark);
+      // M1: the mark is durable before any copy, so recovery never reads the
+      // copies as an insert's left shift (case 1).
+      pool_->Persist(&rn->hdr.merge, sizeof(uint64_t));
+      for (int64_t j = 0; j < xs.n; j++)
+        CopyPair(w, At(rn, rs, j - static_cast<int64_t>(xs.n)), At(xn, xs, j), leaf, false);
+      w.Finish();
+      pool_->Store64(&rn->hdr.base_count, PackBaseCount((rs.b + slots_ - xs.n) & mask_, rs.n + xs.n));
+    }
+    pool_->Store64(&rn->hdr.low_key, xfence);
+    if (xfence == 0) pool_->Store64(reinterpret_cast<uint64_t*>(&rn->hdr.level), level);  // flags cleared
+    if (xs.n > 0) pool_->Store64(&rn->hdr.merge, 0);
+    // M3: base + count, fence and mark persist together (one header line,
+    // stores kept in order within a line): the commit of the merge.
+    pool_->Persist(&rn->hdr, sizeof(NodeHeader));
+    if (Stop(StopPoint::kMergeCommitted)) {
+      UnlockStripes(held);
+      return MergeResult::kStopped;
+    }
+    if (xs.n > 0) {
+      for (int64_t j = static_cast<int64_t>(xs.n) - 1; j >= 0; --j) NullPair(w, At(xn, xs, j), leaf);
+      w.Finish();
+      Commit(xn, xs.b, 0);  // M4
+    }
+    // M5: X leaves the sibling chain before its parent entry goes, so a
+    // crash leaves the paper's "IN one child long", never a parent naming a
+    // node the chain still needs.
+    if (l != 0) w.Store(&N(l)->hdr.sibling, r);
+    if (Stop(StopPoint::kMergeUnlinked)) {
+      w.Finish();
+      UnlockStripes(held);
+      return MergeResult::kStopped;
+    }
+    // M6: R's separator becomes its new fence (X's), then X's entry goes.
+    if (Ld(&At(pn, ps, i + 1)->key) != xfence) w.Store(&At(pn, ps, i + 1)->key, xfence);
+    RemoveAt(p, i, w);
+    const Span ps2 = LoadSpan(pn);
+    bool collapsed = false;
+    if (Ld(&meta_->root) == p && ps2.n == 1 && rn->hdr.sibling == 0) {
+      CollapseRoot(r);  // M7
+      collapsed = true;
+    }
+    const bool parent_underfull = !collapsed && Ld(&meta_->root) != p && ps2.n < half;
+    UnlockStripes(held);
+    merges_.fetch_add(1, std::memory_order_relaxed);
+    pool_->allocator().Retire(x, NodeBytes(node_size_));
+    if (collapsed) pool_->allocator().Retire(p, NodeBytes(node_size_));
+    // A leaf's fence is its own key copy; R's old one is named nowhere now.
+    if (leaf) keys_.Release(rfence);
+    return parent_underfull ? MergeResult::kParentUnderfull : MergeResult::kMerged;
+  }
+  return MergeResult::kNone;
 }
 
 // ---------------------------------------------------------------------------

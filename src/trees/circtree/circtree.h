@@ -12,9 +12,12 @@
 // (bidirectional shifting) and commits with one 8-byte store of the node's
 // base location and count.  Splits copy the upper half to a new right
 // sibling, link it, clear the copies with NULLs and commit the count
-// (Figure 5).  Recovery after a crash repairs interrupted shifts from the
-// NULL boundaries and transient duplicates, finishes interrupted splits and
-// links children the parents lack (§5.5).
+// (Figure 5).  A node left under N / 2 pairs by a delete merges into its
+// right sibling under the same parent (§5.3), cascading up and collapsing a
+// root left with one child.  Recovery after a crash repairs interrupted
+// shifts from the NULL boundaries and transient duplicates, finishes
+// interrupted splits and merges, links children the parents lack and drops
+// the ones they name too many (§5.5).
 //
 // Durability (pmtree/tree.h contract): every mutating call is durable when it
 // returns; a crash at any instant recovers to the state before or after it.
@@ -36,6 +39,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -60,6 +64,8 @@ enum class StopPoint {
   kSplitLinked,            // step 4a: sibling pointer persisted, copies not cleared
   kSplitCleared,           // step 4b: copies cleared, count not committed
   kSplitCommitted,         // step 5a: count committed, parent not updated
+  kMergeCommitted,         // merge M3: right sibling committed, left node not emptied
+  kMergeUnlinked,          // merge M5: left node unlinked, parent still names it
 };
 
 // What recovery repaired (tests, Stats() and reports).  Names follow the
@@ -76,6 +82,12 @@ struct RecoveryReport {
   uint64_t stale_words_zeroed = 0;     // half-written words in NULL slots zeroed
   uint64_t root_splits_completed = 0;  // case 4: root with a sibling
   uint64_t children_linked = 0;        // case 5: IN one child short, child inserted
+  uint64_t merges_undone = 0;          // case 7a: uncommitted merge copies zeroed
+  uint64_t merges_finished = 0;        // case 7b: committed merge, fence completed
+  uint64_t merged_unlinked = 0;        // case 7c: emptied merged node unlinked
+  uint64_t children_unlinked = 0;      // case 8: IN one child long, entry removed
+  uint64_t separators_fixed = 0;       // case 8: separator above a lowered fence
+  uint64_t roots_collapsed = 0;        // case 9: root with one child replaced by it
 };
 
 template <class P>
@@ -184,8 +196,11 @@ class CircTree final : public BasicTree<typename P::Arg> {
   // Algorithm 1: inserts (slot, value) at logical position pos of the locked
   // node with room, shifting toward the nearer end.
   void InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
-  // §5.3: removes logical position pos of the locked node.
+  // §5.3: removes logical position pos of the locked node.  With `w`, its
+  // stores continue the caller's line-ordered stores (a merge's unlink and
+  // separator, persisted before the parent's first shift store).
   void RemoveAt(uint64_t off, uint32_t pos);
+  void RemoveAt(uint64_t off, uint32_t pos, LineWriter& w);
   // Writes one pair.  identity_first: the identity word before the other
   // word (deletes: the first store already hides the removed pair); else the
   // other word first (inserts: the pair appears only when complete).
@@ -195,11 +210,39 @@ class CircTree final : public BasicTree<typename P::Arg> {
   }
   void NullPair(LineWriter& w, Pair* dst, bool leaf) { WritePair(w, dst, 0, 0, leaf, true); }
 
+  // A node's fence (low key); 0 when it has none (the first node of its
+  // level, or a merge made it so: layout.h).  0 compares below every key.
+  uint64_t FenceOf(const Node* x) const {
+    return (Ld32(&x->hdr.flags) & kHasLowKey) ? Ld(&x->hdr.low_key) : 0;
+  }
+  int CompareFences(uint64_t a, uint64_t b) const {
+    if (a == 0 || b == 0) return a == b ? 0 : (a == 0 ? -1 : 1);
+    return keys_.CompareSlots(a, b);
+  }
+
+  // §5.3 merges, after a delete left a node under N / 2 pairs: the node X
+  // named by the key's path at `level` is merged into its right sibling R
+  // under the same parent when R has room (docs/trees/circtree.md, "Merge").
+  // Cascades up while the parent becomes underfull; collapses a root left
+  // with one child.
+  template <class Cmp>
+  void MergeAfterRemove(Cmp&& cmp);
+  enum class MergeResult { kNone, kMerged, kParentUnderfull, kStopped };
+  template <class Cmp>
+  MergeResult MergeAt(uint32_t level, Cmp&& cmp);
+  // Stripes of a merge's node set, locked in ascending order (no stripe twice).
+  std::vector<uint64_t> LockStripes(std::initializer_list<uint64_t> offs);
+  void UnlockStripes(const std::vector<uint64_t>& held) {
+    for (uint64_t o : held) Unlock(o);
+  }
+
   // Figure 5 split of the full locked node `off` plus insertion of (slot,
   // value) at logical position pos; unlocks `off`.
   Status SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
   Status InsertSeparator(uint32_t level, uint64_t slot, uint64_t child);
   Status InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib);
+  // Root collapse (merge step M7, recovery case 9): meta.root = child.
+  void CollapseRoot(uint64_t child);
   Status CompleteRootSplit();
   Status EnsureSpares(size_t n);
   Result<uint64_t> TakeSpare();
@@ -211,7 +254,9 @@ class CircTree final : public BasicTree<typename P::Arg> {
   Status RecoverFromPool(bool clean);
   Status CheckNode(uint64_t off, uint32_t level) const;
   Status CollectLevels(std::vector<std::vector<uint64_t>>* levels, bool repair = false);
-  void RepairNode(uint64_t off);
+  void RepairNode(uint64_t off, uint64_t prev);
+  void RepairMergeMark(Node* x, uint64_t prev);
+  Status FinishMerges(std::vector<std::vector<uint64_t>>* levels);
   bool ResolveInsert(Node* x, bool leaf);
   bool FinishDelete(Node* x, bool leaf);
   void TrimEnds(Node* x, bool leaf);
@@ -233,6 +278,7 @@ class CircTree final : public BasicTree<typename P::Arg> {
   StripedVersionLocks<4096> locks_;
   VersionLock zero_lock_;  // key 0 of a 64-bit tree (meta block)
   std::mutex root_mu_;
+  std::mutex merge_mu_;  // one merge at a time (it holds several stripes)
   mutable std::mutex spare_mu_;
   std::vector<uint64_t> spares_;  // allocated, unlinked nodes reserved for splits
   // Design counters (Stats().extra; the crash explorer derives pre-states
@@ -240,6 +286,7 @@ class CircTree final : public BasicTree<typename P::Arg> {
   std::atomic<uint64_t> left_shifts_{0}, right_shifts_{0}, pairs_shifted_{0}, wraps_{0};
   std::atomic<uint64_t> deletes_left_{0}, deletes_right_{0};
   std::atomic<uint64_t> splits_{0}, root_splits_{0};
+  std::atomic<uint64_t> merges_{0}, root_collapses_{0};
   RecoveryReport report_;
   std::function<bool(StopPoint)> stop_hook_;
   bool closed_ = false;

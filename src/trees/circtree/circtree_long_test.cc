@@ -72,9 +72,11 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // CRASH_MODEL.md §5: mutants made by dropping each flush or fence site in
-// turn.  Every mutant that can change contents is caught; the one survivor
-// allowed is the flush of meta.root after a root split (InstallRoot), which
-// recovery case 4 regenerates (docs/trees/circtree.md, "Mutation score").
+// turn.  Every mutant that can change contents is caught; the survivors
+// allowed are the persists of meta.root after a root split (InstallRoot) and
+// after a root collapse (CollapseRoot, merge step M7: its flush and its
+// fence), which recovery cases 4 and 9 regenerate (docs/trees/circtree.md,
+// "Mutation score").
 TEST(CircTreeMutation, EveryContentRelevantMutantIsCaught) {
   crash::ExploreOptions o;
   o.depth = 2;
@@ -87,9 +89,11 @@ TEST(CircTreeMutation, EveryContentRelevantMutantIsCaught) {
     std::string function;
     for (const auto& s : base.sites)
       if (s.name == m.site) function = s.function;
-    EXPECT_NE(function.find("InstallRoot"), std::string::npos) << m.kind << " at " << m.site << " survived";
+    const bool root_switch =
+        function.find("InstallRoot") != std::string::npos || function.find("CollapseRoot") != std::string::npos;
+    EXPECT_TRUE(root_switch) << m.kind << " at " << m.site << " (" << function << ") survived";
   }
-  EXPECT_LE(r->survived, 1u);
+  EXPECT_LE(r->survived, 3u);
   EXPECT_GE(r->caught, 14u);
 }
 

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -369,6 +370,12 @@ SweepResult SweepCrashes(uint32_t node_size, const std::function<void(U64Tree&)>
     res.sum.stale_words_zeroed += r.stale_words_zeroed;
     res.sum.root_splits_completed += r.root_splits_completed;
     res.sum.children_linked += r.children_linked;
+    res.sum.merges_undone += r.merges_undone;
+    res.sum.merges_finished += r.merges_finished;
+    res.sum.merged_unlinked += r.merged_unlinked;
+    res.sum.children_unlinked += r.children_unlinked;
+    res.sum.separators_fixed += r.separators_fixed;
+    res.sum.roots_collapsed += r.roots_collapsed;
   }
   unlink(base.c_str());
   unlink(work.c_str());
@@ -484,6 +491,174 @@ TEST(CircTreeRecoveryTest, EverySplitStopPointRecovers) {
   }
 }
 
+// ---- merges (§5.3) ----------------------------------------------------------------------------------
+
+// Removals in a fixed shuffled order down to a few keys: every Verify()
+// passes (C12 included), the contents follow a model, leaves and inner nodes
+// merge, and the root collapses back to a single leaf.  (The order is fixed:
+// whether the last nodes end up under one parent depends on it, since a node
+// only tries to merge when a delete in it leaves it underfull.)
+TEST(CircTreeMergeTest, RemovalsMergeNodesAndCollapseTheRoot) {
+  const uint64_t seed = 42;
+  for (uint32_t ns : {512u, 4096u}) {
+    SCOPED_TRACE("node size " + std::to_string(ns));
+    auto pool = Pool::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
+    auto t = MakeTree(pool->get(), ns);
+    ASSERT_TRUE(t.ok());
+    const uint64_t n = ns == 512 ? 3000 : 40000;
+    std::vector<uint64_t> keys;
+    std::map<uint64_t, uint64_t> model;
+    for (uint64_t i = 1; i <= n; i++) {
+      ASSERT_TRUE(*(*t)->Insert(10 * i, i));
+      keys.push_back(10 * i);
+      model[10 * i] = i;
+    }
+    const uint32_t height = (*t)->Stats().height;
+    ASSERT_GE(height, 3u);
+    std::shuffle(keys.begin(), keys.end(), std::mt19937_64(seed));
+    for (size_t j = 0; j + 5 < keys.size(); j++) {
+      ASSERT_TRUE(*(*t)->Remove(keys[j]));
+      model.erase(keys[j]);
+      if (j % 997 == 0) {
+        ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+      }
+    }
+    ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+    EXPECT_EQ(Contents(**t), model);
+    const TreeStats st = (*t)->Stats();
+    EXPECT_GT(Extra(st, "merges"), 0.0);
+    EXPECT_GE(Extra(st, "root_collapses"), static_cast<double>(height - 1));
+    EXPECT_EQ(st.height, 1u);
+    EXPECT_EQ(st.leaf_nodes, 1u);
+  }
+}
+
+// Ascending removals keep every leaf and inner node at or above N / 2 pairs
+// while it has a right sibling under the same parent that can take it: the
+// first leaf merges as soon as it drops below N / 2.
+TEST(CircTreeMergeTest, UnderfullLeafMergesIntoItsRightSibling) {
+  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  Fill(**t, 48);  // leaves of 16, 16 and 16 pairs under one root
+  ASSERT_EQ((*t)->Stats().leaf_nodes, 3u);
+  ASSERT_TRUE(*(*t)->Remove(170));  // the middle leaf: 15 < 16, its right sibling has room
+  EXPECT_EQ((*t)->Stats().leaf_nodes, 2u);
+  EXPECT_EQ(Extra((*t)->Stats(), "merges"), 1.0);
+  ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+  ASSERT_TRUE(*(*t)->Remove(10));  // the first leaf: 15 + 31 does not fit
+  EXPECT_EQ((*t)->Stats().leaf_nodes, 2u);
+  ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+  EXPECT_EQ(Contents(**t).size(), 46u);
+}
+
+// Flush budget of a merge (counting backend): the delete's lines and header,
+// then M1 mark (1), the copied lines in the sibling, M3 header (1), the
+// NULLed lines of the merged node and its commit (1), the parent's lines
+// (the new separator and the delete) and header, and the root switch (1).
+TEST(CircTreeMergeTest, MergeFlushesItsLinesAndOneHeaderPersistPerStep) {
+  PoolOptions po;
+  po.use_env = false;
+  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  Fill(**t, 32);  // root + leaves X (10..160) and R (170..320), 16 pairs each
+  const uint64_t root = (*t)->root_offset();
+  const Node* p = (*pool)->At<Node>(root);
+  const NodeView pv = ViewOf(**pool, root);
+  const uint64_t x = p->pairs[pv.b].value, r = p->pairs[(pv.b + 1) & 31].value;
+  const NodeView xv = ViewOf(**pool, x), rv = ViewOf(**pool, r);
+  ASSERT_EQ(xv.n, 16u);
+  ASSERT_EQ(rv.n, 16u);
+  const uint32_t slots = Slots(512);
+  const uint64_t del = LinesOf(xv.b, 0, 0, slots) + 1;                          // remove position 0
+  const uint64_t copy = LinesOf(rv.b, -15, -1, slots);                          // M2
+  const uint64_t nulls = LinesOf((xv.b + 1) & (slots - 1), 0, 14, slots);      // M4
+  const uint64_t parent = LinesOf(pv.b, 0, 1, slots) + 1;  // M6: R's separator, then position 0's NULL
+  const Cost c = Measure([&] { ASSERT_TRUE(*(*t)->Remove(10)); });
+  EXPECT_EQ(c.flushes, del + 1 + copy + 1 + nulls + 1 + parent + 1);
+  EXPECT_EQ(c.fences, c.flushes);
+  EXPECT_EQ((*t)->root_offset(), r);  // collapsed
+  EXPECT_EQ(ViewOf(**pool, r).n, 31u);
+}
+
+// Cases 7a, 7b, 7c and 9: the first leaf merges into its sibling and the
+// root collapses; a crash after every store recovers.
+TEST(CircTreeRecoveryTest, FirstLeafMergeAndRootCollapseRecoverAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { Fill(t, 32); }, [](U64Tree& t) { (void)t.Remove(10); });
+  EXPECT_GT(r.sum.merges_undone, 0u);
+  EXPECT_GT(r.sum.merges_finished, 0u);
+  EXPECT_GT(r.sum.merged_unlinked, 0u);
+  EXPECT_GT(r.sum.separators_fixed, 0u);
+  EXPECT_GT(r.sum.roots_collapsed, 0u);
+}
+
+// Case 8, IN one child long: a middle leaf merges; a crash between the
+// unlink and the parent's delete leaves the parent naming it.
+TEST(CircTreeRecoveryTest, MiddleLeafMergeRemovesTheParentsExtraChildAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { Fill(t, 48); }, [](U64Tree& t) { (void)t.Remove(170); });
+  EXPECT_GT(r.sum.merges_undone, 0u);
+  EXPECT_GT(r.sum.merged_unlinked, 0u);
+  EXPECT_GT(r.sum.children_unlinked, 0u);
+  EXPECT_GT(r.sum.separators_fixed, 0u);
+}
+
+// Inner nodes merge too: ascending removals from a three-level tree until
+// one removal cascades a leaf merge into an inner merge and a root
+// collapse; a crash after every store of that removal recovers.
+TEST(CircTreeRecoveryTest, InnerMergeCascadeRecoversAfterEveryStore) {
+  uint64_t last = 0;
+  {
+    auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+    auto t = MakeTree(pool->get(), 512);
+    Fill(**t, 600);
+    ASSERT_EQ((*t)->Stats().height, 3u);
+    for (uint64_t i = 1; i <= 600 && last == 0; i++) {
+      ASSERT_TRUE(*(*t)->Remove(10 * i));
+      if ((*t)->Stats().height == 2) last = i;
+    }
+  }
+  ASSERT_NE(last, 0u);
+  SweepResult r = SweepCrashes(
+      512,
+      [&](U64Tree& t) {
+        Fill(t, 600);
+        for (uint64_t i = 1; i < last; i++) ASSERT_TRUE(*t.Remove(10 * i));
+      },
+      [&](U64Tree& t) { (void)t.Remove(10 * last); });
+  EXPECT_GT(r.sum.merges_undone, 0u);
+  EXPECT_GT(r.sum.merged_unlinked, 0u);
+  EXPECT_GT(r.sum.roots_collapsed, 0u);
+}
+
+// The merge stop points: committed (the merged node still holds its pairs)
+// and unlinked (its parent still names it: IN one child long).
+TEST(CircTreeRecoveryTest, EveryMergeStopPointRecovers) {
+  for (StopPoint sp : {StopPoint::kMergeCommitted, StopPoint::kMergeUnlinked}) {
+    SCOPED_TRACE("stop point " + std::to_string(static_cast<int>(sp)));
+    const std::string path = TmpPath("mstop");
+    std::map<uint64_t, uint64_t> after;
+    {
+      auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+      auto t = MakeTree(pool->get(), 512);
+      Fill(**t, 48);
+      (*t)->SetStopHookForTest([sp](StopPoint p) { return p == sp; });
+      ASSERT_TRUE(*(*t)->Remove(170));
+      after = Contents(**t);
+    }
+    auto pool = Pool::Open(path, "circtree", PlainOptions());
+    auto t = U64Tree::Recover(pool->get(), {});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+    EXPECT_EQ(Contents(**t), after);
+    const RecoveryReport& rr = (*t)->recovery_report();
+    EXPECT_EQ(rr.merged_unlinked, sp == StopPoint::kMergeCommitted ? 1u : 0u);
+    EXPECT_EQ(rr.children_unlinked, 1u);  // the parent names the node either way
+    EXPECT_EQ((*t)->Stats().leaf_nodes, 2u);
+    unlink(path.c_str());
+  }
+}
+
 // ---- restart ------------------------------------------------------------------------------------
 
 TEST(CircTreeTest, CleanCloseRestartsInstantlyWithoutReadingNodes) {
@@ -540,6 +715,39 @@ TEST(CircTreeTest, ByteStringKeysSurviveACrash) {
 
 // ---- concurrency (run under ThreadSanitizer by scripts/test.sh --tsan) -------------------------------
 
+// Inserts the stable keys k * stride (value k, k = 1..stable), then runs
+// writer(w, errors) on `writers` threads while one reader looks the stable
+// keys up and checks that scans come back sorted, until every writer is
+// done.  Returns the errors the reader and the writers counted.
+int RunWritersBesideAReader(U64Tree& tree, uint64_t stable, uint64_t stride, uint64_t seed, int writers,
+                            const std::function<void(int, std::atomic<int>&)>& writer) {
+  for (uint64_t k = 1; k <= stable; k++) EXPECT_TRUE(*tree.Insert(k * stride, k));
+  std::atomic<int> done{0};
+  std::atomic<int> errors{0};
+  std::thread reader([&] {
+    std::mt19937_64 rng(seed ^ 7);
+    std::vector<Tree::Entry> out(64);
+    while (done.load() < writers) {
+      const uint64_t k = 1 + rng() % stable;
+      uint64_t v = 0;
+      if (!tree.Lookup(k * stride, &v) || v != k) errors++;
+      const size_t n = tree.Scan(rng() % (stable * stride), std::span(out));
+      for (size_t i = 1; i < n; i++)
+        if (!(out[i - 1].first < out[i].first)) errors++;
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int w = 0; w < writers; w++) {
+    threads.emplace_back([&, w] {
+      writer(w, errors);
+      done++;
+    });
+  }
+  for (auto& th : threads) th.join();
+  reader.join();
+  return errors.load();
+}
+
 TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
   const uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
@@ -547,39 +755,48 @@ TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
   U64Tree& tree = **t;
-  // Keys 1..1000 are stable: present throughout, readers must always see them.
-  for (uint64_t k = 1; k <= 1000; k++) ASSERT_TRUE(*tree.Insert(k * 4, k));
   constexpr int kWriters = 2;
-  std::atomic<bool> stop{false};
-  std::atomic<int> errors{0};
-  std::thread reader([&] {
-    std::mt19937_64 rng(seed ^ 7);
-    std::vector<Tree::Entry> out(64);
-    while (!stop.load()) {
-      const uint64_t k = 1 + rng() % 1000;
-      uint64_t v = 0;
-      if (!tree.Lookup(k * 4, &v) || v != k) errors++;
-      const size_t n = tree.Scan(rng() % 4000, std::span(out));
-      for (size_t i = 1; i < n; i++)
-        if (!(out[i - 1].first < out[i].first)) errors++;
-    }
+  // Keys 4..4000 are stable; writer w owns keys k * 4 + 1 + w: inserts them
+  // all, removes half.
+  const int errors = RunWritersBesideAReader(tree, 1000, 4, seed, kWriters, [&](int w, std::atomic<int>& err) {
+    for (uint64_t k = 0; k < 3000; k++)
+      if (!*tree.Insert(k * 4 + 1 + w, k)) err++;
+    for (uint64_t k = 0; k < 3000; k += 2)
+      if (!*tree.Remove(k * 4 + 1 + w)) err++;
   });
-  std::vector<std::thread> writers;
-  for (int w = 0; w < kWriters; w++) {
-    writers.emplace_back([&, w] {
-      // Writer w owns keys k * 4 + 1 + w: inserts them all, removes half.
-      for (uint64_t k = 0; k < 3000; k++)
-        if (!*tree.Insert(k * 4 + 1 + w, k)) errors++;
-      for (uint64_t k = 0; k < 3000; k += 2)
-        if (!*tree.Remove(k * 4 + 1 + w)) errors++;
-    });
-  }
-  for (auto& th : writers) th.join();
-  stop = true;
-  reader.join();
-  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(errors, 0);
   ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
   EXPECT_EQ(tree.Stats().entries, 1000u + kWriters * 1500u);
+}
+
+// Merges under concurrency (§5.4): writers insert and then remove all their
+// keys, so leaves and inner nodes merge (and in most runs the root
+// collapses) while the reader looks up and scans the stable keys (run under ThreadSanitizer by
+// scripts/test.sh --tsan).
+TEST(CircTreeTest, ConcurrentRemovalsMergeWhileReadersFindEveryStableKey) {
+  const uint64_t seed = Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
+  auto pool = Pool::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  U64Tree& tree = **t;
+  // Keys 64..6400 are stable; writer w owns keys j * 64 + 1 + w (between
+  // the stable keys and beyond them): four rounds of insert-all, remove-all.
+  const int errors = RunWritersBesideAReader(tree, 100, 64, seed, 2, [&](int w, std::atomic<int>& err) {
+    for (int round = 0; round < 4; round++) {
+      for (uint64_t j = 0; j < 2000; j++)
+        if (!*tree.Insert(j * 64 + 1 + w, j)) err++;
+      for (uint64_t j = 0; j < 2000; j++)
+        if (!*tree.Remove(j * 64 + 1 + w)) err++;
+    }
+  });
+  EXPECT_EQ(errors, 0);
+  ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
+  const TreeStats st = tree.Stats();
+  EXPECT_EQ(st.entries, 100u);
+  // Leaves merge in every run; whether the root collapses (inner nodes
+  // merging down to one) depends on the interleaving, so it is not asserted.
+  EXPECT_GT(Extra(st, "merges"), 0.0);
 }
 
 // ---- crash explorer (bounded; the full matrix is circtree_long_test) ----------------------------

@@ -86,7 +86,14 @@ static_assert(offsetof(Meta, zero_present) == 40);
 //                          high fence is its sibling's low_key
 //   40   4     level       0 = leaf, parent = child + 1
 //   44   4     flags       kHasLowKey: every node but the first of its level
-//   48   16    reserved    zero
+//                          (a merge that makes a node the first of its level
+//                          stores low_key = 0 before clearing the flag; a set
+//                          flag with low_key 0 reads as "no low key")
+//   48   8     merge       merge mark: while a left sibling's pairs are copied
+//                          into this node's free slots, this node's
+//                          base_count before the merge | kMergeMark; cleared
+//                          by the store group that commits the merge; 0 at rest
+//   56   8     reserved    zero
 struct NodeHeader {
   uint64_t array;
   uint64_t base_count;
@@ -95,7 +102,8 @@ struct NodeHeader {
   uint64_t low_key;
   uint32_t level;
   uint32_t flags;
-  uint64_t reserved[2];
+  uint64_t merge;
+  uint64_t reserved;
 };
 static_assert(sizeof(NodeHeader) == 64);
 static_assert(offsetof(NodeHeader, base_count) == 8);
@@ -104,8 +112,11 @@ static_assert(offsetof(NodeHeader, lock) == 16);
 static_assert(offsetof(NodeHeader, sibling) == 24);
 static_assert(offsetof(NodeHeader, low_key) == 32);
 static_assert(offsetof(NodeHeader, level) == 40);
+static_assert(offsetof(NodeHeader, merge) == 48);
 
 inline constexpr uint32_t kHasLowKey = 1u << 0;
+// Bit 63 of NodeHeader::merge (a base_count word never sets it: count <= 255).
+inline constexpr uint64_t kMergeMark = 1ull << 63;
 
 // base_count word: bits 0..31 base, bits 32..63 count.
 inline constexpr uint64_t PackBaseCount(uint32_t base, uint32_t count) {

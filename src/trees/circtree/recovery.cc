@@ -24,11 +24,18 @@
 //        case 3b  pairs at or above the sibling's low key: a split stopped
 //                 before its NULLs/commit    -> NULLed, count committed
 //        stale    half-written words in NULL slots -> zeroed
-//   3. Rebuild the allocator from what the tree reaches (no leak).
-//   4. Inner levels against the level below (bottom-up):
+//        case 7a  merge mark, count unchanged: copies not committed -> zeroed
+//        case 7b  merge mark, count changed: committed -> fence redone
+//   3. Merges that committed but did not finish (FinishMerges, bottom-up):
+//        case 7c  a node whose sibling's fence equals its own -> emptied,
+//                 unlinked
+//        case 8   an IN naming a node the chain lost (IN one child long)
+//                 -> entry removed; separators set to the children's fences
+//        case 9   a root IN with one child -> the child becomes the root
+//   4. Rebuild the allocator from what the tree reaches (no leak).
+//   5. Inner levels against the level below (bottom-up):
 //        case 4   the root has a sibling     -> new root installed
 //        case 5   a node no parent names (IN one child short) -> inserted
-//      (An IN one child long needs a merge, which this tree does not do.)
 
 #include <algorithm>
 #include <cstdio>
@@ -60,6 +67,8 @@ Status CircTree<P>::RecoverFromPool(bool clean) {
   if (clean) return Status::Ok();  // instant restart
   std::vector<std::vector<uint64_t>> levels;
   PMTREE_RETURN_IF_ERROR(CollectLevels(&levels, /*repair=*/true));
+  // Before the allocator rebuild: what these repairs detach is then free.
+  PMTREE_RETURN_IF_ERROR(FinishMerges(&levels));
   PMTREE_RETURN_IF_ERROR(RebuildAllocator(levels));
   return LinkChildren(&levels);
 }
@@ -78,7 +87,7 @@ Status CircTree<P>::CheckNode(uint64_t off, uint32_t level) const {
   if constexpr (!P::kInline) {
     for (uint32_t i = 0; i < slots_; i++)
       if (x->pairs[i].key != 0) PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(x->pairs[i].key));
-    if (x->hdr.flags & kHasLowKey) PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(x->hdr.low_key));
+    if ((x->hdr.flags & kHasLowKey) && x->hdr.low_key != 0) PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(x->hdr.low_key));
   }
   return Status::Ok();
 }
@@ -100,18 +109,24 @@ Status CircTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>* levels, bo
   std::unordered_set<uint64_t> seen;
   for (int64_t L = top; L >= 0; --L) {
     auto& chain = (*levels)[L];
-    for (uint64_t off = first; off != 0; off = N(off)->hdr.sibling) {
+    for (uint64_t off = first, prev = 0; off != 0; prev = off, off = N(off)->hdr.sibling) {
       PMTREE_RETURN_IF_ERROR(CheckNode(off, static_cast<uint32_t>(L)));
       if (!seen.insert(off).second) return NodeError(off, "C6", "node reached twice (cycle or shared node)");
       chain.push_back(off);
       const uint64_t sib = N(off)->hdr.sibling;
+      // A sibling without a low key is one a merge made the first of its
+      // level (low key 0) while this node is still linked.
       if (sib != 0 && (sib % kLine != 0 || !pool_->InHeap(sib, NodeBytes(node_size_)) ||
-                       !(N(sib)->hdr.flags & kHasLowKey)))
+                       !((N(sib)->hdr.flags & kHasLowKey) || N(sib)->hdr.low_key == 0)))
         return NodeError(off, "C6", "sibling " + Hex(sib) + " is not a node with a low key");
-      if (repair) RepairNode(off);
+      if (repair) RepairNode(off, prev);
     }
     if (L > 0) {
-      const Node* f = N(first);
+      // A first node a merge emptied (its pairs are in its sibling) has no
+      // leftmost child: the level below starts at the next one's.
+      uint64_t head = first;
+      while (LoadSpan(N(head)).n == 0 && N(head)->hdr.sibling != 0) head = N(head)->hdr.sibling;
+      const Node* f = N(head);
       const Span s = LoadSpan(f);
       // The leftmost child of an inner node is logical position 0; an inner
       // node is never empty, and recovery never NULLs its position 0.
@@ -127,7 +142,7 @@ Status CircTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>* levels, bo
 // (cases 2b, 3b), then stale words.  Each writes with the operations' rules,
 // so running it again after a crash inside it finds the state it left.
 template <class P>
-void CircTree<P>::RepairNode(uint64_t off) {
+void CircTree<P>::RepairNode(uint64_t off, uint64_t prev) {
   Node* x = N(off);
   const bool leaf = x->hdr.level == 0;
   report_.nodes++;
@@ -137,9 +152,46 @@ void CircTree<P>::RepairNode(uint64_t off) {
     pool_->Persist(&x->hdr.lock, sizeof(uint64_t));
     report_.locks_cleared++;
   }
+  if ((x->hdr.flags & kHasLowKey) && x->hdr.low_key == 0) {
+    // A merge's fence store landed without the flag store after it (M3).
+    pool_->Store64(reinterpret_cast<uint64_t*>(&x->hdr.level), x->hdr.level);
+    // Persist the cleared flag (the fence already reads as "none").
+    pool_->Persist(&x->hdr.level, sizeof(uint64_t));
+  }
+  if (x->hdr.merge != 0) RepairMergeMark(x, prev);
   if (!ResolveInsert(x, leaf)) FinishDelete(x, leaf);
   TrimEnds(x, leaf);
   ZeroStaleWords(x);
+}
+
+// Case 7a/7b: a merge into this node (R) was running; `prev` is the node
+// before it in the chain, the merged node X (it is unlinked only after the
+// mark is cleared).
+//   7a  base + count still the marked value: the copies were not committed.
+//       Zero every slot outside the range (the copies), clear the mark.
+//   7b  committed, but the rest of M3's store group (fence, mark) was lost
+//       (a later line-order store of the same persist): redo it from X.
+template <class P>
+void CircTree<P>::RepairMergeMark(Node* x, uint64_t prev) {
+  if (x->hdr.base_count == (x->hdr.merge & ~kMergeMark)) {
+    LineWriter w(pool_);
+    const Span s = LoadSpan(x);
+    for (uint32_t i = s.n; i < slots_; i++) {
+      Pair* p = At(x, s, i);
+      if (p->key != 0) w.Store(&p->key, 0);
+      if (p->value != 0) w.Store(&p->value, 0);
+    }
+    w.Finish();
+    report_.merges_undone++;
+  } else {
+    const uint64_t fence = prev != 0 ? FenceOf(N(prev)) : 0;
+    pool_->Store64(&x->hdr.low_key, fence);
+    if (fence == 0) pool_->Store64(reinterpret_cast<uint64_t*>(&x->hdr.level), x->hdr.level);
+    report_.merges_finished++;
+  }
+  pool_->Store64(&x->hdr.merge, 0);
+  // Persist the repaired header (mark cleared last, as M3 does).
+  pool_->Persist(&x->hdr, sizeof(NodeHeader));
 }
 
 // Case 1.  An insert writes the NULL slot left of the base (left shift) or
@@ -242,7 +294,10 @@ template <class P>
 void CircTree<P>::TrimEnds(Node* x, bool leaf) {
   const Span s = LoadSpan(x);
   const uint64_t sib = x->hdr.sibling;
-  const uint64_t high = sib != 0 ? N(sib)->hdr.low_key : 0;
+  const uint64_t high = sib != 0 ? FenceOf(N(sib)) : 0;
+  // Case 7c: the sibling's fence equals this node's own (a merge committed
+  // into the sibling, M3): every pair is a copy, an inner node's first too.
+  const bool merged = sib != 0 && CompareFences(high, FenceOf(x)) == 0;
   const uint32_t lead = (s.n > 0 && IdOf(At(x, s, 0), leaf) == 0) ? 1 : 0;
   uint32_t top = s.n;
   uint32_t copies = 0;
@@ -250,7 +305,8 @@ void CircTree<P>::TrimEnds(Node* x, bool leaf) {
   while (top > lead) {
     const Pair* p = At(x, s, static_cast<int64_t>(top) - 1);
     const bool null = IdOf(p, leaf) == 0;
-    const bool copy = !null && sib != 0 && (leaf || top - 1 >= 1) && keys_.CompareSlots(p->key, high) >= 0;
+    const bool copy = !null && sib != 0 &&
+                      (merged || ((leaf || top - 1 >= 1) && CompareFences(Ld(&p->key), high) >= 0));
     if (!null && !copy) break;
     if (copy) {
       NullPair(w, At(x, s, static_cast<int64_t>(top) - 1), leaf);
@@ -307,6 +363,80 @@ Status CircTree<P>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& l
   return s;
 }
 
+// Cases 7c, 8 and 9 (§5.5: "the number of pointers stored in an IN can be
+// one ... more than the actual children ... If one child is found to be
+// present in the IN, Circ-Tree deletes it"), bottom-up, before the
+// allocator is rebuilt (what they detach is then free):
+//   7c  a node whose sibling's fence equals its own: a merge committed into
+//       the sibling (M3).  Finish emptying it (M4) and take it out of the
+//       chain (M5), or out of its parent when it is the first of its level.
+//   8   an inner node naming a node its level's chain no longer holds (IN
+//       one child long, a crash between M5 and M6): remove the entry with
+//       the delete of §5.3; then any entry whose key is not its child's
+//       fence (a crash inside M6) gets the fence.
+//   9   a root inner node with one child and no sibling (a crash between M6
+//       and M7): the child becomes the root.
+template <class P>
+Status CircTree<P>::FinishMerges(std::vector<std::vector<uint64_t>>* levels) {
+  for (size_t L = 0; L + 1 < levels->size(); L++) {
+    uint64_t prev = 0;
+    for (uint64_t off : (*levels)[L]) {
+      Node* x = N(off);
+      const uint64_t sib = x->hdr.sibling;
+      if (sib == 0 || CompareFences(FenceOf(N(sib)), FenceOf(x)) != 0) {
+        prev = off;
+        continue;
+      }
+      TrimEnds(x, L == 0);
+      if (prev != 0) {
+        pool_->Store64(&N(prev)->hdr.sibling, sib);
+        // Persist the unlink (M5) before the parent entry is removed.
+        pool_->Persist(&N(prev)->hdr.sibling, sizeof(uint64_t));
+      } else {
+        for (uint64_t p : (*levels)[L + 1]) {
+          const Span s = LoadSpan(N(p));
+          if (s.n > 0 && At(N(p), s, 0)->value == off) RemoveAt(p, 0);
+        }
+      }
+      report_.merged_unlinked++;
+    }
+    PMTREE_RETURN_IF_ERROR(CollectLevels(levels));
+    const std::unordered_set<uint64_t> chain((*levels)[L].begin(), (*levels)[L].end());
+    for (uint64_t p : (*levels)[L + 1]) {
+      Node* x = N(p);
+      for (uint32_t i = 0; i < LoadSpan(x).n;) {
+        if (chain.count(At(x, LoadSpan(x), i)->value) || LoadSpan(x).n == 1) {
+          i++;
+          continue;
+        }
+        RemoveAt(p, i);
+        report_.children_unlinked++;
+      }
+      const Span s = LoadSpan(x);
+      for (uint32_t i = 0; i < s.n; i++) {
+        Pair* e = At(x, s, i);
+        const uint64_t fence = FenceOf(N(e->value));
+        if (e->key == fence) continue;
+        pool_->Store64(&e->key, fence);
+        // Persist the separator (M6's last store).
+        pool_->Persist(&e->key, sizeof(uint64_t));
+        report_.separators_fixed++;
+      }
+    }
+  }
+  for (;;) {
+    const uint64_t root = meta_->root;
+    const Node* x = N(root);
+    const Span s = LoadSpan(x);
+    if (x->hdr.level == 0 || x->hdr.sibling != 0 || s.n != 1) break;
+    const uint64_t child = At(x, s, 0)->value;
+    if (N(child)->hdr.sibling != 0) break;
+    CollapseRoot(child);
+    report_.roots_collapsed++;
+  }
+  return CollectLevels(levels);
+}
+
 // Cases 4 and 5 (§5.5: "the number of pointers stored in an IN can be one
 // less than the actual children ... Circ-Tree traverses its corresponding
 // children in the next-level node linked list and compares their addresses
@@ -349,6 +479,7 @@ Status CircTree<P>::CheckNodeInvariants(uint64_t off, size_t idx) const {
   const bool leaf = x->hdr.level == 0;
   const Span s = LoadSpan(x);
   if (x->hdr.lock != 0) return NodeError(off, "C2", "lock word set at rest");
+  if (x->hdr.merge != 0) return NodeError(off, "C2", "merge mark set at rest");
   const bool has_low = x->hdr.flags & kHasLowKey;
   if (has_low != (idx != 0))
     return NodeError(off, "C6", idx == 0 ? "first node of its level has a low key" : "missing low key");
@@ -391,6 +522,8 @@ Status CircTree<P>::Verify() {
   uint64_t bytes = Allocator::RoundUp(sizeof(Meta));
   const size_t top = levels.size() - 1;
   if (levels[top].size() != 1) return NodeError(levels[top][0], "C6", "the root has a sibling");
+  if (top > 0 && LoadSpan(N(levels[top][0])).n < 2)
+    return NodeError(levels[top][0], "C12", "inner root with one child (root collapse not done)");
   for (size_t L = 0; L < levels.size(); L++) {
     std::vector<uint64_t> expect_children;
     for (size_t idx = 0; idx < levels[L].size(); idx++) {
@@ -411,6 +544,8 @@ Status CircTree<P>::Verify() {
         expect_children.push_back(p->value);
         if (i > 0 && p->key != N(p->value)->hdr.low_key)
           return NodeError(off, "C7", "separator " + std::to_string(i) + " differs from its child's low key");
+        if (i == 0 && p->key != FenceOf(N(p->value)))
+          return NodeError(off, "C7", "first entry's key differs from its child's low key (or 0)");
       }
       if ((x->hdr.flags & kHasLowKey) && x->hdr.low_key != N(At(x, s, 0)->value)->hdr.low_key)
         return NodeError(off, "C8", "low key differs from the leftmost child's low key");
@@ -492,6 +627,14 @@ TreeStats CircTree<P>::Stats() {
       {"recovery_root_splits_completed", d(report_.root_splits_completed)},
       {"recovery_children_linked", d(report_.children_linked)},
       {"recovery_locks_cleared", d(report_.locks_cleared)},
+      {"merges", d(merges_.load())},
+      {"root_collapses", d(root_collapses_.load())},
+      {"recovery_merges_undone", d(report_.merges_undone)},
+      {"recovery_merges_finished", d(report_.merges_finished)},
+      {"recovery_merged_unlinked", d(report_.merged_unlinked)},
+      {"recovery_children_unlinked", d(report_.children_unlinked)},
+      {"recovery_separators_fixed", d(report_.separators_fixed)},
+      {"recovery_roots_collapsed", d(report_.roots_collapsed)},
   };
   return st;
 }
@@ -524,7 +667,9 @@ Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& opt
   template Status CircTree<P>::RecoverFromPool(bool);                                                  \
   template Status CircTree<P>::CheckNode(uint64_t, uint32_t) const;                                    \
   template Status CircTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>*, bool);               \
-  template void CircTree<P>::RepairNode(uint64_t);                                                     \
+  template void CircTree<P>::RepairNode(uint64_t, uint64_t);                                           \
+  template void CircTree<P>::RepairMergeMark(Node*, uint64_t);                                         \
+  template Status CircTree<P>::FinishMerges(std::vector<std::vector<uint64_t>>*);                      \
   template bool CircTree<P>::ResolveInsert(Node*, bool);                                               \
   template bool CircTree<P>::FinishDelete(Node*, bool);                                                \
   template void CircTree<P>::TrimEnds(Node*, bool);                                                    \
