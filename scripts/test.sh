@@ -28,7 +28,8 @@ case "${1:-}" in
     export PMTREE_SANITIZE=thread PMTREE_BUILD_DIR=${PMTREE_TSAN_BUILD_DIR:-build-tsan}
     PMTREE_TARGETS=concurrent_tests scripts/setup.sh
     # halt_on_error: a report fails the test instead of only printing.
-    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
+    # The suppressions cover only libraries not built with TSan (tsan.supp).
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp ${TSAN_OPTIONS:-}" \
       ctest --test-dir "$PMTREE_BUILD_DIR" -L concurrent -j "$jobs" \
       --output-on-failure --timeout 900 --no-tests=error
     ;;
