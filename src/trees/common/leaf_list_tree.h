@@ -74,6 +74,7 @@
 #include "trees/common/dram_inner_index.h"
 #include "trees/common/keys.h"
 #include "trees/common/leaf_list_layout.h"
+#include "trees/common/restart_image.h"
 
 namespace pmtree {
 
@@ -657,31 +658,25 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
 
   // ---- instant restart ---------------------------------------------------------------------
 
+  // A route's bound in the restart image: a u64 key in one word, a byte
+  // string as trees/common/restart_image.h lays it out.
   void EncodeKey(const Owned& k, std::vector<uint64_t>* words) const {
     if constexpr (Keys::kInline) {
       words->push_back(k);
     } else {
-      const size_t at = words->size();
-      words->resize(at + (4 + k.size() + 7) / 8, 0);
-      const uint32_t len = static_cast<uint32_t>(k.size());
-      char* p = reinterpret_cast<char*>(words->data() + at);
-      std::memcpy(p, &len, 4);
-      std::memcpy(p + 4, k.data(), k.size());
+      AppendKeyWords(k, words);
     }
   }
 
   // Reads one bound at w[*i] (n words in all); false when it does not fit.
   bool DecodeKey(const uint64_t* w, uint64_t n, uint64_t* i, Owned* k) const {
-    if (*i >= n) return false;
     if constexpr (Keys::kInline) {
+      if (*i >= n) return false;
       *k = w[(*i)++];
     } else {
-      uint32_t len;
-      std::memcpy(&len, &w[*i], 4);
-      const uint64_t words = (4 + static_cast<uint64_t>(len) + 7) / 8;
-      if (len > kMaxKeyBytes || *i + words > n) return false;
-      k->assign(reinterpret_cast<const char*>(&w[*i]) + 4, len);
-      *i += words;
+      std::optional<std::string_view> key = ReadKeyWords(w, n, i);
+      if (!key) return false;
+      k->assign(*key);
     }
     return true;
   }

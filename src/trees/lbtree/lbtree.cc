@@ -47,11 +47,13 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "trees/common/keys.h"
+#include "trees/common/restart_image.h"
 #include "trees/lbtree/layout.h"
 #include "trees/lbtree/simd.h"
 
@@ -1484,13 +1486,7 @@ Status LbTree<K>::WriteRestartImage() {
     if constexpr (KP::kInline) {
       words.push_back(routed[i].first);
     } else {
-      const std::string& s = *S::Ptr(routed[i].first);
-      size_t nw = (4 + s.size() + 7) / 8;
-      std::vector<uint64_t> buf(nw, 0);
-      uint32_t len = static_cast<uint32_t>(s.size());
-      std::memcpy(buf.data(), &len, 4);
-      std::memcpy(reinterpret_cast<char*>(buf.data()) + 4, s.data(), s.size());
-      words.insert(words.end(), buf.begin(), buf.end());
+      AppendKeyWords(*S::Ptr(routed[i].first), &words);
     }
   }
   words[2] = words.size() * 8;
@@ -1557,13 +1553,9 @@ Status LbTree<K>::TryInstantRestart(bool* done) {
         if (i >= nw) return Untrusted();
         sep = w[i++];
       } else {
-        if (i >= nw) return Untrusted();
-        uint32_t len;
-        std::memcpy(&len, &w[i], 4);
-        uint64_t words = (4 + static_cast<uint64_t>(len) + 7) / 8;
-        if (len > kMaxKeyBytes || i + words > nw) return Untrusted();
-        sep = MakeSep(std::string_view(reinterpret_cast<const char*>(&w[i]) + 4, len));
-        i += words;
+        std::optional<std::string_view> key = ReadKeyWords(w, nw, &i);
+        if (!key) return Untrusted();
+        sep = MakeSep(*key);
       }
     }
     routed.push_back({sep, leaf});
