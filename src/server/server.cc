@@ -76,8 +76,9 @@ struct Connection {
 // (Replication::ExecuteSetGroup).
 bool Groupable(const ServerState& server, const ClientState& client, const std::vector<std::string>& args) {
   if (args.size() != 3 || client.in_multi || (!server.requirepass.empty() && !client.authenticated)) return false;
-  // A replica refuses clients' writes (-READONLY, from Execute).
-  if (client.is_master_link || (server.replication && server.replication->is_replica())) return false;
+  // A replica refuses clients' writes (-READONLY, from Execute).  (Its
+  // master's stream is applied by the link thread, never through here.)
+  if (server.replication && server.replication->is_replica()) return false;
   const std::string& name = args[0];
   if (name.size() != 3 || (name[0] | 0x20) != 's' || (name[1] | 0x20) != 'e' || (name[2] | 0x20) != 't') return false;
   // Anything Execute would refuse goes through Execute for its error reply.
