@@ -90,6 +90,8 @@ TEST(BenchCliTest, BadOptionsExitTwoNamingTheOption) {
       {"bench --tree volatile --key-size 3", "--key-size"},
       {"bench --tree volatile --workload nope", "ops, recovery"},
       {"bench --suite nosuch", "nvtree, circtree"},
+      {"bench --tree volatile --media xpoint", "dram, pcm-300, pcm-600, optane"},
+      {"bench --tree volatile --media optane --write-latency-ns 50", "not both"},
       {"bench --workload ycsb-g", "ycsb-a .. ycsb-f"},
       {"bench --workload ycsb-a,ops", "YCSB workloads only"},
       {"bench --workload ycsb-a --tree volatile", "KV-store engine"},

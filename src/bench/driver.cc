@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/media.h"
 #include "bench/peers.h"
 #include "bench/ycsb.h"
 #include "pmtree/registry.h"
@@ -56,6 +57,14 @@ Status BenchConfig::Validate() const {
                                    Fmt(duration_s));
   if (kind == WorkloadKind::kOps && ops == 0 && duration_s <= 0)
     return Status::InvalidArgument("--ops must be at least 1 (or give --duration)");
+  if (!media.empty()) {
+    if (Status s = ValidateMedia(media); !s.ok()) return s;
+    if (FindMedia(media)->write_latency_ns != write_latency_ns)
+      return Status::InvalidArgument("media profile '" + media + "' adds " +
+                                     std::to_string(FindMedia(media)->write_latency_ns) +
+                                     " ns per flushed line, but --write-latency-ns is " +
+                                     std::to_string(write_latency_ns) + "; give one of them");
+  }
   if (write_latency_ns > kMaxWriteLatencyNs)
     return Status::InvalidArgument("--write-latency-ns must be in 0.." + std::to_string(kMaxWriteLatencyNs) +
                                    ", got " + std::to_string(write_latency_ns));
@@ -129,6 +138,11 @@ Status BenchConfig::ValidateYcsb() const {
     return Status::InvalidArgument("--key-size and --value-size do not apply to YCSB workloads (keys are "
                                    "\"user<number>\", records 10 fields x 100 B)");
   return Status::Ok();
+}
+
+std::string MediaLabel(const BenchConfig& c) {
+  if (!c.media.empty()) return c.media;
+  return c.write_latency_ns ? "+" + std::to_string(c.write_latency_ns) + "ns/line" : "dram";
 }
 
 std::string PoolPathFor(const BenchConfig& c, const std::string& target) {
@@ -429,6 +443,7 @@ Measurement BaseRow(const BenchConfig& c, const std::string& name, uint32_t thre
   m.rep = rep;
   m.node_size = c.node_size;
   m.write_latency_ns = c.write_latency_ns;
+  m.media = MediaLabel(c);
   m.scan_length = c.workload.scan_length;
   m.key_min = c.workload.key_min;
   m.key_max = c.workload.key_max;

@@ -78,6 +78,10 @@ struct BenchConfig {
   uint64_t pool_size = kDefaultPoolSize;
   std::string backend = "hardware";
   uint32_t write_latency_ns = 0;
+  // A media profile's name (media.h) when the medium was chosen by name;
+  // write_latency_ns then equals the profile's (Validate checks).  Empty:
+  // the row's media label is derived from write_latency_ns (MediaLabel).
+  std::string media;
   uint32_t node_size = 0;
   // Bytes per value: 8 = the tree's inline value; larger values are records
   // in the pool referenced by the tree value (TreeTargetConfig::value_size).
@@ -125,6 +129,7 @@ struct NoAllocCost {
 // One row of output.
 struct Measurement {
   std::string tree, variant, workload, backend, dist, mix, command;
+  std::string media;       // MediaLabel of the config: "dram", "optane", "+180ns/line"...
   std::string pool;        // the pool's (or peer's) own description
   std::string experiment;  // suites: the experiment id
   uint32_t threads = 1, rep = 0, node_size = 0, write_latency_ns = 0, scan_length = 0;
@@ -190,6 +195,10 @@ struct RunResult {
 // no random draw (GeneratorDraws()) and no allocation for latency samples
 // happen between the barrier release and the end.
 RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const RunParams& p);
+
+// The medium a row ran on: the profile's name, "dram" without added latency,
+// else "+<N>ns/line".
+std::string MediaLabel(const BenchConfig& c);
 
 // Pool path / peer directory for a target (see BenchConfig::pool_path).
 std::string PoolPathFor(const BenchConfig& c, const std::string& target);

@@ -97,6 +97,7 @@ Environment DetectEnvironment(const BenchConfig& c) {
   e.flush_instruction = std::string(FlushInstructionName(DetectFlushInstruction()));
   e.backend = c.backend;
   e.write_latency_ns = c.write_latency_ns;
+  e.media = MediaLabel(c);
   e.value_size = c.value_size;
   e.ycsb_records = c.kind == WorkloadKind::kYcsb;
   e.pool_path = c.targets.empty() ? PoolPathFor(c, "<tree>") : PoolPathFor(c, c.targets.front());
@@ -115,7 +116,8 @@ std::string FormatEnvironment(const Environment& e) {
   auto line = [&](const char* k, const std::string& v) { s += std::string(k) + ": " + v + "\n"; };
   line("cpu", e.cpu_model + " (" + std::to_string(e.cores) + " cores)");
   line("flush instruction (CPUID)", e.flush_instruction);
-  line("backend", e.backend + (e.write_latency_ns ? " + " + std::to_string(e.write_latency_ns) + " ns/line emulated" : ""));
+  line("backend", e.backend + (e.write_latency_ns ? " + " + std::to_string(e.write_latency_ns) + " ns/line emulated" : "") +
+                      " (media " + e.media + ")");
   if (e.ycsb_records)
     line("values", "YCSB records of 10 fields x 100 B (field0..field9); a tree runs as the engine of a kv::Store, "
                    "peers store the serialised record");
@@ -154,6 +156,7 @@ nlohmann::json ToJson(const Measurement& m) {
   j["backend"] = m.backend;
   if (!m.pool.empty()) j["pool"] = m.pool;
   j["write_latency_ns"] = m.write_latency_ns;
+  j["media"] = m.media;
   j["node_size"] = m.node_size;
   j["key_size"] = m.key_min == 0 ? nlohmann::json(8) : m.key_min == m.key_max
                                                            ? nlohmann::json(m.key_min)

@@ -24,6 +24,7 @@ struct Environment {
   std::string flush_instruction;  // what the CPU offers (CPUID)
   std::string backend;            // what the run uses (--backend)
   uint32_t write_latency_ns = 0;
+  std::string media;              // MediaLabel (driver.h)
   uint32_t value_size = 8;        // --value-size
   bool ycsb_records = false;      // --workload ycsb-*: YCSB records instead of values
   std::string pool_path;          // first pool path (or the pattern)

@@ -28,6 +28,7 @@ add_library(pmtree_bench
   src/bench/peer_common.cc
   src/bench/peers.cc
   src/bench/ycsb.cc
+  src/bench/media.cc
   src/bench/driver.cc
   src/bench/output.cc
   src/bench/suites.cc

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/driver.h"
+#include "bench/media.h"
 #include "bench/output.h"
 #include "bench/peers.h"
 #include "bench/suites.h"
@@ -39,6 +40,7 @@ struct BenchArgs {
   double scale = 1.0;
   CLI::Option* ops_option = nullptr;
   CLI::Option* duration_option = nullptr;
+  CLI::Option* latency_option = nullptr;
   BenchConfig c;
 };
 
@@ -130,6 +132,13 @@ Status Finish(BenchArgs& a) {
   if (a.duration_option->count() > 0 && !(c.duration_s > 0))
     return Status::InvalidArgument("--duration must be in (0, " + std::to_string(static_cast<int>(kMaxDurationS)) +
                                    "] seconds");
+  if (!c.media.empty()) {
+    if (Status s = ValidateMedia(c.media); !s.ok()) return s;
+    if (a.latency_option->count() > 0)
+      return Status::InvalidArgument("give --media or --write-latency-ns, not both (--media " + c.media + " adds " +
+                                     std::to_string(FindMedia(c.media)->write_latency_ns) + " ns per flushed line)");
+    c.write_latency_ns = FindMedia(c.media)->write_latency_ns;
+  }
   if (a.ops_option->count() > 0 && c.ops == 0) return Status::InvalidArgument("--ops must be at least 1");
   if (!a.suites.empty() && !(a.scale > 0 && a.scale <= kMaxSuiteScale))
     return Status::InvalidArgument("--scale must be in (0, " + std::to_string(static_cast<int>(kMaxSuiteScale)) + "]");
@@ -243,8 +252,13 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   cmd->add_option("--backend", c.backend, "hardware[:clwb|clflushopt|clflush], eadr, msync, dram")->capture_default_str();
-  cmd->add_option("--write-latency-ns", c.write_latency_ns, "Emulated extra latency per flushed line")
-      ->capture_default_str();
+  a->latency_option =
+      cmd->add_option("--write-latency-ns", c.write_latency_ns, "Emulated extra latency per flushed line")
+          ->capture_default_str();
+  cmd->add_option("--media", c.media,
+                  "Media profile, i.e. a named --write-latency-ns: " + MediaNames() +
+                      " (docs/bench.md, Media profiles). Suites: every experiment on this medium instead of each "
+                      "paper's own and DRAM");
   cmd->add_option("--node-size", c.node_size, "Node size in bytes (0 = each tree's default)")->capture_default_str();
   cmd->add_option("--tree-option", a->tree_options, "Design-specific option key=value (repeatable)");
   cmd->add_option("--seed", c.workload.seed, "Seed of the key/op streams")->capture_default_str();
