@@ -2,19 +2,32 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # The project's main job (README, first command): installs what is missing,
-# builds, and runs every reproduction suite at the scaled default sizes
-# (`pmtree bench --suite all`), leaving the report, the JSON data and the
-# figures in one folder, named at the end.  Extra arguments go to
-# `pmtree bench` (e.g. --full for the papers' sizes, --scale 0.5, --out DIR).
+# builds, and runs every reproduction suite at the papers' sizes (up to 10M
+# keys; `pmtree bench --suite all --full`), each suite on its paper's media
+# profile and at DRAM speed, leaving the report, the JSON data and the figures
+# in one folder, named at the end.  Progress lines on stderr say the suite,
+# experiment, tree, units done / total and the time elapsed.
+#
+#   scripts/main_job.sh            the papers' sizes (about 20 min on 2 cores)
+#   scripts/main_job.sh --quick    the scaled run (100K-200K keys, minutes)
+#
+# Other arguments go to `pmtree bench` (e.g. --out DIR, --scale 0.5 with
+# --quick, --media optane to run every experiment on one medium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+size=(--full)
+args=()
+for a in "$@"; do
+  if [[ "$a" == "--quick" ]]; then size=(); else args+=("$a"); fi
+done
 scripts/setup.sh
 out="results/$(date -u +%Y%m%d-%H%M%S)"
 has_out=0
-for a in "$@"; do [[ "$a" == "--out" || "$a" == --out=* ]] && has_out=1; done
-args=(--suite all)
+for a in "${args[@]}"; do [[ "$a" == "--out" || "$a" == --out=* ]] && has_out=1; done
 ((has_out)) || args+=(--out "$out")
-build/pmtree bench "${args[@]}" "$@" >/dev/null
+start=$(date +%s)
+build/pmtree bench --suite all "${size[@]}" "${args[@]}" >/dev/null
+echo "main job: finished in $(( $(date +%s) - start )) s (load average now: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 if ((has_out)); then
   echo "main job: done; the report is in the folder given by --out (report.md)" >&2
 else

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,48 @@ TEST(BenchCliTest, YcsbWorkloadsReportOneRowPerWorkloadAndStore) {
       EXPECT_TRUE(j["per_op"]["flushes"].is_null());
     }
   }
+}
+
+// The LB+-Tree suite (main job, issue 19 §3): progress lines count every
+// unit up to the total the counting pass found, and the insert experiments
+// run on the paper's medium (optane) and again at DRAM speed.
+TEST(BenchCliTest, SuiteReportsProgressAndRunsThePapersMediumAndDram) {
+  const std::string dir = "/dev/shm/pmtree-bench-cli-suite-" + std::to_string(getpid());
+  CliRun r = Pmtree("bench --suite lbtree --scale 0.005 --no-figures --out " + dir, true);
+  ASSERT_EQ(r.status, 0) << r.out;
+  // "[main job k/N, ...]" for k = 1..N, in order, N the same on every line.
+  size_t pos = 0, k = 0, total = 0;
+  while ((pos = r.out.find("[main job ", pos)) != std::string::npos) {
+    size_t done = 0, n = 0;
+    ASSERT_EQ(sscanf(r.out.c_str() + pos, "[main job %zu/%zu,", &done, &n), 2);
+    EXPECT_EQ(done, ++k);
+    if (total == 0) total = n;
+    EXPECT_EQ(n, total);
+    pos++;
+  }
+  EXPECT_GT(total, 0u);
+  EXPECT_EQ(k, total);
+  EXPECT_NE(r.out.find("suite lbtree, experiment lb-bulk70: lbtree"), std::string::npos) << r.out;
+  std::vector<nlohmann::json> rows = JsonLines(Slurp(dir + "/lbtree.jsonl"));
+  size_t optane = 0, dram = 0;
+  for (const auto& j : rows) {
+    if (j["experiment"] == "lb-bulk70") {
+      EXPECT_EQ(j["media"], "optane");
+      EXPECT_EQ(j["write_latency_ns"], 160);
+      optane++;
+    }
+    if (j["experiment"] == "lb-bulk70-dram") {
+      EXPECT_EQ(j["media"], "dram");
+      EXPECT_EQ(j["write_latency_ns"], 0);
+      dram++;
+    }
+  }
+  EXPECT_GT(optane, 0u);
+  EXPECT_EQ(optane, dram);
+  const std::string md = Slurp(dir + "/lbtree.md");
+  EXPECT_NE(md.find("Media of the rows: `optane`, `dram`"), std::string::npos) << md.substr(0, 600);
+  EXPECT_NE(md.find("(ours at DRAM speed; the paper's on 3D XPoint)"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ pmtree_test(bench_test
   src/bench/suites_test.cc
   src/bench/ycsb_test.cc
   src/bench/peers_test.cc
+  src/bench/media_test.cc
   LINK pmtree_bench)
 # The CLI's `bench` subcommand, and the figures over its output (below).
 if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/media.h"
 #include "bench/peers.h"
 #include "pmtree/registry.h"
 
@@ -159,8 +160,9 @@ std::string NotMeasured(const std::vector<std::string>& needed, SuiteContext& s)
 
 // ---- SuiteContext --------------------------------------------------------------------
 
-SuiteContext::SuiteContext(const SuiteOptions& o, std::string name, std::string dir, HumanTable* table)
-    : o_(o), name_(std::move(name)), dir_(std::move(dir)), table_(table) {
+SuiteContext::SuiteContext(const SuiteOptions& o, std::string name, std::string dir, HumanTable* table,
+                           SuiteProgress* progress)
+    : o_(o), name_(std::move(name)), dir_(std::move(dir)), table_(table), progress_(progress) {
   if (!dir_.empty()) jsonl_ = fopen((dir_ + "/" + name_ + ".jsonl").c_str(), "w");
 }
 
@@ -211,6 +213,30 @@ BenchConfig SuiteContext::Base() const {
   return c;
 }
 
+uint64_t SuitePoolSize(const BenchConfig& c) {
+  // Pools are reserved whole (PoolOptions::reserve_space): on tmpfs the
+  // default 4 GiB costs about a second of page zeroing per run, which at the
+  // suites' hundreds of runs was most of the main job's time.  Trees use well
+  // under 512 B of pool per key (the largest, logtree's log, about 100 B).
+  const uint64_t keys = c.records + c.ops;
+  const uint64_t bytes = (256ull << 20) + keys * (512 + 2ull * c.value_size);
+  return (bytes + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1};
+}
+
+std::vector<std::string> SuiteContext::Media(const std::string& paper) const {
+  if (!o_.base.media.empty() || o_.base.write_latency_ns != 0) return {""};
+  if (paper == "dram") return {"dram"};
+  return {paper, "dram"};
+}
+
+BenchConfig SuiteContext::OnMedia(BenchConfig c, const std::string& name) {
+  if (const MediaProfile* p = FindMedia(name)) {
+    c.media = p->name;
+    c.write_latency_ns = p->write_latency_ns;
+  }
+  return c;
+}
+
 void SuiteContext::Record(const Measurement& m) {
   rows_.push_back(m);
   if (table_) table_->Add(m);
@@ -223,23 +249,49 @@ void SuiteContext::Record(const Measurement& m) {
 std::vector<Measurement> SuiteContext::Run(const std::string& experiment, BenchConfig c) {
   std::vector<Measurement> out;
   if (c.targets.empty()) return out;
+  if (counting()) {
+    progress_->total += c.targets.size();
+    return out;
+  }
   c.experiment = experiment;
-  auto t0 = std::chrono::steady_clock::now();
-  Status s = RunBench(c, [&](const Measurement& m) {
-    out.push_back(m);
-    Record(m);
-  });
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!s.ok()) {
-    Measurement m;
-    m.experiment = experiment;
-    m.tree = c.targets.front();
-    m.error = s.ToString();
-    out.push_back(m);
-    rows_.push_back(m);
-    fprintf(stderr, "%s/%s: %s\n", name_.c_str(), experiment.c_str(), m.error.c_str());
+  c.pool_size = std::min(c.pool_size, SuitePoolSize(c));
+  // One target at a time (RunBench runs its targets in order anyway), so
+  // that each gets its progress line.
+  const std::vector<std::string> targets = c.targets;
+  for (const std::string& t : targets) {
+    c.targets = {t};
+    if (progress_) ProgressLine(experiment, c);
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = RunBench(c, [&](const Measurement& m) {
+      out.push_back(m);
+      Record(m);
+    });
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!s.ok()) {
+      Measurement m;
+      m.experiment = experiment;
+      m.tree = t;
+      m.error = s.ToString();
+      out.push_back(m);
+      rows_.push_back(m);
+      fprintf(stderr, "%s/%s: %s\n", name_.c_str(), experiment.c_str(), m.error.c_str());
+    }
   }
   return out;
+}
+
+void SuiteContext::ProgressLine(const std::string& experiment, const BenchConfig& c) {
+  progress_->done++;
+  if (!o_.base.progress) return;
+  const auto elapsed = static_cast<long>(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - progress_->start).count());
+  std::string what = c.targets.front();
+  if (!c.variant.empty()) what += " " + c.variant;
+  if (c.node_size) what += ", node " + std::to_string(c.node_size) + " B";
+  what += ", media " + MediaLabel(c) + ", " + std::to_string(c.records) + " records";
+  if (c.kind == WorkloadKind::kOps) what += ", " + std::to_string(c.ops) + " ops";
+  fprintf(stderr, "[main job %zu/%zu, %ldm%02lds] suite %s, experiment %s: %s\n", progress_->done,
+          progress_->total, elapsed / 60, elapsed % 60, name_.c_str(), experiment.c_str(), what.c_str());
 }
 
 const Measurement* SuiteContext::Find(const std::string& experiment,
@@ -267,6 +319,15 @@ void SuiteContext::Claim(const std::string& experiment, const std::string& paper
   claims_.push_back({experiment, paper, ours, verdict});
 }
 
+std::string SuiteContext::MediaOfRows() const {
+  std::vector<std::string> seen;
+  for (const auto& m : rows_)
+    if (!m.media.empty() && std::find(seen.begin(), seen.end(), m.media) == seen.end()) seen.push_back(m.media);
+  std::string out;
+  for (const auto& x : seen) out += (out.empty() ? "`" : ", `") + x + "`";
+  return out.empty() ? "none" : out + " (docs/bench.md, \"Media profiles\")";
+}
+
 std::string SuiteContext::Report(const std::string& figures_note) const {
   std::string r;
   const SuiteDef* def = nullptr;
@@ -275,7 +336,7 @@ std::string SuiteContext::Report(const std::string& figures_note) const {
   r += "# Suite `" + name_ + "`: " + (def ? def->title : "") + "\n\n";
   r += "Command: `" + o_.command + "`  \nScale: " +
        (o_.full ? std::string("the papers' sizes (--full)") : "scaled to this machine (x" + Fixed(o_.scale, 2) + "; --full for the papers' sizes)") +
-       "  \nTime: " + Fixed(seconds_, 1) + " s  \nData: [`" + name_ + ".jsonl`](" + name_ +
+       "  \nMedia of the rows: " + MediaOfRows() + "  \nTime: " + Fixed(seconds_, 1) + " s  \nData: [`" + name_ + ".jsonl`](" + name_ +
        ".jsonl) (one JSON object per measurement; docs/bench.md lists the fields)\n\n";
   if (!missing_.empty()) {
     r += "**Trees not registered yet** (their rows and claims are missing, nothing else): ";
@@ -337,11 +398,21 @@ Status RunSuites(const SuiteOptions& o, std::string* out_dir) {
   HumanTable table(stderr);
   auto t0 = std::chrono::steady_clock::now();
 
+  // The counting pass: the same definitions, measuring nothing.
+  SuiteProgress progress;
+  progress.counting = true;
+  for (const SuiteDef* d : todo) {
+    SuiteContext dry(o, d->name, "", nullptr, &progress);
+    d->run(dry);
+  }
+  progress.counting = false;
+  progress.start = std::chrono::steady_clock::now();
+
   std::vector<std::unique_ptr<SuiteContext>> done;
   nlohmann::json figures = nlohmann::json::array();
   for (const SuiteDef* d : todo) {
     fprintf(stderr, "\n== suite %s: %s ==\n", d->name, d->title);
-    auto ctx = std::make_unique<SuiteContext>(o, d->name, dir, &table);
+    auto ctx = std::make_unique<SuiteContext>(o, d->name, dir, &table, &progress);
     d->run(*ctx);
     for (const auto& f : ctx->figures()) figures.push_back(FigureJson(f, d->name, o.command));
     done.push_back(std::move(ctx));

@@ -23,6 +23,7 @@
 #ifndef PMTREE_BENCH_SUITES_H_
 #define PMTREE_BENCH_SUITES_H_
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -80,9 +81,25 @@ std::string ComparableVerdict(double ours, double tolerance);
 // Percent-reduction claims (80..97 % fewer): within 10 points of the range.
 std::string ReductionVerdict(double lo_pct, double hi_pct, double ours_pct);
 
+// Progress over one RunSuites call.  A unit is one target of one Run call
+// (all its thread counts, repetitions and recovery kinds); a counting pass
+// over the suite definitions, which measures nothing, finds the total first,
+// so each progress line can say "done/total".
+struct SuiteProgress {
+  bool counting = false;  // the counting pass: Run counts units and returns no rows
+  size_t done = 0, total = 0;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+// The pool size of a suite run: enough for its records and operations (the
+// user's --pool-size stays the upper bound), so that reserving it is cheap.
+uint64_t SuitePoolSize(const BenchConfig& c);
+
 class SuiteContext {
  public:
-  SuiteContext(const SuiteOptions& o, std::string name, std::string dir, HumanTable* table);
+  // `progress` may be null (no progress lines, no counting pass).
+  SuiteContext(const SuiteOptions& o, std::string name, std::string dir, HumanTable* table,
+               SuiteProgress* progress = nullptr);
   ~SuiteContext();
 
   const std::string& name() const { return name_; }
@@ -98,6 +115,15 @@ class SuiteContext {
   const std::vector<std::string>& missing() const { return missing_; }
   // A config carrying the user's backend, seed, pool path, progress...
   BenchConfig Base() const;
+  // The counting pass (SuiteProgress): nothing is measured, so work done
+  // outside Run (e.g. the flush benchmark) must be skipped.
+  bool counting() const { return progress_ && progress_->counting; }
+  // The media an experiment runs on: its paper's profile and DRAM speed
+  // (one entry when the paper's is "dram"), or only "" (= the user's
+  // setting, Base() as is) when the user chose --media or --write-latency-ns.
+  std::vector<std::string> Media(const std::string& paper) const;
+  // `c` on the media profile `name`; "" leaves it unchanged.
+  static BenchConfig OnMedia(BenchConfig c, const std::string& name);
 
   // Runs `c` (rows tagged with `experiment`), records rows, returns them.
   std::vector<Measurement> Run(const std::string& experiment, BenchConfig c);
@@ -119,9 +145,13 @@ class SuiteContext {
   std::string Report(const std::string& figures_note) const;
 
  private:
+  void ProgressLine(const std::string& experiment, const BenchConfig& c);
+  std::string MediaOfRows() const;
+
   const SuiteOptions& o_;
   std::string name_, dir_;
   HumanTable* table_;
+  SuiteProgress* progress_;
   FILE* jsonl_ = nullptr;
   std::vector<Measurement> rows_;
   std::vector<std::string> missing_;
