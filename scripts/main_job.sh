@@ -8,7 +8,8 @@
 # in one folder, named at the end.  Progress lines on stderr say the suite,
 # experiment, tree, units done / total and the time elapsed.
 #
-#   scripts/main_job.sh            the papers' sizes (about 20 min on 2 cores)
+#   scripts/main_job.sh            the papers' sizes (sized for about 20 min on a quiet
+#                                  2-core machine; docs/bench.md, "The main job")
 #   scripts/main_job.sh --quick    the scaled run (100K-200K keys, minutes)
 #
 # Other arguments go to `pmtree bench` (e.g. --out DIR, --scale 0.5 with

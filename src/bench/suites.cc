@@ -335,7 +335,8 @@ std::string SuiteContext::Report(const std::string& figures_note) const {
     if (name_ == d.name) def = &d;
   r += "# Suite `" + name_ + "`: " + (def ? def->title : "") + "\n\n";
   r += "Command: `" + o_.command + "`  \nScale: " +
-       (o_.full ? std::string("the papers' sizes (--full)") : "scaled to this machine (x" + Fixed(o_.scale, 2) + "; --full for the papers' sizes)") +
+       (o_.full ? std::string("the main job's (--full): the papers' sizes where the claims are, smaller sweeps "
+                                 "(docs/bench.md, \"The main job\")") : "scaled to this machine (x" + Fixed(o_.scale, 2) + "; --full for the papers' sizes)") +
        "  \nMedia of the rows: " + MediaOfRows() + "  \nTime: " + Fixed(seconds_, 1) + " s  \nData: [`" + name_ + ".jsonl`](" + name_ +
        ".jsonl) (one JSON object per measurement; docs/bench.md lists the fields)\n\n";
   if (!missing_.empty()) {
@@ -427,7 +428,9 @@ Status RunSuites(const SuiteOptions& o, std::string* out_dir) {
                       Fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0) +
                       " s.\n\n## Environment\n\n```\n" + FormatEnvironment(env) + "```\n\n";
   index += "## Scale\n\n" +
-           (o.full ? std::string("The papers' sizes (--full).")
+           (o.full ? std::string("The main job's sizes (--full): the papers' sizes (up to 10M keys) where the claims "
+                                "are, smaller sweeps; each suite's report says which experiment ran at which size "
+                                "(docs/bench.md, \"The main job\").")
                    : "Scaled to this machine: the papers use 1M-100M keys; the default here is 100K-200K records "
                      "per experiment (x" + Fixed(o.scale, 2) + "), so every run of `--suite all` finishes in minutes. "
                      "Ratios between trees measured in the same run are what we compare with the papers.") +
