@@ -26,8 +26,6 @@ Status CheckKey(std::string_view key) {
   return Status::Ok();
 }
 
-namespace {
-
 Status CheckValue(uint64_t n, std::string_view what) {
   if (n > kMaxValueBytes)
     return Status::InvalidArgument("kv: " + std::string(what) + " of " + std::to_string(n) + " bytes; the limit is " +
@@ -46,8 +44,6 @@ Status CheckFields(const FieldMap& fields) {
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // Impl basics
