@@ -209,6 +209,10 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
   // them all.  One timestamp for the group: its versions appear together.
   *applied = 0;
   PMTREE_RETURN_IF_ERROR(Failed());
+  // One epoch guard for the group: the tree's lookups and updates inside
+  // nest in it, so they skip the fence a first Enter costs (two per put).
+  // It only delays reclamation of what is retired meanwhile (K4).
+  auto guard = pool().epochs().Protect();
   std::vector<size_t> stripes;
   stripes.reserve(puts.size());
   for (const auto& p : puts) stripes.push_back(StripeOf(p.first));

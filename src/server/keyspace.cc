@@ -401,19 +401,24 @@ Status Keyspace::SetMany(const std::vector<std::pair<std::string_view, std::stri
   keys.reserve(sets.size());
   for (const auto& kv : sets) keys.push_back(kv.first);
   KeyLocks lock(this, keys);
-  // Head keys and tagged values, owned here while the store reads them.
-  std::vector<std::string> heads, stored;
-  heads.reserve(sets.size());
-  stored.reserve(sets.size());
+  // Head keys and tagged values, owned here while the store reads them: one
+  // buffer for all of them (not two strings per SET), sized first so that
+  // the views into it stay valid.
+  size_t bytes = 0;
+  for (const auto& [key, value] : sets) bytes += key.size() + value.size() + 2;
+  std::string buf;
+  buf.reserve(bytes);
   std::vector<std::pair<std::string_view, std::string_view>> puts;
   puts.reserve(sets.size());
   for (const auto& [key, value] : sets) {
-    heads.push_back(HeadKey(key));
-    std::string& v = stored.emplace_back();
-    v.reserve(value.size() + 1);
-    v.push_back(kStringTag);
-    v.append(value);
-    puts.emplace_back(heads.back(), v);
+    const size_t head = buf.size();
+    buf.push_back(kUserPrefix);
+    buf.append(key);
+    const size_t tagged = buf.size();
+    buf.push_back(kStringTag);
+    buf.append(value);
+    puts.emplace_back(std::string_view(buf).substr(head, tagged - head),
+                      std::string_view(buf).substr(tagged, buf.size() - tagged));
   }
   // The store shows each head's value under its lock, without a copy: an
   // absent key, a small hash (a field record) or a string is replaced as is;
