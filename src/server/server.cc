@@ -14,7 +14,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -95,7 +94,6 @@ class Server::Loop {
   Loop(Server* server) : server_(server) {}
   ~Loop() {
     for (auto& [fd, c] : conns_) close(fd);
-    for (const auto& [fd, ss] : handed_) close(fd);  // handed over after this loop stopped
     if (epfd_ >= 0) close(epfd_);
     if (wake_fd_ >= 0) close(wake_fd_);
   }
@@ -151,21 +149,7 @@ class Server::Loop {
     }
   }
 
-  // Called by another loop's thread: this loop takes connection fd over
-  // (Register, on its next wake).
-  void HandOver(int fd, const sockaddr_storage& ss) {
-    {
-      std::lock_guard<std::mutex> lock(handed_mu_);
-      handed_.emplace_back(fd, ss);
-    }
-    uint64_t one = 1;
-    ssize_t r = write(wake_fd_, &one, sizeof one);
-    (void)r;
-  }
-
  private:
-  // Accepts what is pending and deals the connections to the loops in turn
-  // (Server::next_loop_), itself included.
   void Accept() {
     for (int i = 0; i < 64; ++i) {
       sockaddr_storage ss{};
@@ -176,36 +160,27 @@ class Server::Loop {
           std::fprintf(stderr, "pmtree serve: accept: %s (raise the open-file limit)\n", std::strerror(errno));
         return;  // EAGAIN: another loop took it, or none left
       }
-      Loop* to = server_->loops_[server_->next_loop_.fetch_add(1) % server_->loops_.size()].get();
-      if (to == this) {
-        Register(fd, ss);
-      } else {
-        to->HandOver(fd, ss);
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_unique<Connection>();
+      c->fd = fd;
+      c->parser = RespParser(server_->options_.limits);
+      c->client.id = server_->state_.next_client_id.fetch_add(1);
+      c->client.peer = PeerName(ss);
+      c->client.authenticated = server_->state_.requirepass.empty();
+      c->client.wake_fd = wake_fd_;
+      c->events = EPOLLIN;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        close(fd);
+        continue;
       }
+      server_->state_.connected_clients.fetch_add(1);
+      server_->state_.total_connections.fetch_add(1);
+      conns_.emplace(fd, std::move(c));
     }
-  }
-
-  void Register(int fd, const sockaddr_storage& ss) {
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto c = std::make_unique<Connection>();
-    c->fd = fd;
-    c->parser = RespParser(server_->options_.limits);
-    c->client.id = server_->state_.next_client_id.fetch_add(1);
-    c->client.peer = PeerName(ss);
-    c->client.authenticated = server_->state_.requirepass.empty();
-    c->client.wake_fd = wake_fd_;
-    c->events = EPOLLIN;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      close(fd);
-      return;
-    }
-    server_->state_.connected_clients.fetch_add(1);
-    server_->state_.total_connections.fetch_add(1);
-    conns_.emplace(fd, std::move(c));
   }
 
   // Reads once, runs every complete command, writes the replies.  False
@@ -272,12 +247,6 @@ class Server::Loop {
     uint64_t count;
     ssize_t r = read(wake_fd_, &count, sizeof count);
     (void)r;
-    std::vector<std::pair<int, sockaddr_storage>> handed;
-    {
-      std::lock_guard<std::mutex> lock(handed_mu_);
-      handed.swap(handed_);
-    }
-    for (const auto& [fd, ss] : handed) Register(fd, ss);
     std::vector<int> dead;
     for (int fd : replica_fds_) {
       Connection& c = *conns_.at(fd);
@@ -378,8 +347,6 @@ class Server::Loop {
   std::unordered_map<int, std::unique_ptr<Connection>> conns_;
   std::unordered_set<int> replica_fds_;
   std::unordered_set<int> blocked_fds_;  // clients whose ClientState::unblock is set
-  std::mutex handed_mu_;
-  std::vector<std::pair<int, sockaddr_storage>> handed_;  // connections another loop accepted for this one
 };
 
 Server::Server(kv::Store* store, ServerOptions options)

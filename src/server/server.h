@@ -79,9 +79,6 @@ class Server {
   int stop_fd_ = -1;  // an eventfd every loop polls; written once to stop
   std::atomic<bool> shutdown_by_client_{false};
   std::vector<std::unique_ptr<Loop>> loops_;
-  // Accepted connections go to the loops in turn (Loop::Accept): a burst of
-  // connects woke one loop, which took them all, and the others idled.
-  std::atomic<uint64_t> next_loop_{0};
   std::vector<std::thread> threads_;
 };
 
