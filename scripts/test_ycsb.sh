@@ -9,7 +9,7 @@
 # reports any operation that did not return OK, when a read returned a value
 # other than the one written (YCSB's VERIFY), when the operation counts do
 # not add up, or when the server does not hold exactly the loaded and
-# inserted records afterwards.  About 30 s per server on 2 cores.
+# inserted records afterwards.  About 10-20 s per server on 2 cores.
 #
 # Usage: scripts/test_ycsb.sh [--pmtree BIN] [--tree NAME] [--serve-args STR]
 #   --pmtree BIN       pmtree binary (default build/pmtree; env PMTREE_BIN)
