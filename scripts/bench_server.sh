@@ -18,7 +18,7 @@
 #   YCSB      workloads --workloads through our binding (scripts/ycsb.sh)
 # and writes a Markdown table and a JSON file beside the seeds' claims.
 # Exits 1 (after writing the report) when a row failed to start or measure.
-# Defaults take about 3 minutes on 2 cores; --quick well under 1 minute.
+# Defaults take about 5 minutes on 2 cores; --quick well under 2 minutes.
 #
 # Usage: scripts/bench_server.sh [options]
 #   --quick             small counts (smoke run, numbers not meaningful)
@@ -28,7 +28,7 @@
 #   --rows LIST         which of redis-always,redis-everysec,pmtree to run (default all)
 #   --sizes LIST        redis-benchmark value sizes in bytes (default 100,4096)
 #   --requests N        redis-benchmark requests per test (default 500000)
-#   --workloads LIST    YCSB workloads a..f (default a,d)
+#   --workloads LIST    YCSB workloads a..f (default a,b,c,d,e,f)
 #   --records N         YCSB recordcount (default 20000)
 #   --operations N      YCSB operationcount (default 50000)
 #   --threads T         YCSB client threads (default 8)
@@ -46,7 +46,7 @@ need_value() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value"; }
 positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"; }
 
 trees=lbtree pmtree=${PMTREE_BIN:-$root/build/pmtree} serve_args="" rows=redis-always,redis-everysec,pmtree
-sizes=100,4096 requests=500000 workloads=a,d records=20000 operations=50000 threads=8
+sizes=100,4096 requests=500000 workloads=a,b,c,d,e,f records=20000 operations=50000 threads=8
 mem_keys=1000000 out=$root/results/server shm=/dev/shm quick=0
 while (($#)); do
   case $1 in

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# Bounded end-to-end test of the YCSB binding (bench/ycsb): YCSB workload A
-# (1,000 records, 2,000 operations, 2 threads) and a short workload E (scans)
-# with YCSB's data-integrity check on, against Debian's redis-server, and
-# against `pmtree serve` (build/pmtree must have it).  Fails
-# when YCSB reports any operation that did not return OK, when a read
-# returned a value other than the one written (YCSB's VERIFY), when the
-# operation counts do not add up, or when the server does not hold exactly
-# the loaded records afterwards.  About 15 s per server on 2 cores.
+# Bounded end-to-end test of the YCSB binding (bench/ycsb): all six YCSB
+# workloads A-F with YCSB's data-integrity check on, against Debian's
+# redis-server and against `pmtree serve` (build/pmtree must have it).  One
+# load of 1,000 records serves A, B, C, F (no inserts) and then D (which
+# inserts); E (scans and inserts) runs on a fresh load.  Fails when YCSB
+# reports any operation that did not return OK, when a read returned a value
+# other than the one written (YCSB's VERIFY), when the operation counts do
+# not add up, or when the server does not hold exactly the loaded and
+# inserted records afterwards.  About 10-20 s per server on 2 cores.
 #
 # Usage: scripts/test_ycsb.sh [--pmtree BIN] [--tree NAME] [--serve-args STR]
 #   --pmtree BIN       pmtree binary (default build/pmtree; env PMTREE_BIN)
@@ -34,7 +35,7 @@ while (($#)); do
 done
 read -ra serve_extra <<<"$serve_args"
 
-readonly records=1000 operations=2000 scans=300
+readonly records=1000 operations=1000 scans=300
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
@@ -52,17 +53,27 @@ check_contents() {
   [[ $keys == $((want + 1)) ]] || fail "$label: the server holds '$keys' keys, want $((want + 1))"
 }
 
-# Workload A, then E on a fresh data set; inserts in E grow the record count.
+# Records that a summary's run phase inserted (workloads D and E).
+inserted() {
+  awk -F', ' '/^# phase run/ { on = 1 } on && /^\[INSERT\], Return=OK/ { print $3 }' "$1"
+}
+
+# Workloads A, B, C, F and D on one load, then E on a fresh one.
 exercise() {
-  local label=$1 port=$2 out before
+  local label=$1 port=$2 out before w phase added
   out=$SERVERS_DIR/$label.summary
   before=$failures
-  "$root/scripts/ycsb.sh" --port "$port" --workload a --records "$records" \
-      --operations "$operations" --threads 2 -p dataintegrity=true --out "$out" >/dev/null ||
-    fail "$label: YCSB workload A exited non-zero"
-  check_phase "$out" load "$records" "$label A"
-  check_phase "$out" run "$operations" "$label A" verify
-  check_contents "$port" "$records" "$label A"
+  for w in a b c f d; do
+    phase=run
+    [[ $w == a ]] && phase=both
+    "$root/scripts/ycsb.sh" --port "$port" --workload "$w" --phase "$phase" --records "$records" \
+        --operations "$operations" --threads 2 -p dataintegrity=true --out "$out" >/dev/null ||
+      fail "$label: YCSB workload ${w^^} exited non-zero"
+    [[ $w == a ]] && check_phase "$out" load "$records" "$label ${w^^}"
+    check_phase "$out" run "$operations" "$label ${w^^}" verify
+  done
+  added=$(inserted "$out")
+  check_contents "$port" $((records + ${added:-0})) "$label A-D"
 
   redis-cli -p "$port" flushall >/dev/null
   "$root/scripts/ycsb.sh" --port "$port" --workload e --records "$records" \
@@ -70,10 +81,10 @@ exercise() {
     fail "$label: YCSB workload E exited non-zero"
   check_phase "$out" load "$records" "$label E"
   check_phase "$out" run "$scans" "$label E"
-  local inserted
-  inserted=$(awk -F', ' '/^# phase run/ { on = 1 } on && /^\[INSERT\], Return=OK/ { print $3 }' "$out")
-  check_contents "$port" $((records + ${inserted:-0})) "$label E"
-  ((failures == before)) && echo "ok: $label: YCSB A ($operations ops) and E ($scans ops), all OK and verified"
+  added=$(inserted "$out")
+  check_contents "$port" $((records + ${added:-0})) "$label E"
+  ((failures == before)) &&
+    echo "ok: $label: YCSB A, B, C, F, D ($operations ops each) and E ($scans ops), all OK and verified"
   return 0
 }
 

@@ -124,14 +124,20 @@ using FieldMap = std::map<std::string, std::string, std::less<>>;
 // An atomic group of writes without reads: all or nothing, one commit.
 class WriteBatch {
  public:
-  void Put(std::string_view key, std::string_view value) { ops_.push_back({std::string(key), std::string(value)}); }
-  void Delete(std::string_view key) { ops_.push_back({std::string(key), std::nullopt}); }
+  void Put(std::string_view key, std::string_view value) { ops_.push_back({std::string(key), std::string(value), {}}); }
+  // Replaces key's record with a field record of these fields (as PutFields).
+  void PutFields(std::string_view key, FieldMap fields) {
+    ops_.push_back({std::string(key), std::nullopt, std::move(fields)});
+  }
+  void Delete(std::string_view key) { ops_.push_back({std::string(key), std::nullopt, {}}); }
   void Clear() { ops_.clear(); }
   size_t size() const { return ops_.size(); }
 
   struct Op {
     std::string key;
-    std::optional<std::string> value;  // nullopt = delete
+    std::optional<std::string> value;  // a plain value
+    std::optional<FieldMap> fields;    // a field record; neither = delete
+    bool is_delete() const { return !value && !fields; }
   };
   const std::vector<Op>& ops() const { return ops_; }
 
@@ -179,8 +185,14 @@ class Transaction {
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
 
+  // As Store::Get: InvalidArgument when the key holds a field record.
   Result<bool> Get(std::string_view key, std::string* value);
+  // As Store::GetFields: all fields (names empty) or the named ones;
+  // InvalidArgument when the key holds a plain value.
+  Result<bool> GetFields(std::string_view key, const std::vector<std::string>& names, FieldMap* out);
   Status Put(std::string_view key, std::string_view value);
+  // Replaces key's record with a field record (as Store::PutFields).
+  Status PutFields(std::string_view key, const FieldMap& fields);
   Status Delete(std::string_view key);
   Status Commit();
   void Abort();
@@ -191,7 +203,7 @@ class Transaction {
   Transaction(Store* store, const Snapshot* snapshot) : store_(store), snapshot_(snapshot) {}
   Store* store_;
   const Snapshot* snapshot_;  // null once committed or aborted
-  std::map<std::string, std::optional<std::string>, std::less<>> writes_;  // own writes, last wins
+  std::map<std::string, WriteBatch::Op, std::less<>> writes_;  // own writes, last wins (Op::key unused)
 };
 
 struct StoreStats {

@@ -493,6 +493,66 @@ TEST(KvStoreTest, WriteBatchAppliesEveryWriteWithOneTimestamp) {
   ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
 }
 
+TEST(KvStoreTest, TransactionsAndBatchesHoldFieldRecords) {
+  auto s = OpenAnonymous("lbtree");
+  ASSERT_TRUE(s->PutFields("h", {{"a", "1"}, {"b", "2"}}).ok());
+  ASSERT_TRUE(s->Put("p", "plain").ok());
+  auto t = s->BeginTransaction();
+  FieldMap f;
+  ASSERT_TRUE(*t->GetFields("h", {"b"}, &f));
+  EXPECT_EQ(f, (FieldMap{{"b", "2"}}));
+  EXPECT_EQ(t->GetFields("p", {}, &f).status().code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(t->PutFields("h", {{"a", "1"}, {"c", "3"}}).ok());
+  ASSERT_TRUE(t->PutFields("p", {{"x", "y"}}).ok());  // a plain value becomes a field record
+  ASSERT_TRUE(t->Put("q", "new").ok());
+  EXPECT_EQ(t->PutFields("bad", {{"", "v"}}).code(), Status::Code::kInvalidArgument);
+  // Own writes: the new record, read whole or by name; Get refuses it.
+  ASSERT_TRUE(*t->GetFields("h", {}, &f));
+  EXPECT_EQ(f, (FieldMap{{"a", "1"}, {"c", "3"}}));
+  ASSERT_TRUE(*t->GetFields("h", {"c", "z"}, &f));
+  EXPECT_EQ(f, (FieldMap{{"c", "3"}}));
+  std::string v;
+  EXPECT_EQ(t->Get("p", &v).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(t->GetFields("q", {}, &f).status().code(), Status::Code::kInvalidArgument);
+  // Nothing is visible before the commit, all of it after.
+  ASSERT_TRUE(*s->GetFields("h", {}, &f));
+  EXPECT_EQ(f.size(), 2u);
+  EXPECT_TRUE(f.count("b"));
+  ASSERT_TRUE(t->Commit().ok());
+  ASSERT_TRUE(*s->GetFields("h", {}, &f));
+  EXPECT_EQ(f, (FieldMap{{"a", "1"}, {"c", "3"}}));
+  ASSERT_TRUE(*s->GetFields("p", {}, &f));
+  EXPECT_EQ(f, (FieldMap{{"x", "y"}}));
+  ASSERT_TRUE(*s->Get("q", &v));
+  // A batch: a field record, a delete and a plain value in one commit.
+  WriteBatch b;
+  b.PutFields("h", {{"only", "one"}});
+  b.Delete("p");
+  b.Put("q", "again");
+  ASSERT_TRUE(s->Write(b).ok());
+  ASSERT_TRUE(*s->GetFields("h", {}, &f));
+  EXPECT_EQ(f, (FieldMap{{"only", "one"}}));
+  EXPECT_FALSE(*s->Get("p", &v));
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
+TEST(KvStoreTest, ABatchOfFieldRecordsOnAFullPoolWritesAndLeaksNothing) {
+  auto s = OpenAnonymous("lbtree", 4ull << 20);
+  ASSERT_TRUE(s->PutFields("h", {{"f", "before"}}).ok());
+  const uint64_t bytes = s->Stats().record_bytes;
+  WriteBatch b;
+  for (int i = 0; i < 64; i++) b.PutFields(Key(i), {{"a", Bytes(32 << 10, i)}, {"b", Bytes(32 << 10, i + 1)}});
+  b.PutFields("h", {{"f", "after"}});
+  Status st = s->Write(b);
+  EXPECT_EQ(st.code(), Status::Code::kOutOfSpace) << st.ToString();
+  FieldMap f;
+  ASSERT_TRUE(*s->GetFields("h", {}, &f));
+  EXPECT_EQ(f.at("f"), "before");
+  EXPECT_FALSE(*s->GetFields(Key(0), {}, &f));
+  EXPECT_EQ(s->Stats().record_bytes, bytes);
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
 TEST(KvStoreTest, CloseRefusesOpenSnapshotsAndReopenKeepsTheClock) {
   TempPaths paths;
   const std::string path = paths.Make("clock");

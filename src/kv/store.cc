@@ -26,8 +26,6 @@ Status CheckKey(std::string_view key) {
   return Status::Ok();
 }
 
-namespace {
-
 Status CheckValue(uint64_t n, std::string_view what) {
   if (n > kMaxValueBytes)
     return Status::InvalidArgument("kv: " + std::string(what) + " of " + std::to_string(n) + " bytes; the limit is " +
@@ -46,8 +44,6 @@ Status CheckFields(const FieldMap& fields) {
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // Impl basics
@@ -213,6 +209,10 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
   // them all.  One timestamp for the group: its versions appear together.
   *applied = 0;
   PMTREE_RETURN_IF_ERROR(Failed());
+  // One epoch guard for the group: the tree's lookups and updates inside
+  // nest in it, so they skip the fence a first Enter costs (two per put).
+  // It only delays reclamation of what is retired meanwhile (K4).
+  auto guard = pool().epochs().Protect();
   std::vector<size_t> stripes;
   stripes.reserve(puts.size());
   for (const auto& p : puts) stripes.push_back(StripeOf(p.first));

@@ -131,7 +131,7 @@ class Store::Impl {
 
   // ---- commit (txn.cc) ----
   Status CommitBatch(const WriteBatch& batch, const Snapshot* conflict_snapshot);
-  using BatchWrites = std::map<std::string_view, const std::optional<std::string>*>;
+  using BatchWrites = std::map<std::string_view, const WriteBatch::Op*>;
   // Reads the heads (keys locked) and checks first-committer-wins.
   Result<std::vector<PendingWrite>> PlanBatch(const BatchWrites& writes, const Snapshot* snap, uint64_t* log_bytes);
   // Steps 4-7 of the commit protocol (txn.cc) for versions whose bodies are written.
@@ -191,6 +191,10 @@ class Store::Impl {
 
 // Keys are bounded by the tree.
 Status CheckKey(std::string_view key);
+// Values are at most kMaxValueBytes (`what` names the value in the error).
+Status CheckValue(uint64_t n, std::string_view what);
+// A field record's limits: kMaxFields, names of 1..kMaxFieldNameBytes, values.
+Status CheckFields(const FieldMap& fields);
 
 // Holds a set of a store's key stripes (K5), taken in ascending order so two
 // holders never deadlock.

@@ -54,10 +54,9 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
   BatchWrites writes;  // last write of a key wins
   for (const WriteBatch::Op& op : batch.ops()) {
     PMTREE_RETURN_IF_ERROR(CheckKey(op.key));
-    if (op.value && op.value->size() > kMaxValueBytes)
-      return Status::InvalidArgument("kv: value of " + std::to_string(op.value->size()) +
-                                     " bytes in a batch; the limit is 64 MiB");
-    writes[op.key] = &op.value;
+    if (op.value) PMTREE_RETURN_IF_ERROR(CheckValue(op.value->size(), "value in a batch"));
+    if (op.fields) PMTREE_RETURN_IF_ERROR(CheckFields(*op.fields));
+    writes[op.key] = &op;
   }
   std::vector<size_t> stripes;
   for (const auto& [key, v] : writes) stripes.push_back(StripeOf(key));
@@ -66,13 +65,23 @@ Status Store::Impl::CommitBatch(const WriteBatch& batch, const Snapshot* snap) {
   uint64_t log_bytes = sizeof(CommitLogHeader);
   PMTREE_ASSIGN_OR_RETURN(std::vector<PendingWrite> pw, PlanBatch(writes, snap, &log_bytes));
   if (pw.empty()) return Status::Ok();
-  // Versions not yet sealed have no header to read: free them by size.
+  // Versions not yet sealed have no header to read: free them by size (a
+  // field version's table, then the fresh blocks it names).
   auto undo = [&] {
-    for (const PendingWrite& w : pw)
-      if (w.version != 0) alloc().Free(w.version, sizeof(VersionHeader) + w.length, BlockOwner::kStore);
+    for (const PendingWrite& w : pw) {
+      if (w.version == 0) continue;
+      const bool fields = w.kind == VersionKind::kFields;
+      const auto* blocks = reinterpret_cast<const uint64_t*>(pool().base() + w.version + sizeof(VersionHeader));
+      for (uint64_t i = 0; fields && i < w.length; i++)
+        alloc().Free(blocks[i], FieldBlockBytes(blocks[i]), BlockOwner::kStore);
+      alloc().Free(w.version, sizeof(VersionHeader) + (fields ? 8 * w.length : w.length), BlockOwner::kStore);
+    }
   };
   for (PendingWrite& w : pw) {
-    auto off = w.kind == VersionKind::kValue ? NewValueVersion(**writes.find(w.key)->second) : NewTombstone();
+    const WriteBatch::Op& op = *writes.find(w.key)->second;
+    auto off = w.kind == VersionKind::kValue    ? NewValueVersion(*op.value)
+               : w.kind == VersionKind::kFields ? NewFieldVersion(0, *op.fields, &w.length)
+                                                : NewTombstone();
     if (!off.ok()) {
       undo();
       return off.status();
@@ -91,7 +100,7 @@ Result<std::vector<PendingWrite>> Store::Impl::PlanBatch(const BatchWrites& writ
                                                          uint64_t* log_bytes) {
   // Heads and conflicts first, so a refused commit allocates nothing.
   std::vector<PendingWrite> pw;
-  for (const auto& [key, value] : writes) {
+  for (const auto& [key, op] : writes) {
     uint64_t head = 0;
     std::optional<VersionView> hv;
     if (tree().Lookup(key, &head)) {
@@ -104,12 +113,12 @@ Result<std::vector<PendingWrite>> Store::Impl::PlanBatch(const BatchWrites& writ
                           std::to_string(snap->timestamp()) + " (first committer wins)");
     }
     const bool live = hv && hv->kind != VersionKind::kTombstone;
-    if (!value->has_value() && !live) continue;  // deleting an absent key changes nothing
+    if (op->is_delete() && !live) continue;  // deleting an absent key changes nothing
     PendingWrite w;
     w.key = std::string(key);
     w.old_head = hv ? head : 0;
-    w.kind = value->has_value() ? VersionKind::kValue : VersionKind::kTombstone;
-    w.length = value->has_value() ? (*value)->size() : 0;
+    w.kind = op->value ? VersionKind::kValue : op->fields ? VersionKind::kFields : VersionKind::kTombstone;
+    w.length = op->value ? op->value->size() : 0;  // a field version's: its field count, once made
     pw.push_back(std::move(w));
     *log_bytes += sizeof(CommitEntry) + Pad8(key.size());
   }
@@ -175,8 +184,11 @@ Result<bool> Transaction::Get(std::string_view key, std::string* value) {
   if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
   PMTREE_RETURN_IF_ERROR(CheckKey(key));
   if (auto it = writes_.find(key); it != writes_.end()) {
-    if (!it->second) return false;
-    *value = *it->second;
+    const WriteBatch::Op& op = it->second;
+    if (op.fields)
+      return Status::InvalidArgument("kv: the key holds a field record, not a plain value (use GetFields)");
+    if (!op.value) return false;
+    *value = *op.value;
     return true;
   }
   Store::Impl& s = *store_->impl_;
@@ -187,27 +199,57 @@ Result<bool> Transaction::Get(std::string_view key, std::string* value) {
   return true;
 }
 
+Result<bool> Transaction::GetFields(std::string_view key, const std::vector<std::string>& names, FieldMap* out) {
+  if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  if (auto it = writes_.find(key); it != writes_.end()) {
+    const WriteBatch::Op& op = it->second;
+    if (op.value) return Status::InvalidArgument("kv: the key holds a plain value, not a field record (use Get)");
+    if (!op.fields) return false;
+    out->clear();
+    for (const auto& [name, v] : *op.fields)
+      if (names.empty() || std::find(names.begin(), names.end(), name) != names.end()) out->emplace(name, v);
+    return true;
+  }
+  Store::Impl& s = *store_->impl_;
+  auto guard = s.pool().epochs().Protect();
+  PMTREE_ASSIGN_OR_RETURN(auto v, s.VisibleAt(key, snapshot_->timestamp()));
+  if (!v) return false;
+  PMTREE_RETURN_IF_ERROR(s.ReadFields(*v, names, out));
+  return true;
+}
+
 Status Transaction::Put(std::string_view key, std::string_view value) {
   if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
   PMTREE_RETURN_IF_ERROR(CheckKey(key));
-  if (value.size() > kMaxValueBytes) return Status::InvalidArgument("kv: value larger than 64 MiB");
-  writes_[std::string(key)] = std::string(value);
+  PMTREE_RETURN_IF_ERROR(CheckValue(value.size(), "value"));
+  writes_[std::string(key)] = {{}, std::string(value), std::nullopt};
+  return Status::Ok();
+}
+
+Status Transaction::PutFields(std::string_view key, const FieldMap& fields) {
+  if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  PMTREE_RETURN_IF_ERROR(CheckFields(fields));
+  writes_[std::string(key)] = {{}, std::nullopt, fields};
   return Status::Ok();
 }
 
 Status Transaction::Delete(std::string_view key) {
   if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
   PMTREE_RETURN_IF_ERROR(CheckKey(key));
-  writes_[std::string(key)] = std::nullopt;
+  writes_[std::string(key)] = {};
   return Status::Ok();
 }
 
 Status Transaction::Commit() {
   if (snapshot_ == nullptr) return Status::Busy("kv: the transaction has finished");
   WriteBatch batch;
-  for (const auto& [k, v] : writes_) {
-    if (v)
-      batch.Put(k, *v);
+  for (auto& [k, op] : writes_) {
+    if (op.value)
+      batch.Put(k, *op.value);
+    else if (op.fields)
+      batch.PutFields(k, std::move(*op.fields));
     else
       batch.Delete(k);
   }

@@ -480,8 +480,8 @@ void Execute(ServerState& server, ClientState& client, std::vector<std::string>&
     if (!(spec->flags & kInTxn)) {
       client.multi_failed = true;
       return AppendError(out, "ERR " + std::string(spec->name) +
-                                  " is not supported inside MULTI (EXEC's atomic transaction holds string "
-                                  "and sorted-set commands)");
+                                  " is not supported inside MULTI (EXEC's atomic transaction holds the "
+                                  "string and hash commands, ZADD/ZREM/ZSCORE/ZCARD, PING and ECHO)");
     }
     client.queued.push_back(std::move(args));
     return AppendSimple(out, "QUEUED");

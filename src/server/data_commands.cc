@@ -201,7 +201,7 @@ void HSetCmd(Call& c) {
   kv::FieldMap fields;
   if (!ReadFieldPairs(c, "hset", &fields)) return;
   int64_t added = 0;
-  if (!Ok(c, c.ks().HSet(c.args[1], fields, &added))) return;
+  if (!Ok(c, c.ks().HSet(c.args[1], fields, &added, c.txn))) return;
   AppendInt(c.out, added);
 }
 
@@ -209,14 +209,14 @@ void HMSetCmd(Call& c) {
   kv::FieldMap fields;
   if (!ReadFieldPairs(c, "hmset", &fields)) return;
   int64_t added = 0;
-  if (!Ok(c, c.ks().HSet(c.args[1], fields, &added))) return;
+  if (!Ok(c, c.ks().HSet(c.args[1], fields, &added, c.txn))) return;
   AppendSimple(c.out, "OK");
 }
 
 // Reads the named fields (all when `names` is empty); false after an error reply.
 bool ReadFields(Call& c, const std::vector<std::string>& names, kv::FieldMap* fields) {
   bool found = false;
-  return Ok(c, c.ks().HGet(c.args[1], names, fields, &found));
+  return Ok(c, c.ks().HGet(c.args[1], names, fields, &found, c.txn));
 }
 
 // Field names that cannot exist (empty, too long) are simply absent.
@@ -259,13 +259,13 @@ void HGetAllCmd(Call& c) {
 
 void HDelCmd(Call& c) {
   int64_t n = 0;
-  if (!Ok(c, c.ks().HDel(c.args[1], ValidNames(c.args, 2), &n))) return;
+  if (!Ok(c, c.ks().HDel(c.args[1], ValidNames(c.args, 2), &n, c.txn))) return;
   AppendInt(c.out, n);
 }
 
 void HLenCmd(Call& c) {
   int64_t n = 0;
-  if (!Ok(c, c.ks().HLen(c.args[1], &n))) return;
+  if (!Ok(c, c.ks().HLen(c.args[1], &n, c.txn))) return;
   AppendInt(c.out, n);
 }
 
@@ -432,14 +432,14 @@ const std::vector<CommandSpec>& DataCommands() {
       {"strlen", StrlenCmd, 2, kInTxn, 1, 1, 1},
       {"mget", MGetCmd, -2, kInTxn, 1, -1, 1},
       {"mset", MSetCmd, -3, kInTxn | kWrite, 1, -1, 2},
-      {"hset", HSetCmd, -4, kWrite, 1, 1, 1},
-      {"hmset", HMSetCmd, -4, kWrite, 1, 1, 1},
-      {"hget", HGetCmd, 3, 0, 1, 1, 1},
-      {"hmget", HMGetCmd, -3, 0, 1, 1, 1},
-      {"hgetall", HGetAllCmd, 2, 0, 1, 1, 1},
-      {"hdel", HDelCmd, -3, kWrite, 1, 1, 1},
-      {"hlen", HLenCmd, 2, 0, 1, 1, 1},
-      {"hexists", HExistsCmd, 3, 0, 1, 1, 1},
+      {"hset", HSetCmd, -4, kInTxn | kWrite, 1, 1, 1},
+      {"hmset", HMSetCmd, -4, kInTxn | kWrite, 1, 1, 1},
+      {"hget", HGetCmd, 3, kInTxn, 1, 1, 1},
+      {"hmget", HMGetCmd, -3, kInTxn, 1, 1, 1},
+      {"hgetall", HGetAllCmd, 2, kInTxn, 1, 1, 1},
+      {"hdel", HDelCmd, -3, kInTxn | kWrite, 1, 1, 1},
+      {"hlen", HLenCmd, 2, kInTxn, 1, 1, 1},
+      {"hexists", HExistsCmd, 3, kInTxn, 1, 1, 1},
       {"zadd", ZAddCmd, -4, kInTxn | kWrite, 1, 1, 1},
       {"zrem", ZRemCmd, -3, kInTxn | kWrite, 1, 1, 1},
       {"zscore", ZScoreCmd, 3, kInTxn, 1, 1, 1},

@@ -189,6 +189,12 @@ Status Txn::Put(std::string_view key, std::string_view value) {
   return Status::Ok();
 }
 
+Status Txn::PutFields(std::string_view key, const kv::FieldMap& fields) {
+  PMTREE_RETURN_IF_ERROR(t_->PutFields(key, fields));
+  written_[std::string(key)] = true;
+  return Status::Ok();
+}
+
 Status Txn::Delete(std::string_view key) {
   PMTREE_RETURN_IF_ERROR(t_->Delete(key));
   written_[std::string(key)] = false;
@@ -196,7 +202,8 @@ Status Txn::Delete(std::string_view key) {
 }
 
 Status Txn::Write(const kv::WriteBatch& batch) {
-  for (const auto& op : batch.ops()) PMTREE_RETURN_IF_ERROR(op.value ? Put(op.key, *op.value) : Delete(op.key));
+  for (const auto& op : batch.ops())
+    PMTREE_RETURN_IF_ERROR(op.value ? Put(op.key, *op.value) : op.fields ? PutFields(op.key, *op.fields) : Delete(op.key));
   return Status::Ok();
 }
 
@@ -394,19 +401,24 @@ Status Keyspace::SetMany(const std::vector<std::pair<std::string_view, std::stri
   keys.reserve(sets.size());
   for (const auto& kv : sets) keys.push_back(kv.first);
   KeyLocks lock(this, keys);
-  // Head keys and tagged values, owned here while the store reads them.
-  std::vector<std::string> heads, stored;
-  heads.reserve(sets.size());
-  stored.reserve(sets.size());
+  // Head keys and tagged values, owned here while the store reads them: one
+  // buffer for all of them (not two strings per SET), sized first so that
+  // the views into it stay valid.
+  size_t bytes = 0;
+  for (const auto& [key, value] : sets) bytes += key.size() + value.size() + 2;
+  std::string buf;
+  buf.reserve(bytes);
   std::vector<std::pair<std::string_view, std::string_view>> puts;
   puts.reserve(sets.size());
   for (const auto& [key, value] : sets) {
-    heads.push_back(HeadKey(key));
-    std::string& v = stored.emplace_back();
-    v.reserve(value.size() + 1);
-    v.push_back(kStringTag);
-    v.append(value);
-    puts.emplace_back(heads.back(), v);
+    const size_t head = buf.size();
+    buf.push_back(kUserPrefix);
+    buf.append(key);
+    const size_t tagged = buf.size();
+    buf.push_back(kStringTag);
+    buf.append(value);
+    puts.emplace_back(std::string_view(buf).substr(head, tagged - head),
+                      std::string_view(buf).substr(tagged, buf.size() - tagged));
   }
   // The store shows each head's value under its lock, without a copy: an
   // absent key, a small hash (a field record) or a string is replaced as is;
@@ -484,22 +496,27 @@ Status Keyspace::MSet(const std::vector<std::pair<std::string, std::string>>& pa
 
 // ---- hashes ----------------------------------------------------------------------------------
 
-Status Keyspace::HSet(std::string_view key, const kv::FieldMap& fields, int64_t* added) {
+Status Keyspace::HSet(std::string_view key, const kv::FieldMap& fields, int64_t* added, Txn* txn) {
   for (const auto& [f, v] : fields)
     if (HashFieldKey(key, f).size() > kMaxKeyBytes)
       return Status::InvalidArgument("ERR key and field of " + std::to_string(key.size() + f.size()) +
                                      " bytes; the limit is " + std::to_string(kMaxKeyBytes - 5));
-  KeyLocks lock(this, {key});
+  KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
   kv::FieldMap existing;
   bool found;
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHash(hk, {}, &existing, &found, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHash(hk, {}, &existing, &found, &h, txn));
   *added = 0;
-  if (h.large_hash) return HSetLarge(key, h.card, {}, fields, added);
+  if (h.large_hash) return HSetLarge(key, h.card, {}, fields, added, txn);
   for (const auto& [f, v] : fields) *added += existing.count(f) == 0;
   uint64_t total = existing.size() + static_cast<uint64_t>(*added);
-  if (total > kSmallHashFields) return HSetLarge(key, 0, existing, fields, added);
+  if (total > kSmallHashFields) return HSetLarge(key, 0, existing, fields, added, txn);
+  if (txn) {
+    // A transaction buffers whole records: the merged field set.
+    for (const auto& [f, v] : fields) existing[f] = v;
+    return txn->PutFields(hk, existing);
+  }
   if (!found) return store_->PutFields(hk, fields);
   return store_->UpdateFields(hk, fields).status();
 }
@@ -536,9 +553,9 @@ Status Keyspace::RemoveMembers(std::string_view key, const Head& h, const std::v
 // *fields, *found telling whether the key exists; for a large hash it sets
 // head->large_hash and head->card instead; another type is WRONGTYPE.
 Status Keyspace::ReadHash(const std::string& hk, const std::vector<std::string>& names, kv::FieldMap* fields,
-                          bool* found, Head* head) {
+                          bool* found, Head* head, Txn* txn) {
   head->large_hash = false;
-  auto r = store_->GetFields(hk, names, fields);
+  auto r = txn ? txn->GetFields(hk, names, fields) : store_->GetFields(hk, names, fields);
   if (r.ok()) {
     *found = *r;
     return Status::Ok();
@@ -546,7 +563,7 @@ Status Keyspace::ReadHash(const std::string& hk, const std::vector<std::string>&
   // Keys are length-checked before they get here: InvalidArgument means
   // "holds a plain value", i.e. a large hash's head or another type.
   if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, head));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, head, txn));
   if (!head->large_hash) return WrongType();
   *found = true;
   return Status::Ok();
@@ -556,7 +573,7 @@ Status Keyspace::ReadHash(const std::string& hk, const std::vector<std::string>&
 // holds the fields of a small hash being converted (then card is 0 and the
 // field record is replaced by the large head in the same batch).
 Status Keyspace::HSetLarge(std::string_view key, uint64_t card, const kv::FieldMap& convert,
-                           const kv::FieldMap& fields, int64_t* added) {
+                           const kv::FieldMap& fields, int64_t* added, Txn* txn) {
   kv::WriteBatch batch;
   for (const auto& [f, v] : convert)
     if (!fields.count(f)) batch.Put(HashFieldKey(key, f), v);  // one Put per key in a batch
@@ -567,7 +584,7 @@ Status Keyspace::HSetLarge(std::string_view key, uint64_t card, const kv::FieldM
     std::string fk = HashFieldKey(key, f);
     bool had = convert.count(f) > 0;
     if (!had && convert.empty()) {
-      PMTREE_ASSIGN_OR_RETURN(had, store_->Get(fk, &old));
+      PMTREE_ASSIGN_OR_RETURN(had, Read(txn, fk, &old));
     }
     if (!had) {
       ++*added;
@@ -576,15 +593,26 @@ Status Keyspace::HSetLarge(std::string_view key, uint64_t card, const kv::FieldM
     batch.Put(fk, v);
   }
   batch.Put(HeadKey(key), CardValue(card, kHashTag));
-  return store_->Write(batch);
+  return Commit(txn, batch);
 }
 
-Status Keyspace::HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found) {
+Status Keyspace::HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found,
+                      Txn* txn) {
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHash(HeadKey(key), names, out, found, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHash(HeadKey(key), names, out, found, &h, txn));
   if (!h.large_hash) return Status::Ok();
   out->clear();
   std::string v;
+  if (names.empty() && txn) {
+    std::string prefix = MemberPrefix(kHashPrefix, key);
+    std::vector<std::string> fks;
+    PMTREE_RETURN_IF_ERROR(txn->ForEachKey(prefix, PrefixEnd(prefix), [&](std::string_view k) { fks.emplace_back(k); }));
+    for (const auto& fk : fks) {
+      PMTREE_ASSIGN_OR_RETURN(bool had, txn->Get(fk, &v));
+      if (had) out->emplace(fk.substr(prefix.size()), v);
+    }
+    return Status::Ok();
+  }
   if (names.empty()) {
     std::string prefix = MemberPrefix(kHashPrefix, key);
     auto it = store_->NewIterator({.upper_bound = PrefixEnd(prefix)});
@@ -592,16 +620,16 @@ Status Keyspace::HGet(std::string_view key, const std::vector<std::string>& name
     return it->status();
   }
   for (const auto& n : names) {
-    PMTREE_ASSIGN_OR_RETURN(bool had, store_->Get(HashFieldKey(key, n), &v));
+    PMTREE_ASSIGN_OR_RETURN(bool had, Read(txn, HashFieldKey(key, n), &v));
     if (had) out->emplace(n, v);
   }
   return Status::Ok();
 }
 
-Status Keyspace::HLen(std::string_view key, int64_t* n) {
+Status Keyspace::HLen(std::string_view key, int64_t* n, Txn* txn) {
   Head h;
   std::string hk = HeadKey(key);
-  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h, txn));
   if (h.type == KeyType::kNone) {
     *n = 0;
     return Status::Ok();
@@ -613,26 +641,26 @@ Status Keyspace::HLen(std::string_view key, int64_t* n) {
   }
   kv::FieldMap f;
   bool found;
-  PMTREE_RETURN_IF_ERROR(HGet(key, {}, &f, &found));
+  PMTREE_RETURN_IF_ERROR(HGet(key, {}, &f, &found, txn));
   *n = static_cast<int64_t>(f.size());
   return Status::Ok();
 }
 
-Status Keyspace::HDel(std::string_view key, const std::vector<std::string>& names, int64_t* removed) {
-  KeyLocks lock(this, {key});
+Status Keyspace::HDel(std::string_view key, const std::vector<std::string>& names, int64_t* removed, Txn* txn) {
+  KeyLocks lock(this, {key}, txn);
   std::string hk = HeadKey(key);
   kv::FieldMap fields;
   bool found;
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHash(hk, {}, &fields, &found, &h));
+  PMTREE_RETURN_IF_ERROR(ReadHash(hk, {}, &fields, &found, &h, txn));
   *removed = 0;
-  if (h.large_hash) return RemoveMembers(key, h, names, removed);
+  if (h.large_hash) return RemoveMembers(key, h, names, removed, txn);
   for (const auto& n : names) *removed += static_cast<int64_t>(fields.erase(n));
   if (*removed == 0) return Status::Ok();
   // The store has no field delete: the record is rewritten without them
   // (a hash with no field left is deleted, as in Redis).
-  if (fields.empty()) return store_->Delete(hk).status();
-  return store_->PutFields(hk, fields);
+  if (fields.empty()) return txn ? txn->Delete(hk) : store_->Delete(hk).status();
+  return txn ? txn->PutFields(hk, fields) : store_->PutFields(hk, fields);
 }
 
 // ---- sorted sets -----------------------------------------------------------------------------

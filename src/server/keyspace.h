@@ -68,16 +68,20 @@ struct ScoreBound {
 
 // EXEC's transaction: the Keyspace methods that take a Txn* read its
 // snapshot plus its own writes and buffer their writes in it; Commit makes
-// them all durable at once, or none (kv::Transaction).  Only string and
-// sorted-set commands run inside one (hashes use field records, which a
-// kv::Transaction does not hold).  The caller holds the keys' locks
+// them all durable at once, or none (kv::Transaction): the string, hash
+// and sorted-set writes alike (a small hash's field record is one of the
+// transaction's writes).  The caller holds the keys' locks
 // (Keyspace::KeyLocks) for the transaction's lifetime, so the keys' member
 // ranges cannot change under it.
 class Txn {
  public:
   explicit Txn(kv::Store* store) : store_(store), t_(store->BeginTransaction()) {}
   Result<bool> Get(std::string_view key, std::string* value) { return t_->Get(key, value); }
+  Result<bool> GetFields(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out) {
+    return t_->GetFields(key, names, out);
+  }
   Status Put(std::string_view key, std::string_view value);
+  Status PutFields(std::string_view key, const kv::FieldMap& fields);
   Status Delete(std::string_view key);
   Status Write(const kv::WriteBatch& batch);
   // Every key in [prefix, end) as the transaction sees it.
@@ -153,11 +157,12 @@ class Keyspace {
   Status MSet(const std::vector<std::pair<std::string, std::string>>& pairs, Txn* txn = nullptr);
 
   // ---- hashes ----
-  Status HSet(std::string_view key, const kv::FieldMap& fields, int64_t* added);
+  Status HSet(std::string_view key, const kv::FieldMap& fields, int64_t* added, Txn* txn = nullptr);
   // All fields (names empty) or the named ones; false when the key is absent.
-  Status HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found);
-  Status HDel(std::string_view key, const std::vector<std::string>& names, int64_t* removed);
-  Status HLen(std::string_view key, int64_t* n);
+  Status HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found,
+              Txn* txn = nullptr);
+  Status HDel(std::string_view key, const std::vector<std::string>& names, int64_t* removed, Txn* txn = nullptr);
+  Status HLen(std::string_view key, int64_t* n, Txn* txn = nullptr);
 
   // ---- sorted sets ----
   Status ZAdd(std::string_view key, const std::vector<std::pair<double, std::string>>& members, int64_t* added,
@@ -211,9 +216,9 @@ class Keyspace {
   Status RemoveMembers(std::string_view key, const Head& h, const std::vector<std::string>& names, int64_t* removed,
                        Txn* txn = nullptr);
   Status ReadHash(const std::string& hk, const std::vector<std::string>& names, kv::FieldMap* fields, bool* found,
-                  Head* head);
+                  Head* head, Txn* txn);
   Status HSetLarge(std::string_view key, uint64_t card, const kv::FieldMap& convert, const kv::FieldMap& fields,
-                   int64_t* added);
+                   int64_t* added, Txn* txn);
 
   static constexpr size_t kStripes = 1024;
   // Spin locks: MULTI/EXEC and a large-hash conversion hold many at once,

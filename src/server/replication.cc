@@ -253,7 +253,7 @@ void Replication::ExecuteWrite(const CommandSpec& spec, Call& call) {
   Propagate(stream);
 }
 
-size_t Replication::ExecuteSetGroup(const std::vector<std::vector<std::string>>& sets,
+size_t Replication::ExecuteSetGroup(std::span<const std::vector<std::string>> sets,
                                     const std::function<size_t()>& commit) {
   std::vector<std::string_view> keys;
   keys.reserve(sets.size());

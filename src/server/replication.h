@@ -67,6 +67,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -144,7 +145,7 @@ class Replication {
   // `commit` applies a prefix of `sets` (each {"SET", key, value}, distinct
   // keys) and returns its length; it runs under R1/R2 like any write, and
   // the applied SETs are streamed in order.  Returns what `commit` did.
-  size_t ExecuteSetGroup(const std::vector<std::vector<std::string>>& sets, const std::function<size_t()>& commit);
+  size_t ExecuteSetGroup(std::span<const std::vector<std::string>> sets, const std::function<size_t()>& commit);
 
   // PSYNC replid offset: writes +FULLRESYNC/+CONTINUE (and, later, the RDB
   // and the stream) to the client, which becomes a replica.

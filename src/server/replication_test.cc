@@ -283,9 +283,11 @@ TEST(ReplicationTest, FullSyncSendsEveryTypeThenStreamsEffects) {
   EXPECT_EQ(c->Cmd({"SET", "n", "1"}), "+QUEUED");
   EXPECT_EQ(c->Cmd({"GET", "n"}), "+QUEUED");
   EXPECT_EQ(c->Cmd({"INCR", "n"}), "+QUEUED");
-  EXPECT_EQ(c->Cmd({"EXEC"}), "[+OK, 1, :2]");
-  std::vector<V> want = {{"SELECT", "0"}, {"SET", "s", "w"}, {"DEL", "s"},  {"MULTI"},
-                         {"SET", "n", "1"}, {"INCR", "n"},   {"EXEC"}};
+  EXPECT_EQ(c->Cmd({"HSET", "hm", "f", "1"}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"HGET", "hm", "f"}), "+QUEUED");
+  EXPECT_EQ(c->Cmd({"EXEC"}), "[+OK, 1, :2, :1, 1]");
+  std::vector<V> want = {{"SELECT", "0"}, {"SET", "s", "w"}, {"DEL", "s"},          {"MULTI"},
+                         {"SET", "n", "1"}, {"INCR", "n"},   {"HSET", "hm", "f", "1"}, {"EXEC"}};
   uint64_t end = InfoField(*c, "master_repl_offset");
   EXPECT_EQ(end, at + Bytes(want).size());
   V cmd;
@@ -440,10 +442,13 @@ TEST(ReplicationTest, PmtreeReplicaFollowsRefusesWritesAndPromotes) {
   ASSERT_EQ(m->Cmd({"MULTI"}), "+OK");
   ASSERT_EQ(m->Cmd({"INCR", "n"}), "+QUEUED");
   ASSERT_EQ(m->Cmd({"DEL", "before"}), "+QUEUED");
-  ASSERT_EQ(m->Cmd({"EXEC"}), "[:1, :1]");
+  ASSERT_EQ(m->Cmd({"HDEL", "h", "f0", "f1"}), "+QUEUED");
+  ASSERT_EQ(m->Cmd({"HSET", "small", "a", "1", "b", "2"}), "+QUEUED");
+  ASSERT_EQ(m->Cmd({"EXEC"}), "[:1, :1, :2, :2]");
   ASSERT_TRUE(CaughtUp(*r, *m));
   EXPECT_EQ(ReadMaster(*r), ReadMaster(*m));
-  EXPECT_EQ(r->Cmd({"HLEN", "h"}), ":80");
+  EXPECT_EQ(r->Cmd({"HLEN", "h"}), ":78");
+  EXPECT_EQ(r->Cmd({"HGETALL", "small"}), "[a, 1, b, 2]");
   EXPECT_EQ(r->Cmd({"ZSCORE", "z", "a"}), "2.5");
   EXPECT_EQ(r->Cmd({"EXISTS", "stale"}), ":0");
   std::string info = r->Cmd({"INFO", "replication"});

@@ -64,7 +64,7 @@ RespParser::Outcome RespParser::Parse(std::string_view buf, size_t* pos, std::ve
     if (n <= 0) continue;
     remaining_ = n;
     bulk_len_ = -1;
-    partial_.clear();
+    used_ = 0;
     partial_.reserve(static_cast<size_t>(n < 64 ? n : 64));  // a declared count is not yet memory we owe
   }
   while (remaining_ > 0) {
@@ -85,15 +85,26 @@ RespParser::Outcome RespParser::Parse(std::string_view buf, size_t* pos, std::ve
     if (buf.size() - p < static_cast<uint64_t>(bulk_len_) + 2) return Outcome::kNeedMore;
     if (buf[p + bulk_len_] != '\r' || buf[p + bulk_len_ + 1] != '\n')
       return Fail("Protocol error: bulk string not terminated by CRLF");
-    partial_.emplace_back(buf.substr(p, bulk_len_));
+    std::string_view arg = buf.substr(p, bulk_len_);
+    if (used_ < partial_.size() && partial_[used_].capacity() <= kRecycleBytes) {
+      partial_[used_].assign(arg);  // an earlier command's string: no allocation when it fits
+    } else if (used_ < partial_.size()) {
+      partial_[used_] = std::string(arg);
+    } else {
+      partial_.emplace_back(arg);
+    }
+    ++used_;
     partial_bytes_ += static_cast<uint64_t>(bulk_len_);
     *pos = p = p + bulk_len_ + 2;
     bulk_len_ = -1;
     --remaining_;
   }
   remaining_ = -1;
+  partial_.resize(used_);
   args->swap(partial_);
-  partial_.clear();
+  // partial_ now holds the caller's previous arguments: their strings are
+  // reused by the next command.
+  used_ = 0;
   partial_bytes_ = 0;
   return Outcome::kCommand;
 }

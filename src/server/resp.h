@@ -34,11 +34,17 @@ class RespParser {
  public:
   enum class Outcome { kCommand, kNeedMore, kError };
 
+  // Capacity up to which an argument string is kept for reuse.
+  static constexpr size_t kRecycleBytes = 512;
+
   explicit RespParser(const RespLimits& limits = {}) : limits_(limits) {}
 
   // Parses from buf[*pos]: kCommand fills *args with the next whole command
   // and advances *pos past it; kNeedMore advances *pos past what was consumed
   // (the parser keeps the pieces) and wants buf to grow; kError sets error().
+  // The parser takes *args's old strings in exchange and reuses those of at
+  // most kRecycleBytes for later arguments (a pipelined stream of small
+  // commands then allocates nothing per argument).
   // buf[0, *pos) may be dropped by the caller between calls, if *pos is then
   // rebased (the parser keeps no pointer into buf).
   Outcome Parse(std::string_view buf, size_t* pos, std::vector<std::string>* args);
@@ -59,7 +65,8 @@ class RespParser {
   // is next).
   int64_t remaining_ = -1;
   int64_t bulk_len_ = -1;
-  std::vector<std::string> partial_;
+  std::vector<std::string> partial_;  // partial_[0, used_) are this command's; the rest, strings to reuse
+  size_t used_ = 0;
   uint64_t partial_bytes_ = 0;
   std::string error_;
 };

@@ -145,5 +145,57 @@ TEST(RespWriterTest, RepliesHaveTheirRespShapes) {
   EXPECT_EQ(out, std::string(kWant, sizeof kWant - 1));
 }
 
+// The parser reuses the strings of the args vector it is handed back: a
+// stream of commands of mixed arities and lengths (some past kRecycleBytes),
+// split at every byte count, parses to exactly what was sent, and the
+// strings of one command are the buffers of an earlier one (no allocation).
+TEST(RespParserTest, ReusedArgumentStringsHoldExactlyTheNewCommand) {
+  std::vector<Args> sent = {{"SET", "key:0001", std::string(100, 'a')},
+                            {"GET", "k"},
+                            {"SET", "key:0002", std::string(RespParser::kRecycleBytes + 300, 'b')},
+                            {"MSET", "x", "1", "y", "2"},
+                            {"SET", "key:0003", "short"},
+                            {"PING"},
+                            {"SET", "key:0004", std::string(90, 'c')}};
+  std::string wire;
+  for (const auto& a : sent) {
+    wire += "*" + std::to_string(a.size()) + "\r\n";
+    for (const auto& x : a) wire += "$" + std::to_string(x.size()) + "\r\n" + x + "\r\n";
+  }
+  for (size_t step : {size_t{0}, size_t{1}, size_t{7}}) {
+    RespParser p;
+    std::string buf;
+    size_t pos = 0, fed = 0, got = 0;
+    Args args;  // one vector, handed back each time, as the server does
+    while (fed < wire.size() || got < sent.size()) {
+      size_t n = step == 0 ? wire.size() - fed : std::min(step, wire.size() - fed);
+      buf.append(wire, fed, n);
+      fed += n;
+      while (p.Parse(buf, &pos, &args) == RespParser::Outcome::kCommand) {
+        ASSERT_LT(got, sent.size());
+        ASSERT_EQ(args, sent[got]) << "command " << got << ", step " << step;
+        ++got;
+      }
+      if (n == 0) break;
+    }
+    EXPECT_EQ(got, sent.size()) << "step " << step;
+  }
+  // Three SETs: the third one's value lands in the buffer the first one's
+  // value had (the first's strings went back to the parser with the second).
+  std::string three;
+  for (char v : {'u', 'v', 'w'})
+    three += "*3\r\n$3\r\nSET\r\n$1\r\n" + std::string(1, v) + "\r\n$100\r\n" + std::string(100, v) + "\r\n";
+  RespParser p;
+  size_t pos = 0;
+  Args a;
+  ASSERT_EQ(p.Parse(three, &pos, &a), RespParser::Outcome::kCommand);
+  const char* first_value = a[2].data();
+  ASSERT_EQ(p.Parse(three, &pos, &a), RespParser::Outcome::kCommand);
+  EXPECT_NE(a[2].data(), first_value);
+  ASSERT_EQ(p.Parse(three, &pos, &a), RespParser::Outcome::kCommand);
+  EXPECT_EQ(a, (Args{"SET", "w", std::string(100, 'w')}));
+  EXPECT_EQ(a[2].data(), first_value);
+}
+
 }  // namespace
 }  // namespace pmtree::server

@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -58,7 +59,10 @@ struct Connection {
   RespParser parser;
   ClientState client;
   std::vector<std::string> args;
-  std::vector<std::vector<std::string>> group;  // pipelined SETs awaiting their group commit
+  // Pipelined SETs awaiting their group commit: group[0, grouped); the
+  // slots past it keep earlier SETs' strings for the parser to reuse.
+  std::vector<std::vector<std::string>> group;
+  size_t grouped = 0;
   uint32_t events = 0;  // the epoll interest now registered
 };
 
@@ -205,15 +209,16 @@ class Server::Loop {
       }
       if (Groupable(server_->state_, c.client, c.args)) {
         bool repeated = false;
-        for (const auto& g : c.group) repeated = repeated || g[1] == c.args[1];
-        if (repeated || c.group.size() == kMaxGroup) RunGroup(c);
-        c.group.push_back(std::move(c.args));
-        c.args = {};
+        for (size_t i = 0; i < c.grouped; ++i) repeated = repeated || c.group[i][1] == c.args[1];
+        if (repeated || c.grouped == kMaxGroup) RunGroup(c);
+        // Swapped, not moved: c.args takes back an old slot's strings,
+        // which the parser reuses (no allocation per argument).
+        if (c.grouped == c.group.size()) c.group.emplace_back();
+        c.group[c.grouped++].swap(c.args);
         continue;
       }
       RunGroup(c);
       Execute(server_->state_, c.client, c.args, &c.out);
-      c.args.clear();
       if (c.out.size() - c.out_pos > limit) {
         Reject(c, "reply buffer limit reached");
         break;
@@ -262,10 +267,11 @@ class Server::Loop {
 
   // Commits the held SETs (see GROUP COMMIT) and appends their replies.
   void RunGroup(Connection& c) {
-    if (c.group.empty()) return;
+    if (c.grouped == 0) return;
+    const std::span<const std::vector<std::string>> group(c.group.data(), c.grouped);
     std::vector<std::pair<std::string_view, std::string_view>> sets;
-    sets.reserve(c.group.size());
-    for (const auto& g : c.group) sets.emplace_back(g[1], g[2]);
+    sets.reserve(group.size());
+    for (const auto& g : group) sets.emplace_back(g[1], g[2]);
     size_t applied = 0;
     // Its status needs no reply of its own: every SET not applied runs
     // below through Execute, which reports that SET's error.
@@ -276,14 +282,14 @@ class Server::Loop {
     // A master streams the applied SETs to its replicas under the same
     // ordering rules as any write (replication.h, R1-R3).
     if (server_->replication_) {
-      server_->replication_->ExecuteSetGroup(c.group, commit);
+      server_->replication_->ExecuteSetGroup(group, commit);
     } else {
       commit();
     }
     server_->state_.total_commands.fetch_add(applied, std::memory_order_relaxed);
     for (size_t i = 0; i < applied; ++i) AppendSimple(&c.out, "OK");
-    for (size_t i = applied; i < c.group.size(); ++i) Execute(server_->state_, c.client, c.group[i], &c.out);
-    c.group.clear();
+    for (size_t i = applied; i < c.grouped; ++i) Execute(server_->state_, c.client, c.group[i], &c.out);
+    c.grouped = 0;
   }
 
   void Reject(Connection& c, const std::string& why) {

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -153,6 +154,81 @@ TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) {
     ASSERT_GT(third.port(), 0) << third.log();
     EXPECT_EQ(third.log().find("recovered"), std::string::npos) << third.log();
     EXPECT_EQ(Client(third.port()).Cmd({"GET", "a:0"}), "value0");
+  }
+  unlink(pool.c_str());
+  unlink((pool + ".creating").c_str());
+}
+
+// SIGKILL during a pipelined stream of MULTI/EXECs of hash writes: each
+// transaction is whole or absent after restart.  Transaction i writes field
+// n = i and field f<i % 90> = i into the hashes ha, hb, hc (they grow past
+// kSmallHashFields, so one of them converts to a large hash inside a
+// transaction) and creates the hash t:<i>.  After recovery ha, hb and hc are
+// equal, n is the last transaction that committed (at least the last one
+// acknowledged), and t:<j> exists exactly for j <= n.
+TEST(ServerKillTest, HashTransactionsAreWholeOrAbsentAfterKill9) {
+  const std::string pool = "/dev/shm/pmtree-server-kill-txn-" + std::to_string(getpid()) + ".kv";
+  unlink(pool.c_str());
+  constexpr int kPerPipeline = 8;
+  int64_t next = 0;  // the next transaction to send
+  auto txn = [](int64_t i) {
+    std::string id = std::to_string(i), f = "f" + std::to_string(i % 90);
+    std::string wire = Client::Encode({"MULTI"});
+    for (const char* h : {"ha", "hb", "hc"}) wire += Client::Encode({"HSET", h, "n", id, f, id});
+    wire += Client::Encode({"HSET", "t:" + id, "a", id}) + Client::Encode({"EXEC"});
+    return wire;
+  };
+  int64_t acked = -1;  // the last transaction acknowledged
+  constexpr int kKills = 3;
+  for (int round = 0; round <= kKills; ++round) {
+    ServeProcess serve(pool);
+    ASSERT_GT(serve.port(), 0) << serve.log();
+    Client c(serve.port());
+    // Check what the previous kill left, then go on from there.
+    if (round > 0) {
+      EXPECT_NE(serve.log().find("recovered after a crash"), std::string::npos) << serve.log();
+      std::string all = c.Cmd({"HGETALL", "ha"});
+      ASSERT_EQ(c.Cmd({"HGETALL", "hb"}), all);
+      ASSERT_EQ(c.Cmd({"HGETALL", "hc"}), all);
+      int64_t n = std::stoll(c.Cmd({"HGET", "ha", "n"}));
+      ASSERT_GE(n, acked);
+      ASSERT_LT(n, next);
+      for (int64_t j = std::max<int64_t>(0, n - 89); j <= n; ++j)
+        ASSERT_EQ(c.Cmd({"HGET", "ha", "f" + std::to_string(j % 90)}), std::to_string(j));
+      for (int64_t j = 0; j < next; ++j)
+        ASSERT_EQ(c.Cmd({"EXISTS", "t:" + std::to_string(j)}), j <= n ? ":1" : ":0") << "j " << j << ", n " << n;
+      std::fprintf(stderr, "kill %d: %lld transactions acknowledged, %lld committed, %lld sent\n", round,
+                   static_cast<long long>(acked + 1), static_cast<long long>(n + 1), static_cast<long long>(next));
+      next = n + 1;
+    }
+    if (round == kKills) break;
+    // A sender thread pipelines transactions without waiting; this thread
+    // reads the replies and kills the server after `target` of them, while
+    // the sender is still streaming.
+    const int64_t first = next, target = 150 + round * 70;
+    std::atomic<int64_t> sent{first};
+    std::thread sender([&] {
+      for (int64_t i = first; i < first + 100000; i += kPerPipeline) {  // a cap: the kill comes first
+        std::string wire;
+        for (int k = 0; k < kPerPipeline; ++k) wire += txn(i + k);
+        sent.store(i + kPerPipeline);  // before the send: a partly sent pipeline counts as sent
+        if (!c.SendRaw(wire)) return;
+      }
+    });
+    auto read_acks = [&] {  // its ASSERTs return here: the kill and join below still run
+      for (int64_t k = 0; k < target; ++k, ++next) {
+        ASSERT_EQ(c.Read(), "+OK");
+        for (int r = 0; r < 4; ++r) ASSERT_EQ(c.Read(), "+QUEUED");
+        std::string e = c.Read();
+        ASSERT_TRUE(e.starts_with("[:") && e.ends_with(", :1]")) << e;
+        acked = next;
+      }
+    };
+    read_acks();
+    serve.Kill();
+    sender.join();
+    ASSERT_FALSE(HasFatalFailure());
+    next = sent.load();  // each committed or not
   }
   unlink(pool.c_str());
   unlink((pool + ".creating").c_str());
