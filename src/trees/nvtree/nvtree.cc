@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -1030,6 +1031,100 @@ void NvTree<KP>::ReclaimRetired(EpochManager::Guard guard) {
   for (int i = 0; i < 4; i++) pool_->epochs().Reclaim();
 }
 
+// ---- the pieces of a structure modification (§4.4) -------------------------------
+// Each RAII guard undoes its step on every early return of Smo; the commit
+// path releases them explicitly, in the order the protocol needs.
+
+// The LN locks an SMO holds (the left neighbour or head, the LN, perhaps its
+// right sibling), taken left to right and released in reverse.
+class SmoLockSet {
+ public:
+  SmoLockSet() = default;
+  SmoLockSet(const SmoLockSet&) = delete;
+  SmoLockSet& operator=(const SmoLockSet&) = delete;
+  ~SmoLockSet() { UnlockAll(); }
+
+  void Lock(LeafInfo* info) {
+    assert(n_ < 3);
+    info->lock.lock();
+    held_[n_++] = info;
+  }
+  void UnlockAll() {
+    while (n_ > 0) held_[--n_]->lock.unlock();
+  }
+
+ private:
+  LeafInfo* held_[3] = {};
+  int n_ = 0;
+};
+
+// A split's claim on a free entry of its PLN (Pln::reserved).  Dropped on
+// every path that does not add the entry; the split that adds it drops it
+// after raising count, so count + reserved never under-counts.
+class PlnReservation {
+ public:
+  explicit PlnReservation(Pln& p) : p_(&p), before_(p.reserved.fetch_add(1, std::memory_order_acq_rel)) {}
+  PlnReservation(const PlnReservation&) = delete;
+  PlnReservation& operator=(const PlnReservation&) = delete;
+  ~PlnReservation() { Release(); }
+
+  // False when the PLN has no entry left for the new LN (§4.5: rebuild).
+  bool Fits() const { return p_->count.load(std::memory_order_acquire) + before_ < p_->capacity; }
+  void Release() {
+    if (p_ != nullptr) p_->reserved.fetch_sub(1, std::memory_order_release);
+    p_ = nullptr;
+  }
+
+ private:
+  Pln* p_;
+  uint32_t before_;
+};
+
+// The key blob NewSlot allocated for an inserted byte-string key: freed
+// unless the SMO commits (links an LN that names it).
+template <class KP>
+class UnpublishedSlot {
+ public:
+  UnpublishedSlot(Pool* pool, KP* keys) : pool_(pool), keys_(keys) {}
+  UnpublishedSlot(const UnpublishedSlot&) = delete;
+  UnpublishedSlot& operator=(const UnpublishedSlot&) = delete;
+  ~UnpublishedSlot() {
+    if constexpr (!KP::kInline) {
+      if (armed_) {
+        pool_->allocator().Free(slot_ & BytesKeys::kOffsetMask, BytesKeys::BlobBytes(keys_->View(slot_).size()));
+      }
+    }
+  }
+  void Arm(uint64_t slot) {
+    slot_ = slot;
+    armed_ = true;
+  }
+  void Commit() { armed_ = false; }
+
+ private:
+  Pool* pool_;
+  KP* keys_;
+  uint64_t slot_ = 0;
+  bool armed_ = false;
+};
+
+// What one SMO does, filled in step by step.
+template <class KP>
+struct NvTree<KP>::SmoState {
+  enum Kind { kSplit, kReplace, kMerge };
+  Kind kind = kReplace;
+  LeafHeader* h = nullptr;  // the LN being replaced
+  uint32_t need = 1;        // elements the operation would have appended
+  std::vector<std::pair<uint64_t, uint64_t>> live;  // its live pairs, the operation applied
+  uint64_t right_ln = 0;                             // merge: the right sibling
+  LeafInfo* right_info = nullptr;
+  LeafHeader* rh = nullptr;
+  std::vector<std::pair<uint64_t, uint64_t>> all;  // merge: both LNs' live pairs
+  size_t mid = 0;                                  // split: left gets live[0, mid), right the rest
+  uint64_t new_left = 0, new_right = 0;
+  uint32_t left_bytes = 0, right_bytes = 0;
+};
+
 template <class KP>
 Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind kind, K key, uint64_t value,
                                                         bool* outcome) {
@@ -1038,277 +1133,236 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
   // of f.ln (lock order) even if the PLN shifted since Find.
   Neighbor left, right;
   if (!Neighbors(in, f.pln, f.ln, &left, &right)) return SmoOutcome::kRetry;
-  const bool has_prev = left.has;
-  LeafInfo* prev_info = left.info;
-  LeafInfo* left_lock = has_prev ? prev_info : head_info_.get();
-  uint64_t* link = has_prev ? &Leaf(left.ln)->next : &meta_->head;
-
-  std::vector<LeafInfo*> held;
-  auto unlock_all = [&]() {
-    for (auto it = held.rbegin(); it != held.rend(); ++it) (*it)->lock.unlock();
-    held.clear();
-  };
-  left_lock->lock.lock();
-  held.push_back(left_lock);
-  f.info->lock.lock();
-  held.push_back(f.info);
-  if ((has_prev && prev_info->dead.load(std::memory_order_relaxed)) || f.info->dead.load(std::memory_order_relaxed) ||
+  uint64_t* link = left.has ? &Leaf(left.ln)->next : &meta_->head;
+  // Declared in this order so that an early return releases the PLN
+  // reservation, then the new key blob, then the locks.
+  SmoLockSet locks;
+  UnpublishedSlot<KP> new_slot(pool_, &keys_);
+  std::optional<PlnReservation> reservation;
+  locks.Lock(left.has ? left.info : head_info_.get());
+  locks.Lock(f.info);
+  if ((left.has && left.info->dead.load(std::memory_order_relaxed)) || f.info->dead.load(std::memory_order_relaxed) ||
       *link != f.ln) {
-    unlock_all();
     return SmoOutcome::kRetry;
   }
 
-  LeafHeader* h = Leaf(f.ln);
-  const uint64_t n = h->n_element;
-  LnElement* el = LeafElements(h);
-  int64_t i = FindLatest(h, n, key);
-  bool present = i >= 0 && el[i].flag == kPositive;
+  SmoState s;
+  s.h = Leaf(f.ln);
+  const uint64_t n = s.h->n_element;
+  int64_t i = FindLatest(s.h, n, key);
+  bool present = i >= 0 && LeafElements(s.h)[i].flag == kPositive;
   if ((kind == OpKind::kInsert && present) || ((kind == OpKind::kUpdate || kind == OpKind::kRemove) && !present)) {
-    unlock_all();
     *outcome = false;
     return SmoOutcome::kDone;
   }
-  const uint32_t need = (kind == OpKind::kUpdate || (kind == OpKind::kUpsert && present)) ? 2 : 1;
-  if (n + need <= h->capacity) {  // cannot happen (a live LN only grows), but be safe
-    unlock_all();
-    return SmoOutcome::kRetry;
-  }
+  s.need = (kind == OpKind::kUpdate || (kind == OpKind::kUpsert && present)) ? 2 : 1;
+  // Cannot happen (a live LN only grows), but be safe.
+  if (n + s.need <= s.h->capacity) return SmoOutcome::kRetry;
   *outcome = kind == OpKind::kInsert || kind == OpKind::kUpsert ? !present : present;
 
-  std::vector<std::pair<uint64_t, uint64_t>> live;
-  CollectLive(h, n, &live);
-  const size_t valid = live.size();
-
   // Apply the operation to the live set.
-  uint64_t new_slot = 0;
-  bool made_slot = false;
-  auto key_less = [&](const std::pair<uint64_t, uint64_t>& a, const std::pair<uint64_t, uint64_t>& b) {
-    return keys_.CompareSlots(a.first, b.first) < 0;
-  };
+  CollectLive(s.h, n, &s.live);
+  const size_t valid = s.live.size();
   if (present) {
-    auto it = std::find_if(live.begin(), live.end(), [&](const auto& kv) { return keys_.Equal(kv.first, key); });
-    assert(it != live.end());
-    if (kind == OpKind::kRemove) live.erase(it);
+    auto it = std::find_if(s.live.begin(), s.live.end(), [&](const auto& kv) { return keys_.Equal(kv.first, key); });
+    assert(it != s.live.end());
+    if (kind == OpKind::kRemove) s.live.erase(it);
     else it->second = value;
   } else {
     auto slot = NewSlot(key);
-    if (!slot.ok()) {
-      unlock_all();
-      return slot.status();
-    }
-    new_slot = *slot;
-    made_slot = true;
-    live.emplace_back(new_slot, value);
-    std::sort(live.begin(), live.end(), key_less);
+    if (!slot.ok()) return slot.status();
+    new_slot.Arm(*slot);
+    s.live.emplace_back(*slot, value);
+    std::sort(s.live.begin(), s.live.end(),
+              [&](const auto& a, const auto& b) { return keys_.CompareSlots(a.first, b.first) < 0; });
   }
-  auto drop_new_slot = [&]() {
-    if constexpr (!KP::kInline) {
-      if (made_slot) pool_->allocator().Free(new_slot & BytesKeys::kOffsetMask, BytesKeys::BlobBytes(
-                                                 keys_.View(new_slot).size()));
-    }
-  };
+  if (!ChooseSmo(right, valid, kind, &locks, &s)) return SmoOutcome::kRetry;
 
-  // Which SMO (§4.4): split above the minimal fill factor (50 %), else replace
-  // or merge depending on the right sibling's nElement (not its valid count,
-  // which would need a scan).  A merge needs the right sibling in the same PLN
-  // (the PLN's last separator, which its IN relies on, must not change).
-  enum { kSplit, kReplace, kMerge } kind_smo;
-  uint64_t right_ln = 0;
-  LeafInfo* right_info = nullptr;
-  LeafHeader* rh = nullptr;
-  // Deviation (docs, D6): a remove never splits, it compacts (replace), so
-  // removing needs no net space and still works in a full pool.
-  if (valid * 2 > h->capacity && kind != OpKind::kRemove) {
-    kind_smo = kSplit;
-  } else if (valid * 2 > h->capacity) {
-    kind_smo = kReplace;
-  } else {
-    kind_smo = kReplace;
-    if (right.has && right.ln == h->next) {
-      right_ln = right.ln;
-      right_info = right.info;
-      right_info->lock.lock();
-      held.push_back(right_info);
-      if (right_info->dead.load(std::memory_order_relaxed) || h->next != right_ln) {
-        drop_new_slot();
-        unlock_all();
-        return SmoOutcome::kRetry;
-      }
-      rh = Leaf(right_ln);
-      if (rh->n_element * 2 <= rh->capacity) kind_smo = kMerge;
-    }
-  }
-
-  const uint32_t old_bytes = h->node_bytes;
   // Space: operations that add data keep kGrowthReserve free, so that
   // removes (which compact) can always proceed in a full pool (contract 5).
+  const uint32_t old_bytes = s.h->node_bytes;
   if (kind != OpKind::kRemove &&
       pool_->allocator().bytes_free() < 2ull * std::max<uint64_t>(old_bytes, node_size_) * 2 + kGrowthReserve) {
-    drop_new_slot();
-    unlock_all();
     return Status::OutOfSpace("nvtree: pool full (keeping " + std::to_string(kGrowthReserve) +
                               " bytes for removes)");
   }
-  uint64_t new_left = 0, new_right = 0;
-  uint32_t left_bytes = old_bytes, right_bytes = old_bytes;
-  std::vector<std::pair<uint64_t, uint64_t>> all;  // merge: both LNs' live pairs
-  size_t mid = 0;
-
-  if (kind_smo == kSplit) {
-    Pln& p = in->pln[f.pln];
-    // Reserve the PLN slot the new LN will take.  count + reserved never
-    // under-counts: a split adds to count before it drops its reservation.
-    auto release_reservation = [&p] { p.reserved.fetch_sub(1, std::memory_order_release); };
-    const uint32_t before = p.reserved.fetch_add(1, std::memory_order_acq_rel);
-    if (p.count.load(std::memory_order_acquire) + before >= p.capacity) {
-      // §4.5: a full PLN cannot take the new LN; rebuild first.
-      release_reservation();
-      drop_new_slot();
-      unlock_all();
-      return SmoOutcome::kNeedRebuild;
-    }
-    mid = (live.size() + 1) / 2;  // left gets [0, mid), right [mid, end)
-    uint32_t sz = AdaptiveSize(f.info, need, old_bytes);
-    if (LeafCapacity(sz) < live.size() - mid + 1 || LeafCapacity(sz) < mid + 1) sz = old_bytes;
-    left_bytes = right_bytes = sz;
-    auto r = WriteNewLeaf(right_bytes, live.data() + mid, live.size() - mid, h->next);
-    if (!r.ok()) {
-      release_reservation();
-      drop_new_slot();
-      unlock_all();
-      return r.status();
-    }
-    new_right = *r;
-    auto l = WriteNewLeaf(left_bytes, live.data(), mid, new_right);
-    if (!l.ok()) {
-      pool_->allocator().Free(new_right, right_bytes);
-      release_reservation();
-      drop_new_slot();
-      unlock_all();
-      return l.status();
-    }
-    new_left = *l;
-  } else if (kind_smo == kMerge) {
-    std::vector<std::pair<uint64_t, uint64_t>> rlive;
-    CollectLive(rh, rh->n_element, &rlive);
-    all = live;
-    all.insert(all.end(), rlive.begin(), rlive.end());  // every key of LN < every key of its right sibling
-    left_bytes = std::max(old_bytes, rh->node_bytes);
-    if (all.size() > LeafCapacity(left_bytes)) left_bytes = std::min<uint32_t>(kMaxLeafBytes, left_bytes * 2);
-    auto l = WriteNewLeaf(left_bytes, all.data(), all.size(), rh->next);
-    if (!l.ok()) {
-      drop_new_slot();
-      unlock_all();
-      return l.status();
-    }
-    new_left = *l;
-  } else {
-    // Deviation D7: a replace also sizes its new LN by Algorithm 3 (under an
-    // update-only workload almost every structure change is a replace).
-    if (kind != OpKind::kRemove) {
-      uint32_t sz = AdaptiveSize(f.info, need, old_bytes);
-      if (LeafCapacity(sz) >= live.size() + 1) left_bytes = sz;
-    }
-    auto l = WriteNewLeaf(left_bytes, live.data(), live.size(), h->next);
-    if (!l.ok()) {
-      drop_new_slot();
-      unlock_all();
-      return l.status();
-    }
-    new_left = *l;
+  if (s.kind == SmoState::kSplit) {
+    reservation.emplace(in->pln[f.pln]);
+    if (!reservation->Fits()) return SmoOutcome::kNeedRebuild;  // §4.5: rebuild first
   }
+  PMTREE_RETURN_IF_ERROR(WriteSmoLeaves(f, kind, &s));
   // The new LN(s) are flushed; complete the write-back before the pointer
   // that links them, so a crash never links a half-written LN.
   pool_->Fence();
-  pool_->Store64(link, new_left);  // the one atomic write that commits (§4.4)
-  pool_->Persist(link, 8);         // durable before the op is acknowledged or the old LN retired
+  pool_->Store64(link, s.new_left);  // the one atomic write that commits (§4.4)
+  pool_->Persist(link, 8);           // durable before the op is acknowledged or the old LN retired
+  new_slot.Commit();
 
-  // DRAM: new LeafInfos (Table 3: a split halves the counters), PLN update.
+  PublishSmo(in, f, s, reservation ? &*reservation : nullptr);
+  RetireSmo(f, s, &locks);
+  return SmoOutcome::kDone;
+}
+
+// Which SMO (§4.4): split above the minimal fill factor (50 %), else replace
+// or merge depending on the right sibling's nElement (not its valid count,
+// which would need a scan).  A merge needs the right sibling in the same PLN
+// (the PLN's last separator, which its IN relies on, must not change); a
+// merge candidate is locked here.  False when the sibling changed: retry.
+template <class KP>
+bool NvTree<KP>::ChooseSmo(const Neighbor& right, size_t valid, OpKind kind, SmoLockSet* locks, SmoState* s) {
+  s->kind = SmoState::kReplace;
+  if (valid * 2 > s->h->capacity) {
+    // Deviation (docs, D6): a remove never splits, it compacts (replace), so
+    // removing needs no net space and still works in a full pool.
+    if (kind != OpKind::kRemove) s->kind = SmoState::kSplit;
+    return true;
+  }
+  if (!right.has || right.ln != s->h->next) return true;
+  s->right_ln = right.ln;
+  s->right_info = right.info;
+  locks->Lock(right.info);
+  if (right.info->dead.load(std::memory_order_relaxed) || s->h->next != s->right_ln) return false;
+  s->rh = Leaf(s->right_ln);
+  if (s->rh->n_element * 2 <= s->rh->capacity) s->kind = SmoState::kMerge;
+  return true;
+}
+
+// Writes and flushes the SMO's new LN(s), not yet linked: on failure nothing
+// of them remains allocated.
+template <class KP>
+Status NvTree<KP>::WriteSmoLeaves(const Found& f, OpKind kind, SmoState* s) {
+  const uint32_t old_bytes = s->h->node_bytes;
+  s->left_bytes = s->right_bytes = old_bytes;
+  if (s->kind == SmoState::kSplit) {
+    s->mid = (s->live.size() + 1) / 2;
+    uint32_t sz = AdaptiveSize(f.info, s->need, old_bytes);
+    if (LeafCapacity(sz) < s->live.size() - s->mid + 1 || LeafCapacity(sz) < s->mid + 1) sz = old_bytes;
+    s->left_bytes = s->right_bytes = sz;
+    auto r = WriteNewLeaf(s->right_bytes, s->live.data() + s->mid, s->live.size() - s->mid, s->h->next);
+    if (!r.ok()) return r.status();
+    s->new_right = *r;
+    auto l = WriteNewLeaf(s->left_bytes, s->live.data(), s->mid, s->new_right);
+    if (!l.ok()) {
+      pool_->allocator().Free(s->new_right, s->right_bytes);
+      return l.status();
+    }
+    s->new_left = *l;
+    return Status::Ok();
+  }
+  if (s->kind == SmoState::kMerge) {
+    std::vector<std::pair<uint64_t, uint64_t>> rlive;
+    CollectLive(s->rh, s->rh->n_element, &rlive);
+    s->all = s->live;
+    s->all.insert(s->all.end(), rlive.begin(), rlive.end());  // every key of LN < every key of its right sibling
+    s->left_bytes = std::max(old_bytes, s->rh->node_bytes);
+    if (s->all.size() > LeafCapacity(s->left_bytes)) {
+      s->left_bytes = std::min<uint32_t>(kMaxLeafBytes, s->left_bytes * 2);
+    }
+    auto l = WriteNewLeaf(s->left_bytes, s->all.data(), s->all.size(), s->rh->next);
+    if (!l.ok()) return l.status();
+    s->new_left = *l;
+    return Status::Ok();
+  }
+  // Deviation D7: a replace also sizes its new LN by Algorithm 3 (under an
+  // update-only workload almost every structure change is a replace).
+  if (kind != OpKind::kRemove) {
+    uint32_t sz = AdaptiveSize(f.info, s->need, old_bytes);
+    if (LeafCapacity(sz) >= s->live.size() + 1) s->left_bytes = sz;
+  }
+  auto l = WriteNewLeaf(s->left_bytes, s->live.data(), s->live.size(), s->h->next);
+  if (!l.ok()) return l.status();
+  s->new_left = *l;
+  return Status::Ok();
+}
+
+// DRAM side of a committed SMO: new LeafInfos (Table 3: a split halves the
+// counters) and the PLN entries, under the PLN's sequence counter.  A split
+// drops its reservation after raising count.
+template <class KP>
+void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnReservation* reservation) {
   auto* li = new LeafInfo();
-  LeafInfo* ri = nullptr;
-  const uint64_t w = f.info->n_writes.load(std::memory_order_relaxed) + need;
+  const uint64_t w = f.info->n_writes.load(std::memory_order_relaxed) + s.need;
   const uint64_t rd = f.info->n_reads.load(std::memory_order_relaxed);
-  n_writes_.fetch_add(need, std::memory_order_relaxed);
+  n_writes_.fetch_add(s.need, std::memory_order_relaxed);
   Pln& p = in->pln[f.pln];
   PlnLock(p);
   uint32_t c = p.count.load(std::memory_order_relaxed);
   uint32_t pos = 0;
   while (pos < c && in->entry[p.base + pos].ln.load(std::memory_order_relaxed) != f.ln) pos++;
   assert(pos < c);
-  if (kind_smo == kSplit) {
-    li->visible.store(mid, std::memory_order_relaxed);
+  auto move_entry = [&](uint32_t to, uint32_t from) {
+    PlnEntry& dst = in->entry[p.base + to];
+    const PlnEntry& src = in->entry[p.base + from];
+    dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
+    dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  };
+  if (s.kind == SmoState::kSplit) {
+    li->visible.store(s.mid, std::memory_order_relaxed);
     li->n_writes.store(w / 2, std::memory_order_relaxed);
     li->n_reads.store(rd / 2, std::memory_order_relaxed);
-    ri = new LeafInfo();
-    ri->visible.store(live.size() - mid, std::memory_order_relaxed);
+    auto* ri = new LeafInfo();
+    ri->visible.store(s.live.size() - s.mid, std::memory_order_relaxed);
     ri->n_writes.store(w / 2, std::memory_order_relaxed);
     ri->n_reads.store(rd / 2, std::memory_order_relaxed);
-    for (uint32_t k = c; k > pos + 1; k--) {
-      PlnEntry& dst = in->entry[p.base + k];
-      const PlnEntry& src = in->entry[p.base + k - 1];
-      dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
-      dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
-      dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    }
+    for (uint32_t k = c; k > pos + 1; k--) move_entry(k, k - 1);
     PlnEntry& e0 = in->entry[p.base + pos];
     PlnEntry& e1 = in->entry[p.base + pos + 1];
     e1.sep.store(e0.sep.load(std::memory_order_acquire), std::memory_order_release);
-    e1.ln.store(new_right, std::memory_order_relaxed);
+    e1.ln.store(s.new_right, std::memory_order_relaxed);
     e1.info.store(reinterpret_cast<uint64_t>(ri), std::memory_order_relaxed);
-    e0.sep.store(SepFromSlot(in, live[mid - 1].first), std::memory_order_release);
-    e0.ln.store(new_left, std::memory_order_relaxed);
+    e0.sep.store(SepFromSlot(in, s.live[s.mid - 1].first), std::memory_order_release);
+    e0.ln.store(s.new_left, std::memory_order_relaxed);
     e0.info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     p.count.store(c + 1, std::memory_order_release);
-    p.reserved.fetch_sub(1, std::memory_order_release);  // after count: see the reservation check
+    reservation->Release();  // after count: see PlnReservation
     n_leaves_.fetch_add(1, std::memory_order_relaxed);
     splits_.fetch_add(1, std::memory_order_relaxed);
-  } else if (kind_smo == kMerge) {
-    li->visible.store(all.size(), std::memory_order_relaxed);
-    li->n_writes.store(w + right_info->n_writes.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    li->n_reads.store(rd + right_info->n_reads.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  } else if (s.kind == SmoState::kMerge) {
+    li->visible.store(s.all.size(), std::memory_order_relaxed);
+    li->n_writes.store(w + s.right_info->n_writes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    li->n_reads.store(rd + s.right_info->n_reads.load(std::memory_order_relaxed), std::memory_order_relaxed);
     // Entry pos+1 (the right sibling, same PLN) keeps its separator and now
     // names the merged LN; entry pos disappears.
-    assert(pos + 1 < c && in->entry[p.base + pos + 1].ln.load(std::memory_order_relaxed) == right_ln);
-    for (uint32_t k = pos; k + 1 < c; k++) {
-      PlnEntry& dst = in->entry[p.base + k];
-      const PlnEntry& src = in->entry[p.base + k + 1];
-      dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
-      dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
-      dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    }
-    in->entry[p.base + pos].ln.store(new_left, std::memory_order_relaxed);
+    assert(pos + 1 < c && in->entry[p.base + pos + 1].ln.load(std::memory_order_relaxed) == s.right_ln);
+    for (uint32_t k = pos; k + 1 < c; k++) move_entry(k, k + 1);
+    in->entry[p.base + pos].ln.store(s.new_left, std::memory_order_relaxed);
     in->entry[p.base + pos].info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     p.count.store(c - 1, std::memory_order_relaxed);
     n_leaves_.fetch_sub(1, std::memory_order_relaxed);
     merges_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    li->visible.store(live.size(), std::memory_order_relaxed);
+    li->visible.store(s.live.size(), std::memory_order_relaxed);
     li->n_writes.store(w, std::memory_order_relaxed);
     li->n_reads.store(rd, std::memory_order_relaxed);
-    in->entry[p.base + pos].ln.store(new_left, std::memory_order_relaxed);
+    in->entry[p.base + pos].ln.store(s.new_left, std::memory_order_relaxed);
     in->entry[p.base + pos].info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     replaces_.fetch_add(1, std::memory_order_relaxed);
   }
   PlnUnlock(p);
+}
 
-  // Retire what was unlinked: readers inside an epoch may still scan it.
-  std::vector<LeafHeader*> old_leaves{h};
+// Retires what a committed SMO unlinked (readers inside an epoch may still
+// scan it), then releases the LN locks.
+template <class KP>
+void NvTree<KP>::RetireSmo(const Found& f, const SmoState& s, SmoLockSet* locks) {
+  const bool merge = s.kind == SmoState::kMerge;
+  std::vector<LeafHeader*> old_leaves{s.h};
   f.info->dead.store(true, std::memory_order_relaxed);
-  if (kind_smo == kMerge) {
-    old_leaves.push_back(rh);
-    right_info->dead.store(true, std::memory_order_relaxed);
+  if (merge) {
+    old_leaves.push_back(s.rh);
+    s.right_info->dead.store(true, std::memory_order_relaxed);
   }
-  ReleaseDroppedSlots(old_leaves, kind_smo == kMerge ? all : live);
-  pool_->allocator().Retire(f.ln, h->node_bytes);
-  if (kind_smo == kMerge) pool_->allocator().Retire(right_ln, rh->node_bytes);
-  unlock_all();
+  ReleaseDroppedSlots(old_leaves, merge ? s.all : s.live);
+  pool_->allocator().Retire(f.ln, s.h->node_bytes);
+  if (merge) pool_->allocator().Retire(s.right_ln, s.rh->node_bytes);
+  locks->UnlockAll();
   LeafInfo* dead_l = f.info;
-  LeafInfo* dead_r = kind_smo == kMerge ? right_info : nullptr;
+  LeafInfo* dead_r = merge ? s.right_info : nullptr;
   pool_->epochs().Retire([dead_l, dead_r] {
     delete dead_l;
     delete dead_r;
   });
-  return SmoOutcome::kDone;
 }
 
 // ============================================================================
