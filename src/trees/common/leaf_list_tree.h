@@ -238,9 +238,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     std::vector<uint64_t> slots;
     auto undo = [&](Status st) {
       for (uint64_t l : leaves) pool_->allocator().Free(l, node_size_);
-      if constexpr (!Keys::kInline) {
-        for (uint64_t k : slots) pool_->allocator().Free(k & BytesKeys::kOffsetMask, keys_.SlotBytes(k));
-      }
+      for (uint64_t k : slots) keys_.FreeUnpublished(k);
       return st;
     };
     for (size_t i = 0; i < nleaves; i++) {

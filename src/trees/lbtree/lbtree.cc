@@ -1054,8 +1054,7 @@ Status LbTree<K>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
   std::vector<uint64_t> slots(sorted.size());
   auto undo = [&](size_t nl, size_t ns) {
     for (size_t i = 1; i < nl; i++) pool_->allocator().Free(leaves[i], node_size_);
-    if constexpr (!KP::kInline)
-      for (size_t i = 0; i < ns; i++) pool_->allocator().Free(slots[i] & BytesKeys::kOffsetMask, keys_.SlotBytes(slots[i]));
+    for (size_t i = 0; i < ns; i++) keys_.FreeUnpublished(slots[i]);
   };
   for (size_t i = 1; i < nleaves; i++) {
     auto r = pool_->allocator().Allocate(node_size_, kBlockSize);
@@ -1272,7 +1271,7 @@ void LbTree<K>::ScanSegment(uint64_t start, uint64_t stop, uint64_t max_steps, S
             out->status = cs.Annotate("lbtree leaf at offset " + std::to_string(leaf));
             return;
           }
-          out->blobs.push_back({slot & BytesKeys::kOffsetMask, keys_.SlotBytes(slot)});
+          out->blobs.push_back({KP::BlobOffset(slot), keys_.SlotBytes(slot)});
         }
         if (!rec.nonempty || keys_.CompareSlots(slot, rec.min_slot) < 0) rec.min_slot = slot;
         rec.nonempty = true;

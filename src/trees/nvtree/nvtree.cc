@@ -934,10 +934,7 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
   std::vector<uint64_t> lns(n_leaves);
   auto undo = [&](size_t made_leaves) {
     for (size_t i = n_leaves - made_leaves; i < n_leaves; i++) pool_->allocator().Free(lns[i], node_size_);
-    if constexpr (!KP::kInline) {
-      for (const auto& p : kv)
-        pool_->allocator().Free(p.first & BytesKeys::kOffsetMask, keys_.SlotBytes(p.first));
-    }
+    for (const auto& p : kv) keys_.FreeUnpublished(p.first);
   };
   for (const auto& [key, value] : sorted) {
     auto slot = keys_.MakeSlot(key);
@@ -1085,15 +1082,11 @@ class PlnReservation {
 template <class KP>
 class UnpublishedSlot {
  public:
-  UnpublishedSlot(Pool* pool, KP* keys) : pool_(pool), keys_(keys) {}
+  explicit UnpublishedSlot(KP* keys) : keys_(keys) {}
   UnpublishedSlot(const UnpublishedSlot&) = delete;
   UnpublishedSlot& operator=(const UnpublishedSlot&) = delete;
   ~UnpublishedSlot() {
-    if constexpr (!KP::kInline) {
-      if (armed_) {
-        pool_->allocator().Free(slot_ & BytesKeys::kOffsetMask, BytesKeys::BlobBytes(keys_->View(slot_).size()));
-      }
-    }
+    if (armed_) keys_->FreeUnpublished(slot_);
   }
   void Arm(uint64_t slot) {
     slot_ = slot;
@@ -1102,7 +1095,6 @@ class UnpublishedSlot {
   void Commit() { armed_ = false; }
 
  private:
-  Pool* pool_;
   KP* keys_;
   uint64_t slot_ = 0;
   bool armed_ = false;
@@ -1137,7 +1129,7 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
   // Declared in this order so that an early return releases the PLN
   // reservation, then the new key blob, then the locks.
   SmoLockSet locks;
-  UnpublishedSlot<KP> new_slot(pool_, &keys_);
+  UnpublishedSlot<KP> new_slot(&keys_);
   std::optional<PlnReservation> reservation;
   locks.Lock(left.has ? left.info : head_info_.get());
   locks.Lock(f.info);
