@@ -28,6 +28,7 @@
 
 #include "pm/pool_format.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree {
 namespace {
@@ -36,10 +37,7 @@ constexpr uint64_t kPoolSize = 1ull << 30;  // anonymous (sparse memfd): costs w
 // Pool files are reserved whole at creation (PoolOptions::reserve_space).
 constexpr uint64_t kFilePoolSize = 64ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 std::string TestPath(const std::string& tag) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -34,6 +34,7 @@
 
 #include "crash/kv_explore.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::crash {
 namespace {
@@ -49,10 +50,7 @@ constexpr uint64_t kValueBytes = 16 << 10;
 constexpr uint64_t kSeeds = 1;
 #endif
 
-uint64_t Seed() {
-  const char* s = std::getenv("PMTREE_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 1;
-}
+uint64_t Seed() { return testutil::Seed(1); }
 
 std::vector<std::string> Engines() {
   std::vector<std::string> v;

@@ -27,16 +27,14 @@
 #include "crash/explorer.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 #include "trees/cdds/cdds.h"
 #include "trees/cdds/layout.h"
 
 namespace pmtree {
 namespace {
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 double Extra(const TreeStats& st, const std::string& key) {
   for (const auto& [k, v] : st.extra)

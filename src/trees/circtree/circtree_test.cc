@@ -31,6 +31,7 @@
 #include "pmtree/counters.h"
 #include "pmtree/pool.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::circtree {
 namespace {
@@ -38,10 +39,7 @@ namespace {
 using U64Tree = CircTree<U64Keys>;
 constexpr uint64_t kPoolSize = 8ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 std::string TmpPath(const std::string& tag) {
   static std::atomic<int> n{0};

@@ -24,16 +24,14 @@
 #include "pmtree/counters.h"
 #include "pmtree/pool.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::fastfair {
 namespace {
 
 constexpr uint64_t kPoolSize = 64ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 std::string TmpPath() {
   static std::atomic<int> n{0};

@@ -26,6 +26,7 @@
 
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 #include "trees/lbtree/layout.h"
 #include "trees/lbtree/lbtree.h"
 #include "trees/lbtree/simd.h"
@@ -35,10 +36,7 @@ namespace {
 
 constexpr uint64_t kPoolSize = 256ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 std::string TestPath(const std::string& tag) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -25,6 +25,7 @@
 #include "crash/explorer.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 #include "trees/wotree/layout.h"
 
 namespace pmtree::wotree {
@@ -32,10 +33,7 @@ namespace {
 
 constexpr uint64_t kPoolSize = 256ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 const TreeFactory& Wo(const char* name = "wotree") {
   const TreeFactory* f = FindTree(name);
