@@ -89,11 +89,11 @@ class LeafLocks {
 
 // ---- inner index -----------------------------------------------------------------------
 
-template <class Keys>
+template <KeyPolicy KP>
 class DramInnerIndex {
  public:
-  using Arg = typename Keys::Arg;
-  using Owned = typename Keys::Owned;
+  using Arg = typename KP::Arg;
+  using Owned = typename KP::Owned;
   static constexpr size_t kMaxKids = 64;
 
   struct Node {
@@ -118,7 +118,7 @@ class DramInnerIndex {
   DramInnerIndex& operator=(const DramInnerIndex&) = delete;
 
   static int Cmp(const Owned& a, Arg b) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return a < b ? -1 : (a > b ? 1 : 0);
     } else {
       int c = std::string_view(a).compare(b);
@@ -126,7 +126,7 @@ class DramInnerIndex {
     }
   }
   static Arg AsArg(const Owned& o) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return o;
     } else {
       return std::string_view(o);
@@ -392,7 +392,7 @@ class DramInnerIndex {
   static void MeasureRec(const Node* n, uint64_t* nodes, uint64_t* bytes) {
     ++*nodes;
     *bytes += sizeof(Node) + n->kids.capacity() * 8 + n->keys.capacity() * sizeof(Owned);
-    if constexpr (!Keys::kInline) {
+    if constexpr (!KP::kInline) {
       for (const auto& k : n->keys) *bytes += k.capacity() > 15 ? k.capacity() : 0;
     }
     if (!n->bottom)

@@ -92,17 +92,6 @@ Status CheckNodeSize(uint32_t node_size) {
                                  " is not valid; valid sizes: 256, 512, 768, 1024 (0 = 256)");
 }
 
-template <class K>
-struct PolicyOf;
-template <>
-struct PolicyOf<uint64_t> {
-  using Type = U64Keys;
-};
-template <>
-struct PolicyOf<std::string_view> {
-  using Type = BytesKeys;
-};
-
 // ---- DRAM separators ----------------------------------------------------------
 // U64 keys: the separator is the key.  Byte keys: a pointer to an immutable
 // std::string owned by the tree (separators outlive the key blobs they were
@@ -156,7 +145,7 @@ struct Counter {
 template <class K>
 class LbTree final : public BasicTree<K> {
  public:
-  using KP = typename PolicyOf<K>::Type;
+  using KP = KeyPolicyFor<K>;
   using S = Sep<KP>;
   using Entry = typename BasicTree<K>::Entry;
   using InputEntry = typename BasicTree<K>::InputEntry;

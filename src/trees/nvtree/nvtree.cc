@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "trees/common/upcast.h"
 #include "trees/common/version_lock.h"
 
 namespace pmtree::nvtree {
@@ -326,7 +327,7 @@ Status ParseOptions(const TreeOptions& in, Options* out) {
 // keys; 0 is +inf).  Separators never reference leaf key blobs, which die
 // with their keys.
 
-template <class KP>
+template <KeyPolicy KP>
 int NvTree<KP>::CompareSepKey(uint64_t sep, K key) const {
   if constexpr (KP::kInline) {
     return sep < key ? -1 : (sep > key ? 1 : 0);
@@ -337,7 +338,7 @@ int NvTree<KP>::CompareSepKey(uint64_t sep, K key) const {
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 int NvTree<KP>::CompareSeps(uint64_t a, uint64_t b) const {
   if constexpr (KP::kInline) {
     return a < b ? -1 : (a > b ? 1 : 0);
@@ -350,7 +351,7 @@ int NvTree<KP>::CompareSeps(uint64_t a, uint64_t b) const {
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 uint64_t NvTree<KP>::SepFromSlot(Inner* in, uint64_t slot) const {
   if constexpr (KP::kInline) {
     (void)in;
@@ -360,7 +361,7 @@ uint64_t NvTree<KP>::SepFromSlot(Inner* in, uint64_t slot) const {
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 uint64_t NvTree<KP>::CopySep(Inner* dst, uint64_t sep) const {
   if constexpr (KP::kInline) {
     (void)dst;
@@ -374,7 +375,7 @@ uint64_t NvTree<KP>::CopySep(Inner* dst, uint64_t sep) const {
 // Construction
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 NvTree<KP>::NvTree(Pool* pool, const Options& opt)
     : pool_(pool),
       keys_(pool),
@@ -384,7 +385,7 @@ NvTree<KP>::NvTree(Pool* pool, const Options& opt)
       gate_(std::make_unique<RebuildGate>()),
       head_info_(std::make_unique<LeafInfo>()) {}
 
-template <class KP>
+template <KeyPolicy KP>
 NvTree<KP>::~NvTree() {
   Inner* in = inner_.load();
   if (in != nullptr) {
@@ -396,12 +397,12 @@ NvTree<KP>::~NvTree() {
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 uint32_t NvTree<KP>::capabilities() const {
   return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapBulkLoadFill;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Create(Pool* pool, const TreeOptions& options) {
   Options opt;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &opt));
@@ -454,7 +455,7 @@ Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Create(Pool* pool, const TreeOpt
   return t;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Recover(Pool* pool, const TreeOptions& options) {
   Options opt;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &opt));
@@ -511,7 +512,7 @@ Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Recover(Pool* pool, const TreeOp
 // Locating a leaf: Algorithm 1
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 struct NvTree<KP>::Found {
   uint64_t pln = 0;
   uint32_t pos = 0;
@@ -524,7 +525,7 @@ struct NvTree<KP>::Found {
 
 // `ge(sep)` is monotone over the separators in order (false ... true); the
 // LN chosen is the first whose separator satisfies it, else the last.
-template <class KP>
+template <KeyPolicy KP>
 template <class Pred>
 typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
   uint64_t q = 0;  // index within the current level
@@ -574,18 +575,18 @@ typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
   return f;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 typename NvTree<KP>::Found NvTree<KP>::Find(Inner* in, K key) const {
   return FindImpl(in, [&](uint64_t sep) { return CompareSepKey(sep, key) >= 0; });
 }
 
-template <class KP>
+template <KeyPolicy KP>
 typename NvTree<KP>::Found NvTree<KP>::FindAfter(Inner* in, uint64_t sep) const {
   return FindImpl(in, [&](uint64_t s) { return CompareSeps(s, sep) > 0; });
 }
 
 // Reads entry `pos` of PLN `pln` (pos -1: its last entry); false when absent.
-template <class KP>
+template <KeyPolicy KP>
 bool NvTree<KP>::ReadEntry(Inner* in, uint64_t pln, int64_t pos, uint64_t* sep, uint64_t* ln,
                            LeafInfo** info) const {
   Pln& p = in->pln[pln];
@@ -610,7 +611,7 @@ bool NvTree<KP>::ReadEntry(Inner* in, uint64_t pln, int64_t pos, uint64_t* sep, 
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 bool NvTree<KP>::Neighbors(Inner* in, uint64_t pln, uint64_t ln, Neighbor* left, Neighbor* right) const {
   Pln& p = in->pln[pln];
   int spins = 0;
@@ -654,7 +655,7 @@ bool NvTree<KP>::Neighbors(Inner* in, uint64_t pln, uint64_t ln, Neighbor* left,
 // Leaf contents
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 int64_t NvTree<KP>::FindLatest(LeafHeader* h, uint64_t n, K key) const {
   const LnElement* e = LeafElements(h);
   for (int64_t i = static_cast<int64_t>(n) - 1; i >= 0; i--) {
@@ -668,7 +669,7 @@ int64_t NvTree<KP>::FindLatest(LeafHeader* h, uint64_t n, K key) const {
 // This is the paper's "a NEGATIVE and a POSITIVE with the same key and value
 // are both ignored", given invariant 5 (a NEGATIVE always cancels the live
 // POSITIVE before it).
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::CollectLive(LeafHeader* h, uint64_t n, std::vector<std::pair<uint64_t, uint64_t>>* live) const {
   live->clear();
   const LnElement* e = LeafElements(h);
@@ -684,7 +685,7 @@ void NvTree<KP>::CollectLive(LeafHeader* h, uint64_t n, std::vector<std::pair<ui
 
 // Allocates an LN of `bytes`, writes header and elements and flushes them;
 // the caller fences once for all new leaves before linking them.
-template <class KP>
+template <KeyPolicy KP>
 Result<uint64_t> NvTree<KP>::WriteNewLeaf(uint32_t bytes, const std::pair<uint64_t, uint64_t>* kv, size_t count,
                                           uint64_t next) {
   PMTREE_ASSIGN_OR_RETURN(uint64_t off, pool_->allocator().Allocate(bytes));
@@ -710,7 +711,7 @@ Result<uint64_t> NvTree<KP>::WriteNewLeaf(uint32_t bytes, const std::pair<uint64
   return off;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::ReleaseDroppedSlots(const std::vector<LeafHeader*>& old_leaves,
                                      const std::vector<std::pair<uint64_t, uint64_t>>& kept) {
   if constexpr (!KP::kInline) {
@@ -728,7 +729,7 @@ void NvTree<KP>::ReleaseDroppedSlots(const std::vector<LeafHeader*>& old_leaves,
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Result<uint64_t> NvTree<KP>::NewSlot(K key) {
   if constexpr (!KP::kInline) {
     if (pool_->allocator().bytes_free() < kGrowthReserve + BytesKeys::BlobBytes(key.size()))
@@ -742,7 +743,7 @@ Result<uint64_t> NvTree<KP>::NewSlot(K key) {
 // Reads
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 bool NvTree<KP>::Lookup(K key, uint64_t* value) {
   auto guard = pool_->epochs().Protect();
   Inner* in = inner_.load(std::memory_order_acquire);
@@ -760,7 +761,7 @@ bool NvTree<KP>::Lookup(K key, uint64_t* value) {
   return true;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 size_t NvTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
   if (out.empty()) return 0;
   auto guard = pool_->epochs().Protect();
@@ -799,24 +800,24 @@ size_t NvTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
 // Writes: Algorithm 2 and §4.3
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Insert(K key, uint64_t value) {
   return Mutate(OpKind::kInsert, key, value);
 }
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Update(K key, uint64_t value) {
   return Mutate(OpKind::kUpdate, key, value);
 }
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Upsert(K key, uint64_t value) {
   return Mutate(OpKind::kUpsert, key, value);
 }
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Remove(K key) {
   return Mutate(OpKind::kRemove, key, 0);
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Mutate(OpKind kind, K key, uint64_t value) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   bool reclaimed = false;
@@ -917,7 +918,7 @@ Result<bool> NvTree<KP>::Mutate(OpKind kind, K key, uint64_t value) {
 // A crash before the store leaves the empty tree (the new LNs are
 // unreachable and reclaimed by recovery).
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
   PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
   Inner* old = inner_.load(std::memory_order_acquire);
@@ -1002,7 +1003,7 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
 // dead and retire them and the key blobs no longer referenced.
 
 // §5.3 Algorithm 3 bounded by §5.4, with the profile of the LN being replaced.
-template <class KP>
+template <KeyPolicy KP>
 uint32_t NvTree<KP>::AdaptiveSize(LeafInfo* info, uint32_t need, uint32_t old_bytes) {
   Profile prof;
   prof.ln_reads = info->n_reads.load(std::memory_order_relaxed);
@@ -1022,7 +1023,7 @@ uint32_t NvTree<KP>::AdaptiveSize(LeafInfo* info, uint32_t need, uint32_t old_by
   return sz;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::ReclaimRetired(EpochManager::Guard guard) {
   { EpochManager::Guard dropped = std::move(guard); }
   for (int i = 0; i < 4; i++) pool_->epochs().Reclaim();
@@ -1079,7 +1080,7 @@ class PlnReservation {
 
 // The key blob NewSlot allocated for an inserted byte-string key: freed
 // unless the SMO commits (links an LN that names it).
-template <class KP>
+template <KeyPolicy KP>
 class UnpublishedSlot {
  public:
   explicit UnpublishedSlot(KP* keys) : keys_(keys) {}
@@ -1101,7 +1102,7 @@ class UnpublishedSlot {
 };
 
 // What one SMO does, filled in step by step.
-template <class KP>
+template <KeyPolicy KP>
 struct NvTree<KP>::SmoState {
   enum Kind { kSplit, kReplace, kMerge };
   Kind kind = kReplace;
@@ -1117,7 +1118,7 @@ struct NvTree<KP>::SmoState {
   uint32_t left_bytes = 0, right_bytes = 0;
 };
 
-template <class KP>
+template <KeyPolicy KP>
 Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind kind, K key, uint64_t value,
                                                         bool* outcome) {
   Inner* in = inner_.load(std::memory_order_acquire);  // unchanged: we hold the gate
@@ -1200,7 +1201,7 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
 // which would need a scan).  A merge needs the right sibling in the same PLN
 // (the PLN's last separator, which its IN relies on, must not change); a
 // merge candidate is locked here.  False when the sibling changed: retry.
-template <class KP>
+template <KeyPolicy KP>
 bool NvTree<KP>::ChooseSmo(const Neighbor& right, size_t valid, OpKind kind, SmoLockSet* locks, SmoState* s) {
   s->kind = SmoState::kReplace;
   if (valid * 2 > s->h->capacity) {
@@ -1221,7 +1222,7 @@ bool NvTree<KP>::ChooseSmo(const Neighbor& right, size_t valid, OpKind kind, Smo
 
 // Writes and flushes the SMO's new LN(s), not yet linked: on failure nothing
 // of them remains allocated.
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::WriteSmoLeaves(const Found& f, OpKind kind, SmoState* s) {
   const uint32_t old_bytes = s->h->node_bytes;
   s->left_bytes = s->right_bytes = old_bytes;
@@ -1270,7 +1271,7 @@ Status NvTree<KP>::WriteSmoLeaves(const Found& f, OpKind kind, SmoState* s) {
 // DRAM side of a committed SMO: new LeafInfos (Table 3: a split halves the
 // counters) and the PLN entries, under the PLN's sequence counter.  A split
 // drops its reservation after raising count.
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnReservation* reservation) {
   auto* li = new LeafInfo();
   const uint64_t w = f.info->n_writes.load(std::memory_order_relaxed) + s.need;
@@ -1336,7 +1337,7 @@ void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnRes
 
 // Retires what a committed SMO unlinked (readers inside an epoch may still
 // scan it), then releases the LN locks.
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::RetireSmo(const Found& f, const SmoState& s, SmoLockSet* locks) {
   const bool merge = s.kind == SmoState::kMerge;
   std::vector<LeafHeader*> old_leaves{s.h};
@@ -1361,7 +1362,7 @@ void NvTree<KP>::RetireSmo(const Found& f, const SmoState& s, SmoLockSet* locks)
 // Rebuilding (§4.5, §5.5)
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::ForceRebuild() {
   RebuildFromPln();
 }
@@ -1370,7 +1371,7 @@ void NvTree<KP>::ForceRebuild() {
 // new array where each PLN holds exactly one LN (§4.5), enlarging the PLNs of
 // hot-write PLNs by one IN-sized unit (§5.5).  Writers are excluded by the
 // gate; readers keep using the old array, which is retired after the swap.
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::RebuildFromPln() {
   if (!gate_->BeginRebuild()) return;  // another thread rebuilt meanwhile
   uint64_t t0 = NowNs();
@@ -1415,7 +1416,7 @@ void NvTree<KP>::RebuildFromPln() {
 // Recovery rule R3 (docs): an LN without a live key is unlinked here (one
 // atomic store to its left sibling's next, persisted), because its maximum
 // key is undefined; a crash during recovery leaves it linked or not, both fine.
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::RebuildFromLeaves() {
   Allocator& a = pool_->allocator();
   a.BeginRebuild();
@@ -1485,7 +1486,7 @@ Status NvTree<KP>::RebuildFromLeaves() {
 // Instant restart (§4.6)
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::SaveImage() {
   Inner* in = inner_.load(std::memory_order_acquire);
   std::vector<char> body;  // everything after the header
@@ -1543,7 +1544,7 @@ Status NvTree<KP>::SaveImage() {
   return Status::Ok();
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::LoadImage(uint64_t off) {
   auto bad = [&](const std::string& why) {
     return Status::Corruption("nvtree: inner image at offset " + Hex(off) + ": " + why);
@@ -1599,7 +1600,7 @@ Status NvTree<KP>::LoadImage(uint64_t off) {
   return Status::Ok();
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::Close() {
   if (closed_) return Status::Busy("nvtree: already closed");
   closed_ = true;
@@ -1630,7 +1631,7 @@ Status NvTree<KP>::Close() {
 //  9. The DRAM scan bound of every LN equals its persistent nElement.
 // 10. Bytes reached (meta, LNs, key blobs) == allocator bytes in use.
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::Verify() {
   // No operation runs during Verify (tree.h), so every retired block can be
   // freed now; otherwise it would count as in use but unreachable.
@@ -1737,7 +1738,7 @@ Status NvTree<KP>::Verify() {
   return Status::Ok();
 }
 
-template <class KP>
+template <KeyPolicy KP>
 TreeStats NvTree<KP>::Stats() {
   auto guard = pool_->epochs().Protect();
   TreeStats s;
@@ -1800,7 +1801,7 @@ TreeStats NvTree<KP>::Stats() {
   return s;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 std::vector<uint32_t> NvTree<KP>::LeafSizes() {
   std::vector<uint32_t> out;
   for (uint64_t off = meta_->head; off != 0; off = Leaf(off)->next) out.push_back(Leaf(off)->node_bytes);
@@ -1810,25 +1811,6 @@ std::vector<uint32_t> NvTree<KP>::LeafSizes() {
 template class NvTree<U64Keys>;
 template class NvTree<BytesKeys>;
 
-Result<std::unique_ptr<Tree>> CreateU64(Pool* pool, const TreeOptions& options) {
-  auto r = NvTree<U64Keys>::Create(pool, options);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<Tree>(std::move(*r));
-}
-Result<std::unique_ptr<Tree>> RecoverU64(Pool* pool, const TreeOptions& options) {
-  auto r = NvTree<U64Keys>::Recover(pool, options);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<Tree>(std::move(*r));
-}
-Result<std::unique_ptr<BytesTree>> CreateBytes(Pool* pool, const TreeOptions& options) {
-  auto r = NvTree<BytesKeys>::Create(pool, options);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BytesTree>(std::move(*r));
-}
-Result<std::unique_ptr<BytesTree>> RecoverBytes(Pool* pool, const TreeOptions& options) {
-  auto r = NvTree<BytesKeys>::Recover(pool, options);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BytesTree>(std::move(*r));
-}
+PMTREE_REGISTRY_ENTRY_POINTS(NvTree);
 
 }  // namespace pmtree::nvtree

@@ -77,7 +77,7 @@ class RebuildGate;
 class SmoLockSet;
 class PlnReservation;
 
-template <class KP>
+template <KeyPolicy KP>
 class NvTree final : public BasicTree<typename KP::Arg> {
  public:
   using K = typename KP::Arg;
@@ -212,11 +212,11 @@ class NvTree final : public BasicTree<typename KP::Arg> {
 extern template class NvTree<U64Keys>;
 extern template class NvTree<BytesKeys>;
 
-// Registry entry points.
-Result<std::unique_ptr<Tree>> CreateU64(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<Tree>> RecoverU64(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> CreateBytes(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> RecoverBytes(Pool* pool, const TreeOptions& options);
+// Registry entry points (K is uint64_t or std::string_view).
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
 
 }  // namespace pmtree::nvtree
 
