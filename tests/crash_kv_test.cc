@@ -164,14 +164,14 @@ TEST_P(KvCrashNegativeControlTest, RecoveryWithoutRedoIsCaught) {
   KvExploreOptions o = Options(GetParam(), Mode::kAdr);
   o.testing_skip_redo = true;
   o.scenario = "batch";
-  ExpectCaught(o, "recovery without the redo of committed batches");
+  ASSERT_NO_FATAL_FAILURE(ExpectCaught(o, "recovery without the redo of committed batches"));
 }
 
 TEST_P(KvCrashNegativeControlTest, VersionNamedBeforeItIsPersistedIsCaughtInAdrOnly) {
   KvExploreOptions o = Options(GetParam(), Mode::kAdr);
   o.testing_skip_record_persist = true;
   o.scenario = "put-1k";
-  ExpectCaught(o, "a version named before it is persisted");
+  ASSERT_NO_FATAL_FAILURE(ExpectCaught(o, "a version named before it is persisted"));
   // In eADR every store is durable once made: the missing flush loses nothing.
   o.mode = Mode::kEadr;
   auto r = ExploreKv(o);

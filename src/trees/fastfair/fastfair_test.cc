@@ -177,7 +177,7 @@ TEST(FastFairTest, LeafSplitMovesUpperHalfToNewSiblingAndGrowsARoot) {
   EXPECT_EQ(st.inner_nodes, 1u);
   EXPECT_EQ(Extra(st, "splits"), 1);
   EXPECT_EQ(Extra(st, "root_splits"), 1);
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 TEST(FastFairTest, InnerAndRootSplitsKeepEveryKeyReachable) {
@@ -196,7 +196,7 @@ TEST(FastFairTest, InnerAndRootSplitsKeepEveryKeyReachable) {
   EXPECT_GE(st.height, 4u);  // 5000 keys, <= 12 per leaf, <= 13 children per inner node
   EXPECT_GE(Extra(st, "root_splits"), 3);
   EXPECT_EQ(st.entries, model.size());
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 TEST(FastFairTest, DescendingInsertsSplitAtTheLeftEdge) {
@@ -206,7 +206,7 @@ TEST(FastFairTest, DescendingInsertsSplitAtTheLeftEdge) {
     ASSERT_TRUE(*h.tree().Insert(k, k + 1));
     model[k] = k + 1;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // ---- deletes -------------------------------------------------------------------
@@ -222,7 +222,7 @@ TEST(FastFairTest, DeletesAtEveryPositionKeepOrderAndCounts) {
     ASSERT_TRUE(*h.tree().Remove(pos));
     model.erase(pos);
     EXPECT_FALSE(*h.tree().Remove(pos));
-    ExpectContents(h.tree(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
     ASSERT_TRUE(*h.tree().Insert(pos, pos * 7));
   }
 }
@@ -232,12 +232,12 @@ TEST(FastFairTest, RemovingEverythingLeavesEmptyLeavesThatRefill) {
   std::map<uint64_t, uint64_t> model;
   for (uint64_t k = 0; k < 600; k++) ASSERT_TRUE(*h.tree().Insert(k, k));
   for (uint64_t k = 0; k < 600; k++) ASSERT_TRUE(*h.tree().Remove(k));
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   for (uint64_t k = 0; k < 600; k += 3) {
     ASSERT_TRUE(*h.tree().Insert(k, k));
     model[k] = k;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // ---- recovery round trips --------------------------------------------------------
@@ -253,7 +253,7 @@ TEST(FastFairTest, CloseAndReopenKeepsEverything) {
   EXPECT_FALSE(h.tree().recovery_report().crashed);
   EXPECT_EQ(h.tree().recovery_report().nodes, 0u) << "instant restart reads no node";
   ASSERT_TRUE(h.tree().Verify().ok()) << h.tree().Verify().ToString();
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // Each kind of operation, then a crash (no Close), then recovery.
@@ -265,7 +265,7 @@ TEST(FastFairTest, CrashAfterEachKindOfOperationRecoversIt) {
     Status s = h.CrashAndRecover();
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_TRUE(h.tree().recovery_report().crashed);
-    ExpectContents(h.tree(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   };
   ASSERT_TRUE(*h.tree().Insert(5, 50));  // insert into a node with room
   model[5] = 50;
@@ -301,7 +301,7 @@ TEST(FastFairTest, CrashAfterBulkLoadRecoversIt) {
   }
   ASSERT_TRUE(h.tree().BulkLoad(in, 0.7).ok());
   ASSERT_TRUE(h.CrashAndRecover().ok());
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // A split stopped at each FAIR step, then a crash: recovery must finish it.
@@ -340,7 +340,7 @@ TEST_P(FastFairStopTest, InterruptedSplitIsCompletedByRecovery) {
     EXPECT_EQ(v, 777u);
     model[key] = 777;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   switch (c.point) {
     case StopPoint::kSplitSiblingPersisted:
       EXPECT_EQ(rep.truncations + rep.orphans_linked + rep.root_splits_completed, 0u);
@@ -362,7 +362,7 @@ TEST_P(FastFairStopTest, InterruptedSplitIsCompletedByRecovery) {
     ASSERT_TRUE(h.tree().Upsert(k * 10 + 1, k).ok());
     model[k * 10 + 1] = k;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryFairStep, FastFairStopTest,
@@ -508,7 +508,7 @@ TEST(FastFairTest, KeysZeroAndMaxAndValueZeroWorkAcrossSplits) {
     ASSERT_TRUE(*h.tree().Insert(k, i % 3 == 0 ? 0 : kMax));
     model[k] = i % 3 == 0 ? 0 : kMax;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   std::vector<std::pair<uint64_t, uint64_t>> out(4);
   const uint64_t hi = kMax;
   ASSERT_EQ(h.tree().ScanRange(kMax - 1, hi, std::span(out)), 2u);
@@ -519,7 +519,7 @@ TEST(FastFairTest, KeysZeroAndMaxAndValueZeroWorkAcrossSplits) {
   model.erase(0);
   model.erase(kMax);
   ASSERT_TRUE(h.CrashAndRecover().ok());
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // ---- byte-string keys ---------------------------------------------------------------
@@ -595,12 +595,12 @@ TEST(FastFairTest, BulkLoadHonoursTheFillFactor) {
     TreeStats st = h.tree().Stats();
     const uint32_t per_leaf = static_cast<uint32_t>(fill * 28);
     EXPECT_EQ(st.leaf_nodes, (10000 + per_leaf - 1) / per_leaf) << fill;
-    ExpectContents(h.tree(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
     for (uint64_t k = 0; k < 2000; k++) {
       ASSERT_TRUE(*h.tree().Insert(k * 5 + 1, k));
       model[k * 5 + 1] = k;
     }
-    ExpectContents(h.tree(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   }
 }
 
@@ -656,7 +656,7 @@ TEST(FastFairTest, ConcurrentInsertsLookupsRemovesThenVerify) {
   EXPECT_EQ(errors.load(), 0);
   std::map<uint64_t, uint64_t> all;
   for (auto& m : models) all.insert(m.begin(), m.end());
-  ExpectContents(h.tree(), all);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), all));
 }
 
 
