@@ -33,11 +33,6 @@ constexpr uint64_t kPoolSize = 64ull << 20;
 
 using testutil::Seed;
 
-std::string TmpPath() {
-  static std::atomic<int> n{0};
-  return "/dev/shm/pmtree_fastfair_test_" + std::to_string(getpid()) + "_" + std::to_string(n++);
-}
-
 double Extra(const TreeStats& st, const std::string& name) {
   for (const auto& [k, v] : st.extra)
     if (k == name) return v;
@@ -46,18 +41,18 @@ double Extra(const TreeStats& st, const std::string& name) {
 
 // A tree in a pool file under /dev/shm, so that it can be "crashed" (objects
 // destroyed without Close) and reopened through the real open/recover path.
-template <class P = U64Keys>
+template <KeyPolicy KP = U64Keys>
 class Harness {
  public:
-  using Tree = FastFairTree<P>;
+  using Tree = FastFairTree<KP>;
   explicit Harness(uint32_t node_size = 256, Flaws flaws = {}, uint64_t pool_size = kPoolSize)
-      : path_(TmpPath()), flaws_(flaws) {
-    auto pool = Pool::Create(path_, pool_size, layout(), static_cast<uint64_t>(P::kKind));
+      : path_(testutil::TempPoolPath()), flaws_(flaws) {
+    auto pool = Pool::Create(path_, pool_size, layout(), static_cast<uint64_t>(KP::kKind));
     EXPECT_TRUE(pool.ok()) << pool.status().ToString();
     pool_ = std::move(pool).value();
     TreeOptions o;
     o.node_size = node_size;
-    o.key_kind = P::kKind;
+    o.key_kind = KP::kKind;
     auto t = Tree::Create(pool_.get(), o, flaws_);
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     tree_ = std::move(t).value();
