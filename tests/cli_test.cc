@@ -15,25 +15,14 @@
 
 #include "pmtree/kv.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree {
 namespace {
 
-struct CliRun {
-  int status;
-  std::string out;  // stdout and stderr together
-};
-
-CliRun Cli(const std::string& args) {
-  std::string cmd = std::string(PMTREE_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using testutil::CliRun;
+// `pmtree ARGS`, stdout and stderr together.
+CliRun Cli(const std::string& args) { return testutil::RunCli(args); }
 
 std::string Slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

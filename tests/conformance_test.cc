@@ -28,6 +28,7 @@
 
 #include "pm/pool_format.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree {
 namespace {
@@ -36,17 +37,8 @@ constexpr uint64_t kPoolSize = 1ull << 30;  // anonymous (sparse memfd): costs w
 // Pool files are reserved whole at creation (PoolOptions::reserve_space).
 constexpr uint64_t kFilePoolSize = 64ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
-std::string TestPath(const std::string& tag) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->test_suite_name()) + "-" + info->name();
-  std::replace(name.begin(), name.end(), '/', '_');
-  return "/dev/shm/pmtree-conf-" + std::to_string(getpid()) + "-" + name + "-" + tag + ".pool";
-}
 
 std::string Slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -441,7 +433,7 @@ TEST_P(ConformanceTest, AFullPoolOfMixedSizeByteKeysIsAStatusAndTheTreeStaysUsab
 TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {
   if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
-  const std::string& path = Track(TestPath("close"));
+  const std::string& path = Track(testutil::TempPoolPath("close"));
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(seed_);
   for (int round = 0; round < 3; round++) {
@@ -461,7 +453,7 @@ TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {
 TEST_P(ConformanceTest, CrashWithoutCloseRecoversEveryAcknowledgedOperation) {
   if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
-  const std::string& path = Track(TestPath("crash"));
+  const std::string& path = Track(testutil::TempPoolPath("crash"));
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(seed_);
   for (int round = 0; round < 3; round++) {
@@ -481,7 +473,7 @@ TEST_P(ConformanceTest, CrashWithoutCloseRecoversEveryAcknowledgedOperation) {
 
 TEST_P(ConformanceTest, OpeningWithTheWrongTreeOrKeyTypeFailsClearlyAndChangesNothing) {
   if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
-  const std::string& path = Track(TestPath("wrong"));
+  const std::string& path = Track(testutil::TempPoolPath("wrong"));
   {
     auto h = CreateTree(*factory_, path, 4 * kMinPoolSize, {}, pool_opts_);
     ASSERT_TRUE(h.ok());
@@ -508,7 +500,7 @@ TEST_P(ConformanceTest, ATestOnlyVariantRefusesAPoolItDidNotCreate) {
   if (!persistent() || !factory_->test_only()) GTEST_SKIP() << GetParam() << " is not a test-only variant";
   for (const TreeFactory& other : Registry()) {
     if (&other == factory_ || !other.persistent()) continue;
-    const std::string& path = Track(TestPath(std::string(other.name)));
+    const std::string& path = Track(testutil::TempPoolPath(std::string(other.name)));
     {
       auto h = CreateTree(other, path, 4 * kMinPoolSize, {}, pool_opts_);
       ASSERT_TRUE(h.ok()) << other.name << ": " << h.status().ToString();

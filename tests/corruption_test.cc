@@ -47,6 +47,7 @@
 
 #include "pm/pool_format.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree {
 namespace {
@@ -67,10 +68,7 @@ enum ChildExit : int { kOpenFailed = 10, kVerifyFailed = 11, kIntact = 12, kLost
 // A fixed default, as every seeded test here: CI checks the same damaged
 // copies on every machine.  Other seeds (PMTREE_SEED=<n>) still find crashes
 // in recoveries not yet hardened against damage (docs/pool_format.md).
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return 1;
-}
+uint64_t Seed() { return testutil::Seed(1); }
 
 std::string Slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -40,14 +40,12 @@
 
 #include "crash/explorer.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::crash {
 namespace {
 
-uint64_t Seed() {
-  const char* s = std::getenv("PMTREE_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 1;
-}
+uint64_t Seed() { return testutil::Seed(1); }
 
 // Registry names (not pointers, so test names are stable).
 std::vector<std::string> PersistentTrees() {

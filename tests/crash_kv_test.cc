@@ -34,6 +34,7 @@
 
 #include "crash/kv_explore.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::crash {
 namespace {
@@ -49,10 +50,7 @@ constexpr uint64_t kValueBytes = 16 << 10;
 constexpr uint64_t kSeeds = 1;
 #endif
 
-uint64_t Seed() {
-  const char* s = std::getenv("PMTREE_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 1;
-}
+uint64_t Seed() { return testutil::Seed(1); }
 
 std::vector<std::string> Engines() {
   std::vector<std::string> v;
@@ -166,14 +164,14 @@ TEST_P(KvCrashNegativeControlTest, RecoveryWithoutRedoIsCaught) {
   KvExploreOptions o = Options(GetParam(), Mode::kAdr);
   o.testing_skip_redo = true;
   o.scenario = "batch";
-  ExpectCaught(o, "recovery without the redo of committed batches");
+  ASSERT_NO_FATAL_FAILURE(ExpectCaught(o, "recovery without the redo of committed batches"));
 }
 
 TEST_P(KvCrashNegativeControlTest, VersionNamedBeforeItIsPersistedIsCaughtInAdrOnly) {
   KvExploreOptions o = Options(GetParam(), Mode::kAdr);
   o.testing_skip_record_persist = true;
   o.scenario = "put-1k";
-  ExpectCaught(o, "a version named before it is persisted");
+  ASSERT_NO_FATAL_FAILURE(ExpectCaught(o, "a version named before it is persisted"));
   // In eADR every store is durable once made: the missing flush loses nothing.
   o.mode = Mode::kEadr;
   auto r = ExploreKv(o);

@@ -44,9 +44,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <mutex>
-#include <set>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -103,11 +101,12 @@ class EpochManager {
   void Enter();
   void Exit();
 
+  struct Limbo;  // retired callbacks and their mutex (allocator.cc)
+
   const uint64_t id_;  // for diagnostics
   std::atomic<uint64_t> global_epoch_{1};  // never 0: 0 marks an idle slot
   Slot slots_[kMaxThreads];
-  std::mutex mu_;
-  std::vector<std::pair<uint64_t, std::function<void()>>> limbo_;  // (epoch retired, callback)
+  std::unique_ptr<Limbo> limbo_;
 };
 
 class Allocator {
@@ -115,6 +114,7 @@ class Allocator {
   // Manages [heap_begin, heap_end) of a pool.  A new allocator has the whole
   // heap free.
   Allocator(uint64_t heap_begin, uint64_t heap_end);
+  ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
@@ -136,7 +136,7 @@ class Allocator {
   // reports a million blocks spends tens of ms here, not hundreds.
   Status MarkUsedSorted(const std::vector<std::pair<uint64_t, uint64_t>>& blocks, BlockOwner owner = BlockOwner::kTree);
   void EndRebuild();
-  bool rebuilding() const { return rebuilding_; }
+  bool rebuilding() const;
 
   // The store's bracket around a tree's recovery (see "Owners").  While held,
   // EndRebuild() defers making the complement free; rebuild_end_pending()
@@ -174,26 +174,13 @@ class Allocator {
   static uint64_t RoundUp(uint64_t size) { return (size + kAllocGranule - 1) & ~(kAllocGranule - 1); }
 
  private:
-  void InsertFreeLocked(uint64_t offset, uint64_t size);  // coalescing
-  void FinishRebuildLocked();
-  // MarkUsed with mu_ held; `next` is used_.lower_bound(offset).  Sets *at to
-  // the inserted entry.
-  Status MarkUsedLocked(uint64_t offset, uint64_t size, BlockOwner owner, std::map<uint64_t, uint64_t>::iterator next,
-                        std::map<uint64_t, uint64_t>::iterator* at);
-  void RemoveFreeLocked(std::map<uint64_t, uint64_t>::iterator it);
+  // The free extents (by offset and by size), the rebuild's used-block index
+  // and their mutex: allocator.cc.
+  struct Impl;
 
   const uint64_t heap_begin_;
   const uint64_t heap_end_;
-  mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> by_offset_;        // free extents: offset -> size
-  std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset), best fit
-  uint64_t free_bytes_ = 0;
-  bool rebuilding_ = false;
-  bool rebuild_held_ = false;         // HoldRebuild() is in force
-  bool rebuild_end_pending_ = false;  // EndRebuild() came while held
-  uint64_t store_bytes_ = 0;          // bytes in use by BlockOwner::kStore
-  uint64_t generation_ = 0;                   // bumped by rebuild/load: stale retires are dropped
-  std::map<uint64_t, uint64_t> used_;         // during rebuild: offset -> size
+  std::unique_ptr<Impl> impl_;
   EpochManager epochs_;
   WriteProfile* profile_ = nullptr;
 };

@@ -158,7 +158,7 @@ void KvConformanceTest::Step(Store& s, Model& m) {
     ASSERT_TRUE(s.Put(k, v).ok());
     m[k] = ModelValue{false, v, {}};
   } else if (op < 42) {
-    ExpectKey(s, m, RandomKey(), nullptr);
+    ASSERT_NO_FATAL_FAILURE(ExpectKey(s, m, RandomKey(), nullptr));
   } else if (op < 52) {
     std::string k = RandomKey();
     auto r = s.Delete(k);
@@ -193,7 +193,7 @@ void KvConformanceTest::Step(Store& s, Model& m) {
   } else if (op < 84) {
     if (!snaps_.empty()) {
       auto& [snap, past] = snaps_[rng_() % snaps_.size()];
-      ExpectKey(s, past, RandomKey(), snap);
+      ASSERT_NO_FATAL_FAILURE(ExpectKey(s, past, RandomKey(), snap));
     }
   } else if (op < 87) {
     std::string lo = RandomKey();
@@ -201,9 +201,9 @@ void KvConformanceTest::Step(Store& s, Model& m) {
     if (rng_() % 2) hi = RandomKey();
     if (!snaps_.empty() && rng_() % 2) {
       auto& [snap, past] = snaps_[rng_() % snaps_.size()];
-      ExpectRange(s, past, snap, lo, hi);
+      ASSERT_NO_FATAL_FAILURE(ExpectRange(s, past, snap, lo, hi));
     } else {
-      ExpectRange(s, m, nullptr, lo, hi);
+      ASSERT_NO_FATAL_FAILURE(ExpectRange(s, m, nullptr, lo, hi));
     }
   } else if (op < 93) {
     WriteBatch b;
@@ -245,7 +245,7 @@ TEST_P(KvConformanceTest, RandomOperationsMatchTheModelThroughReopenAndCrash) {
   }
   for (auto& [snap, past] : snaps_) s->ReleaseSnapshot(snap);
   snaps_.clear();
-  ExpectRange(*s, m, nullptr, "", std::nullopt);
+  ASSERT_NO_FATAL_FAILURE(ExpectRange(*s, m, nullptr, "", std::nullopt));
   ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
   const uint64_t bytes = s->Stats().record_bytes;
 
@@ -255,7 +255,7 @@ TEST_P(KvConformanceTest, RandomOperationsMatchTheModelThroughReopenAndCrash) {
   opened = Store::Open(path, o);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   s = std::move(opened).value();
-  ExpectRange(*s, m, nullptr, "", std::nullopt);
+  ASSERT_NO_FATAL_FAILURE(ExpectRange(*s, m, nullptr, "", std::nullopt));
   EXPECT_EQ(s->Stats().record_bytes, bytes);
   ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
 
@@ -270,7 +270,7 @@ TEST_P(KvConformanceTest, RandomOperationsMatchTheModelThroughReopenAndCrash) {
   opened = Store::Open(path, o);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   s = std::move(opened).value();
-  ExpectRange(*s, m, nullptr, "", std::nullopt);
+  ASSERT_NO_FATAL_FAILURE(ExpectRange(*s, m, nullptr, "", std::nullopt));
   ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
   EXPECT_EQ(s->Stats().versions_kept, 0u);
   ASSERT_TRUE(s->Close().ok());
@@ -294,7 +294,7 @@ TEST_P(KvConformanceTest, AFullPoolIsOutOfSpaceAndTheStoreStaysUsable) {
   b.Put("batch-2", Bytes(100000, 2));
   EXPECT_EQ(s->Write(b).code(), Status::Code::kOutOfSpace);  // nothing of it applied
   ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
-  ExpectRange(*s, m, nullptr, "", std::nullopt);
+  ASSERT_NO_FATAL_FAILURE(ExpectRange(*s, m, nullptr, "", std::nullopt));
   for (int j = 0; j < i; j += 2) {
     ASSERT_TRUE(*s->Delete(Key(j)));
     m.erase(Key(j));
@@ -302,7 +302,7 @@ TEST_P(KvConformanceTest, AFullPoolIsOutOfSpaceAndTheStoreStaysUsable) {
   ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();  // also frees what was retired
   ASSERT_TRUE(s->Put("again", Bytes(4000, 1)).ok());
   m["again"] = ModelValue{false, Bytes(4000, 1), {}};
-  ExpectRange(*s, m, nullptr, "", std::nullopt);
+  ASSERT_NO_FATAL_FAILURE(ExpectRange(*s, m, nullptr, "", std::nullopt));
   ASSERT_TRUE(s->Verify().ok());
 }
 

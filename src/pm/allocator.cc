@@ -17,6 +17,10 @@
 #include <cassert>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,7 +76,12 @@ std::atomic<uint64_t> next_manager_id{1};
 
 }  // namespace
 
-EpochManager::EpochManager() : id_(next_manager_id.fetch_add(1)) {}
+struct EpochManager::Limbo {
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, std::function<void()>>> items;  // (epoch retired, callback)
+};
+
+EpochManager::EpochManager() : id_(next_manager_id.fetch_add(1)), limbo_(std::make_unique<Limbo>()) {}
 
 EpochManager::~EpochManager() { DrainAll(); }
 
@@ -108,9 +117,9 @@ void EpochManager::Exit() {
 void EpochManager::Retire(std::function<void()> free_fn) {
   bool reclaim;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    limbo_.emplace_back(global_epoch_.load(std::memory_order_acquire), std::move(free_fn));
-    reclaim = limbo_.size() % 64 == 0;
+    std::lock_guard<std::mutex> g(limbo_->mu);
+    limbo_->items.emplace_back(global_epoch_.load(std::memory_order_acquire), std::move(free_fn));
+    reclaim = limbo_->items.size() % 64 == 0;
   }
   if (reclaim) Reclaim();
 }
@@ -119,7 +128,7 @@ size_t EpochManager::Reclaim() {
   std::vector<std::function<void()>> ready;
   size_t pending;
   {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<std::mutex> g(limbo_->mu);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     uint64_t e = global_epoch_.load(std::memory_order_acquire);
     bool can_advance = true;
@@ -131,11 +140,11 @@ size_t EpochManager::Reclaim() {
       }
     }
     if (can_advance) global_epoch_.store(++e, std::memory_order_release);
-    auto keep = std::stable_partition(limbo_.begin(), limbo_.end(),
+    auto keep = std::stable_partition(limbo_->items.begin(), limbo_->items.end(),
                                       [e](const auto& item) { return item.first + 2 > e; });
-    for (auto it = keep; it != limbo_.end(); ++it) ready.push_back(std::move(it->second));
-    limbo_.erase(keep, limbo_.end());
-    pending = limbo_.size();
+    for (auto it = keep; it != limbo_->items.end(); ++it) ready.push_back(std::move(it->second));
+    limbo_->items.erase(keep, limbo_->items.end());
+    pending = limbo_->items.size();
   }
   for (auto& fn : ready) fn();
   return pending;
@@ -144,8 +153,8 @@ size_t EpochManager::Reclaim() {
 void EpochManager::DrainAll() {
   std::vector<std::pair<uint64_t, std::function<void()>>> all;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    all.swap(limbo_);
+    std::lock_guard<std::mutex> g(limbo_->mu);
+    all.swap(limbo_->items);
   }
   for (auto& item : all) item.second();
 }
@@ -153,16 +162,44 @@ void EpochManager::DrainAll() {
 // ---------------------------------------------------------------------------
 // Allocator
 
+// Guarded by mu.  The *Locked functions below are its methods.
+struct Allocator::Impl {
+  using Map = std::map<uint64_t, uint64_t>;
+  void InsertFreeLocked(uint64_t offset, uint64_t size);  // coalescing
+  void RemoveFreeLocked(Map::iterator it);
+  // MarkUsed with mu held; `next` is used.lower_bound(offset).  Sets *at to
+  // the inserted entry.
+  Status MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size, BlockOwner owner,
+                        Map::iterator next, Map::iterator* at);
+  void FinishRebuildLocked(uint64_t heap_begin, uint64_t heap_end);
+
+  mutable std::mutex mu;
+  Map by_offset;                                 // free extents: offset -> size
+  std::set<std::pair<uint64_t, uint64_t>> by_size;  // (size, offset), best fit
+  uint64_t free_bytes = 0;
+  bool rebuilding = false;
+  bool rebuild_held = false;         // HoldRebuild() is in force
+  bool rebuild_end_pending = false;  // EndRebuild() came while held
+  uint64_t store_bytes = 0;          // bytes in use by BlockOwner::kStore
+  uint64_t generation = 0;           // bumped by rebuild/load: stale retires are dropped
+  Map used;                          // during rebuild: offset -> size
+};
+
 Allocator::Allocator(uint64_t heap_begin, uint64_t heap_end)
     : heap_begin_((heap_begin + kAllocGranule - 1) & ~(kAllocGranule - 1)),
-      heap_end_(heap_end & ~(kAllocGranule - 1)) {
-  if (heap_end_ > heap_begin_) InsertFreeLocked(heap_begin_, heap_end_ - heap_begin_);
+      heap_end_(heap_end & ~(kAllocGranule - 1)),
+      impl_(std::make_unique<Impl>()) {
+  if (heap_end_ > heap_begin_) impl_->InsertFreeLocked(heap_begin_, heap_end_ - heap_begin_);
 }
 
-void Allocator::InsertFreeLocked(uint64_t offset, uint64_t size) {
-  auto next = by_offset_.lower_bound(offset);
+Allocator::~Allocator() = default;
+
+bool Allocator::rebuilding() const { return impl_->rebuilding; }
+
+void Allocator::Impl::InsertFreeLocked(uint64_t offset, uint64_t size) {
+  auto next = by_offset.lower_bound(offset);
   // Merge with the extent that ends where this one starts (A2).
-  if (next != by_offset_.begin()) {
+  if (next != by_offset.begin()) {
     auto prev = std::prev(next);
     if (prev->first + prev->second == offset) {
       offset = prev->first;
@@ -171,230 +208,231 @@ void Allocator::InsertFreeLocked(uint64_t offset, uint64_t size) {
     }
   }
   // Merge with the extent that starts where this one ends.
-  if (next != by_offset_.end() && offset + size == next->first) {
+  if (next != by_offset.end() && offset + size == next->first) {
     size += next->second;
     RemoveFreeLocked(next);
   }
-  by_offset_.emplace(offset, size);
-  by_size_.emplace(size, offset);
-  free_bytes_ += size;
+  by_offset.emplace(offset, size);
+  by_size.emplace(size, offset);
+  free_bytes += size;
 }
 
-void Allocator::RemoveFreeLocked(std::map<uint64_t, uint64_t>::iterator it) {
-  by_size_.erase({it->second, it->first});
-  free_bytes_ -= it->second;
-  by_offset_.erase(it);
+void Allocator::Impl::RemoveFreeLocked(Map::iterator it) {
+  by_size.erase({it->second, it->first});
+  free_bytes -= it->second;
+  by_offset.erase(it);
 }
 
 Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align, BlockOwner owner) {
   size = RoundUp(size == 0 ? 1 : size);
   if (align < kAllocGranule) align = kAllocGranule;
   if ((align & (align - 1)) != 0) return Status::InvalidArgument("allocation alignment must be a power of two");
-  std::lock_guard<std::mutex> g(mu_);
-  if (rebuilding_) return Status::Busy("allocator: allocation during recovery rebuild");
-  for (auto it = by_size_.lower_bound({size, 0}); it != by_size_.end(); ++it) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (impl_->rebuilding) return Status::Busy("allocator: allocation during recovery rebuild");
+  for (auto it = impl_->by_size.lower_bound({size, 0}); it != impl_->by_size.end(); ++it) {
     const uint64_t ext_size = it->first, ext_off = it->second;
     const uint64_t start = (ext_off + align - 1) & ~(align - 1);
     if (start + size > ext_off + ext_size) continue;  // alignment padding does not fit
-    RemoveFreeLocked(by_offset_.find(ext_off));
-    if (start > ext_off) InsertFreeLocked(ext_off, start - ext_off);
-    if (start + size < ext_off + ext_size) InsertFreeLocked(start + size, ext_off + ext_size - (start + size));
-    if (owner == BlockOwner::kStore) store_bytes_ += size;
+    impl_->RemoveFreeLocked(impl_->by_offset.find(ext_off));
+    if (start > ext_off) impl_->InsertFreeLocked(ext_off, start - ext_off);
+    if (start + size < ext_off + ext_size) impl_->InsertFreeLocked(start + size, ext_off + ext_size - (start + size));
+    if (owner == BlockOwner::kStore) impl_->store_bytes += size;
     counters::RecordAllocation();
     if (profile_ != nullptr) profile_->RecordAllocation(start, size);
     return start;
   }
-  uint64_t largest = by_size_.empty() ? 0 : by_size_.rbegin()->first;
+  uint64_t largest = impl_->by_size.empty() ? 0 : impl_->by_size.rbegin()->first;
   return Status::OutOfSpace("pool heap full: " + std::to_string(size) + " bytes requested, " +
-                            std::to_string(free_bytes_) + " free in " + std::to_string(by_size_.size()) +
+                            std::to_string(impl_->free_bytes) + " free in " + std::to_string(impl_->by_size.size()) +
                             " extents, largest " + std::to_string(largest));
 }
 
 void Allocator::Free(uint64_t offset, uint64_t size, BlockOwner owner) {
   size = RoundUp(size == 0 ? 1 : size);
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<std::mutex> g(impl_->mu);
   assert(offset >= heap_begin_ && offset + size <= heap_end_);
-  if (rebuilding_) return;  // the rebuild decides what is free
-  InsertFreeLocked(offset, size);
+  if (impl_->rebuilding) return;  // the rebuild decides what is free
+  impl_->InsertFreeLocked(offset, size);
   if (owner == BlockOwner::kStore) {
-    assert(store_bytes_ >= size);
-    store_bytes_ -= size;
+    assert(impl_->store_bytes >= size);
+    impl_->store_bytes -= size;
   }
 }
 
 void Allocator::Retire(uint64_t offset, uint64_t size, BlockOwner owner) {
   uint64_t generation;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    generation = generation_;
+    std::lock_guard<std::mutex> g(impl_->mu);
+    generation = impl_->generation;
   }
   epochs_.Retire([this, offset, size, generation, owner] {
     {
-      std::lock_guard<std::mutex> g(mu_);
+      std::lock_guard<std::mutex> g(impl_->mu);
       // A rebuild since Retire() already decided this block's fate.
-      if (generation != generation_) return;
+      if (generation != impl_->generation) return;
     }
     Free(offset, size, owner);
   });
 }
 
 void Allocator::BeginRebuild() {
-  std::lock_guard<std::mutex> g(mu_);
-  generation_++;
-  rebuilding_ = true;
-  by_offset_.clear();
-  by_size_.clear();
-  free_bytes_ = 0;
-  store_bytes_ = 0;
-  rebuild_end_pending_ = false;
-  used_.clear();
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->generation++;
+  impl_->rebuilding = true;
+  impl_->by_offset.clear();
+  impl_->by_size.clear();
+  impl_->free_bytes = 0;
+  impl_->store_bytes = 0;
+  impl_->rebuild_end_pending = false;
+  impl_->used.clear();
 }
 
 Status Allocator::MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner) {
-  std::lock_guard<std::mutex> g(mu_);
-  if (!rebuilding_) return Status::Internal("allocator: MarkUsed outside a rebuild");
-  std::map<uint64_t, uint64_t>::iterator at;
-  return MarkUsedLocked(offset, size, owner, used_.lower_bound(offset), &at);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (!impl_->rebuilding) return Status::Internal("allocator: MarkUsed outside a rebuild");
+  Impl::Map::iterator at;
+  return impl_->MarkUsedLocked(heap_begin_, heap_end_, offset, size, owner, impl_->used.lower_bound(offset), &at);
 }
 
 Status Allocator::MarkUsedSorted(const std::vector<std::pair<uint64_t, uint64_t>>& blocks, BlockOwner owner) {
-  std::lock_guard<std::mutex> g(mu_);
-  if (!rebuilding_) return Status::Internal("allocator: MarkUsedSorted outside a rebuild");
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (!impl_->rebuilding) return Status::Internal("allocator: MarkUsedSorted outside a rebuild");
   if (blocks.empty()) return Status::Ok();
-  auto next = used_.lower_bound(blocks[0].first);
+  auto next = impl_->used.lower_bound(blocks[0].first);
   for (size_t i = 0; i < blocks.size(); i++) {
     // (An offset equal to the previous one is a double use, reported below.)
     if (i > 0 && blocks[i].first < blocks[i - 1].first)
       return Status::InvalidArgument("allocator: MarkUsedSorted given offset " + std::to_string(blocks[i].first) +
                                      " after " + std::to_string(blocks[i - 1].first) + " (not ascending)");
     // Blocks marked before this batch may lie between two of its blocks.
-    while (next != used_.end() && next->first < blocks[i].first) ++next;
-    std::map<uint64_t, uint64_t>::iterator at;
-    PMTREE_RETURN_IF_ERROR(MarkUsedLocked(blocks[i].first, blocks[i].second, owner, next, &at));
+    while (next != impl_->used.end() && next->first < blocks[i].first) ++next;
+    Impl::Map::iterator at;
+    PMTREE_RETURN_IF_ERROR(
+        impl_->MarkUsedLocked(heap_begin_, heap_end_, blocks[i].first, blocks[i].second, owner, next, &at));
     next = std::next(at);
   }
   return Status::Ok();
 }
 
-Status Allocator::MarkUsedLocked(uint64_t offset, uint64_t size, BlockOwner owner,
-                                 std::map<uint64_t, uint64_t>::iterator next, std::map<uint64_t, uint64_t>::iterator* at) {
+Status Allocator::Impl::MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size,
+                                       BlockOwner owner, Map::iterator next, Map::iterator* at) {
   size = RoundUp(size == 0 ? 1 : size);
-  if (offset % kAllocGranule != 0 || offset < heap_begin_ || offset > heap_end_ || size > heap_end_ - offset)
+  if (offset % kAllocGranule != 0 || offset < heap_begin || offset > heap_end || size > heap_end - offset)
     return Status::Corruption("block at offset " + std::to_string(offset) + " of " + std::to_string(size) +
                               " bytes is not an aligned block inside the heap");
-  if (next != used_.end() && next->first < offset + size)
+  if (next != used.end() && next->first < offset + size)
     return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
                               std::to_string(next->first) + " (double use)");
-  if (next != used_.begin()) {
+  if (next != used.begin()) {
     auto prev = std::prev(next);
     if (prev->first + prev->second > offset)
       return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
                                 std::to_string(prev->first) + " (double use)");
   }
-  *at = used_.emplace_hint(next, offset, size);
-  if (owner == BlockOwner::kStore) store_bytes_ += size;
+  *at = used.emplace_hint(next, offset, size);
+  if (owner == BlockOwner::kStore) store_bytes += size;
   return Status::Ok();
 }
 
 void Allocator::EndRebuild() {
-  std::lock_guard<std::mutex> g(mu_);
-  if (!rebuilding_) return;
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (!impl_->rebuilding) return;
   // The store above still has to report its blocks (HoldRebuild).
-  if (rebuild_held_) {
-    rebuild_end_pending_ = true;
+  if (impl_->rebuild_held) {
+    impl_->rebuild_end_pending = true;
     return;
   }
-  FinishRebuildLocked();
+  impl_->FinishRebuildLocked(heap_begin_, heap_end_);
 }
 
 void Allocator::HoldRebuild() {
-  std::lock_guard<std::mutex> g(mu_);
-  rebuild_held_ = true;
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->rebuild_held = true;
 }
 
 bool Allocator::rebuild_end_pending() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return rebuild_end_pending_;
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->rebuild_end_pending;
 }
 
 void Allocator::ReleaseRebuild() {
-  std::lock_guard<std::mutex> g(mu_);
-  rebuild_held_ = false;
-  if (rebuild_end_pending_) FinishRebuildLocked();
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->rebuild_held = false;
+  if (impl_->rebuild_end_pending) impl_->FinishRebuildLocked(heap_begin_, heap_end_);
 }
 
 Status Allocator::SetStoreBytes(uint64_t bytes) {
-  std::lock_guard<std::mutex> g(mu_);
-  if (rebuilding_) return Status::Internal("allocator: SetStoreBytes during a rebuild");
-  if (bytes % kAllocGranule != 0 || bytes > (heap_end_ - heap_begin_) - free_bytes_)
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (impl_->rebuilding) return Status::Internal("allocator: SetStoreBytes during a rebuild");
+  if (bytes % kAllocGranule != 0 || bytes > (heap_end_ - heap_begin_) - impl_->free_bytes)
     return Status::Corruption("allocator: the store claims " + std::to_string(bytes) + " bytes but only " +
-                              std::to_string((heap_end_ - heap_begin_) - free_bytes_) + " are in use");
-  store_bytes_ = bytes;
+                              std::to_string((heap_end_ - heap_begin_) - impl_->free_bytes) + " are in use");
+  impl_->store_bytes = bytes;
   return Status::Ok();
 }
 
-void Allocator::FinishRebuildLocked() {
-  rebuild_end_pending_ = false;
-  uint64_t cursor = heap_begin_;
-  for (const auto& [off, size] : used_) {
+void Allocator::Impl::FinishRebuildLocked(uint64_t heap_begin, uint64_t heap_end) {
+  rebuild_end_pending = false;
+  uint64_t cursor = heap_begin;
+  for (const auto& [off, size] : used) {
     if (off > cursor) InsertFreeLocked(cursor, off - cursor);
     cursor = off + size;
   }
-  if (heap_end_ > cursor) InsertFreeLocked(cursor, heap_end_ - cursor);
-  used_.clear();
-  rebuilding_ = false;
+  if (heap_end > cursor) InsertFreeLocked(cursor, heap_end - cursor);
+  used.clear();
+  rebuilding = false;
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> Allocator::FreeExtents() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return {by_offset_.begin(), by_offset_.end()};
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return {impl_->by_offset.begin(), impl_->by_offset.end()};
 }
 
 Status Allocator::LoadFreeExtents(const std::vector<std::pair<uint64_t, uint64_t>>& extents) {
-  std::lock_guard<std::mutex> g(mu_);
-  generation_++;
-  by_offset_.clear();
-  by_size_.clear();
-  free_bytes_ = 0;
-  store_bytes_ = 0;  // the store declares its share with SetStoreBytes
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->generation++;
+  impl_->by_offset.clear();
+  impl_->by_size.clear();
+  impl_->free_bytes = 0;
+  impl_->store_bytes = 0;  // the store declares its share with SetStoreBytes
   uint64_t prev_end = 0;
   for (const auto& [off, size] : extents) {
     if (off % kAllocGranule || size % kAllocGranule || size == 0 || off < heap_begin_ || off < prev_end ||
         off > heap_end_ || size > heap_end_ - off)
       return Status::Corruption("saved allocator state: bad extent at offset " + std::to_string(off));
-    InsertFreeLocked(off, size);
+    impl_->InsertFreeLocked(off, size);
     prev_end = off + size;
   }
   return Status::Ok();
 }
 
 uint64_t Allocator::bytes_in_use(BlockOwner owner) const {
-  std::lock_guard<std::mutex> g(mu_);
-  if (owner == BlockOwner::kStore) return store_bytes_;
-  return (heap_end_ - heap_begin_) - free_bytes_ - store_bytes_;
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (owner == BlockOwner::kStore) return impl_->store_bytes;
+  return (heap_end_ - heap_begin_) - impl_->free_bytes - impl_->store_bytes;
 }
 
 uint64_t Allocator::bytes_free() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return free_bytes_;
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->free_bytes;
 }
 
 Status Allocator::CheckConsistency() const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<std::mutex> g(impl_->mu);
   uint64_t sum = 0, prev_end = 0;
   bool first = true;
-  for (const auto& [off, size] : by_offset_) {
+  for (const auto& [off, size] : impl_->by_offset) {
     if (off % kAllocGranule || size % kAllocGranule || off < heap_begin_ || off + size > heap_end_)
       return Status::Corruption("allocator: extent at " + std::to_string(off) + " violates A1");
     if (!first && off <= prev_end)
       return Status::Corruption("allocator: extent at " + std::to_string(off) + " violates A2");
-    if (!by_size_.count({size, off}))
+    if (!impl_->by_size.count({size, off}))
       return Status::Corruption("allocator: extent at " + std::to_string(off) + " violates A3");
     sum += size;
     prev_end = off + size;
     first = false;
   }
-  if (sum != free_bytes_ || by_size_.size() != by_offset_.size())
+  if (sum != impl_->free_bytes || impl_->by_size.size() != impl_->by_offset.size())
     return Status::Corruption("allocator: free byte count violates A3");
   return Status::Ok();
 }

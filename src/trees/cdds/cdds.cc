@@ -816,17 +816,9 @@ template class CddsTree<BytesKeys>;
 // ---------------------------------------------------------------------------
 // Registry entry points
 
-Result<std::unique_ptr<Tree>> CreateCddsTree(Pool* pool, const TreeOptions& options) {
-  return UpcastTree<Tree>(CddsTree<U64Keys>::Create(pool, options));
-}
-Result<std::unique_ptr<Tree>> RecoverCddsTree(Pool* pool, const TreeOptions& options) {
-  return UpcastTree<Tree>(CddsTree<U64Keys>::Recover(pool, options));
-}
-Result<std::unique_ptr<BytesTree>> CreateCddsTreeBytes(Pool* pool, const TreeOptions& options) {
-  return UpcastTree<BytesTree>(CddsTree<BytesKeys>::Create(pool, options));
-}
-Result<std::unique_ptr<BytesTree>> RecoverCddsTreeBytes(Pool* pool, const TreeOptions& options) {
-  return UpcastTree<BytesTree>(CddsTree<BytesKeys>::Recover(pool, options));
-}
+namespace cdds {
 
+PMTREE_REGISTRY_ENTRY_POINTS(CddsTree);
+
+}  // namespace cdds
 }  // namespace pmtree

@@ -83,14 +83,16 @@ struct CddsCounts {
 };
 }  // namespace cdds
 
-// Creates / recovers a cdds tree in `pool` (registry entry points).
-// Options: node_size 0 (= 512), 512, 1024, 2048 or 4096; extra "gc_every"
-// (writer operations between two incremental GC steps, default 8; 0 = GC
-// only through CollectGarbage()).
-Result<std::unique_ptr<Tree>> CreateCddsTree(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<Tree>> RecoverCddsTree(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> CreateCddsTreeBytes(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> RecoverCddsTreeBytes(Pool* pool, const TreeOptions& options);
+namespace cdds {
+// Creates / recovers a cdds tree in `pool` (registry entry points; K is
+// uint64_t or std::string_view).  Options: node_size 0 (= 512), 512, 1024,
+// 2048 or 4096; extra "gc_every" (writer operations between two incremental
+// GC steps, default 8; 0 = GC only through CollectGarbage()).
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+}  // namespace cdds
 
 template <class Keys>
 class CddsTree final : public BasicTree<typename Keys::Arg> {

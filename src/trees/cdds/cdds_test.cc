@@ -27,16 +27,14 @@
 #include "crash/explorer.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 #include "trees/cdds/cdds.h"
 #include "trees/cdds/layout.h"
 
 namespace pmtree {
 namespace {
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 double Extra(const TreeStats& st, const std::string& key) {
   for (const auto& [k, v] : st.extra)
@@ -151,7 +149,7 @@ TEST(CddsTreeTest, SplitsAndMergesKeepTheLiveEntryBounds) {
       }
     }
     ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
-    ExpectAt(t, t.current_version(), m);
+    ASSERT_NO_FATAL_FAILURE(ExpectAt(t, t.current_version(), m));
     TreeStats st = t.Stats();
     EXPECT_GT(Extra(st, "leaf_splits"), 0);
     EXPECT_GT(Extra(st, "merges") + Extra(st, "copies"), 0);
@@ -199,8 +197,8 @@ TEST(CddsTreeTest, GarbageCollectionKeepsWhatASnapshotSees) {
   }
   ASSERT_TRUE(t.CollectGarbage().ok());
   EXPECT_EQ(t.oldest_retained_version(), snap);
-  ExpectAt(t, snap, at_snap);
-  ExpectAt(t, t.current_version(), m);
+  ASSERT_NO_FATAL_FAILURE(ExpectAt(t, snap, at_snap));
+  ASSERT_NO_FATAL_FAILURE(ExpectAt(t, t.current_version(), m));
   ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
   const double dead_pinned = Extra(t.Stats(), "dead_entries");
   EXPECT_GT(dead_pinned, 0);
@@ -209,7 +207,7 @@ TEST(CddsTreeTest, GarbageCollectionKeepsWhatASnapshotSees) {
   EXPECT_FALSE(t.LookupAt(snap, 1, nullptr).ok()) << "a released, superseded version is refused";
   ASSERT_TRUE(t.CollectGarbage().ok());
   EXPECT_EQ(Extra(t.Stats(), "dead_entries"), 0);
-  ExpectAt(t, t.current_version(), m);
+  ASSERT_NO_FATAL_FAILURE(ExpectAt(t, t.current_version(), m));
   ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
 }
 
@@ -239,7 +237,7 @@ TEST(CddsTreeTest, SnapshotsMatchAModelThatKeepsEveryVersion) {
     }
     if (!held.empty() && rng() % 300 == 0) {
       auto it = std::next(held.begin(), static_cast<long>(rng() % held.size()));
-      ExpectAt(t, it->first, it->second);
+      ASSERT_NO_FATAL_FAILURE(ExpectAt(t, it->first, it->second));
       ASSERT_TRUE(t.ReleaseSnapshot(it->first).ok());
       held.erase(it);
     }
@@ -371,7 +369,7 @@ TEST(CddsTreeTest, BulkLoadBuildsOneVersionAtTheFillThenBehavesLikeAnyTree) {
     EXPECT_NEAR(st.leaf_fill, want, 0.1);
     EXPECT_GE(st.height, 4u) << "20,000 entries in 512 B nodes take several levels";
     EXPECT_EQ(st.pm_bytes, f.pool->allocator().bytes_in_use()) << "the replaced root leaf is freed";
-    ExpectAt(t, t.current_version(), m);
+    ASSERT_NO_FATAL_FAILURE(ExpectAt(t, t.current_version(), m));
     EXPECT_EQ(t.BulkLoad(in, fill).code(), Status::Code::kInvalidArgument) << "tree not empty";
     for (uint64_t i = 0; i < 20000; i += 3) {
       ASSERT_TRUE(*t.Insert(i * 4 + 1, i));
@@ -381,7 +379,7 @@ TEST(CddsTreeTest, BulkLoadBuildsOneVersionAtTheFillThenBehavesLikeAnyTree) {
     }
     ASSERT_TRUE(t.CollectGarbage().ok());
     ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
-    ExpectAt(t, t.current_version(), m);
+    ASSERT_NO_FATAL_FAILURE(ExpectAt(t, t.current_version(), m));
   }
   // Byte-string keys, and a load that runs out of space midway.
   auto fb = Make<BytesKeys>();
@@ -452,7 +450,7 @@ TEST(CddsTreeTest, AFullPoolAbortsTheOperationAndKeepsTheTreeConsistent) {
   ASSERT_TRUE(full);
   EXPECT_GT(Extra(t.Stats(), "aborted_operations"), 0);
   ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
-  ExpectAt(t, t.current_version(), m);
+  ASSERT_NO_FATAL_FAILURE(ExpectAt(t, t.current_version(), m));
 }
 
 // A delete that cannot get a node for its merge still succeeds; the meta

@@ -713,62 +713,13 @@ typename CircTree<P>::MergeResult CircTree<P>::MergeAt(uint32_t level, Cmp&& cmp
   const uint32_t half = slots_ / 2;  // §5.3: underutilized below N / 2 pairs
   for (int attempt = 0; attempt < 3; attempt++) {
     if (Ld32(&N(Ld(&meta_->root))->hdr.level) <= level) return MergeResult::kNone;
-    // A snapshot of the nodes involved, read without locks and validated
-    // again once they are all locked.
-    struct PathView {
-      uint64_t next = 0, x = 0, r = 0, left_child = 0;
-      uint32_t i = 0;
-    };
-    uint64_t p = DescendTo(level + 1, cmp);
-    PathView v;
-    for (;;) {
-      v = locks_.For(p).ReadStable([&] {
-        PathView o;
-        const Node* pn = N(p);
-        if (MoveRight(pn, cmp, &o.next)) return o;
-        const Span s = LoadSpan(pn);
-        if (s.n == 0) return o;
-        const uint32_t ub = UpperBound(pn, s, 1, cmp);
-        o.i = ub - 1;
-        o.x = Ld(&At(pn, s, o.i)->value);
-        o.r = ub < s.n ? Ld(&At(pn, s, ub)->value) : 0;
-        o.left_child = o.i >= 1 ? Ld(&At(pn, s, static_cast<int64_t>(o.i) - 1)->value) : 0;
-        return o;
-      });
-      if (v.next == 0) break;
-      p = v.next;
-    }
-    const uint64_t x = v.x, r = v.r;
-    if (x == 0 || r == 0) return MergeResult::kNone;  // X is its parent's last child
-    struct NodeView {
-      uint32_t n;
-      uint64_t sibling, fence;
-    };
-    auto view = [&](uint64_t off) {
-      return locks_.For(off).ReadStable(
-          [&] { return NodeView{LoadSpan(N(off)).n, Ld(&N(off)->hdr.sibling), FenceOf(N(off))}; });
-    };
-    const NodeView xv = view(x), rv = view(r);
-    if (xv.n >= half || xv.sibling != r || xv.n + rv.n > cap_) return MergeResult::kNone;
-    uint64_t l = 0;
-    if (xv.fence != 0) {
-      // L is P's previous child or, for P's first child, the last node left
-      // of X's fence; a split not yet in the parent may sit between.
-      l = v.left_child;
-      if (l == 0)
-        l = DescendTo(level, [&](uint64_t slot) { return CompareFences(slot, xv.fence) < 0 ? -1 : 1; });
-      for (int steps = 0; l != 0 && steps < 64; steps++) {
-        const uint64_t sib = view(l).sibling;
-        if (sib == x) break;
-        l = sib;
-      }
-      if (l == 0) return MergeResult::kNone;
-    }
+    MergeNodes m;
+    if (!FindMergeNodes(level, cmp, &m)) return MergeResult::kNone;
+    const uint64_t p = m.p, x = m.x, r = m.r, l = m.l;
     const std::vector<uint64_t> held = LockStripes({p, x, r, l});
     Node* pn = N(p);
     Node* xn = N(x);
-    Node* rn = N(r);
-    const Span ps = LoadSpan(pn), xs = LoadSpan(xn), rs = LoadSpan(rn);
+    const Span ps = LoadSpan(pn), xs = LoadSpan(xn), rs = LoadSpan(N(r));
     uint32_t i = 0;
     while (i < ps.n && At(pn, ps, i)->value != x) i++;
     const uint64_t xfence = FenceOf(xn);
@@ -779,62 +730,134 @@ typename CircTree<P>::MergeResult CircTree<P>::MergeAt(uint32_t level, Cmp&& cmp
       UnlockStripes(held);
       continue;
     }
-    const bool leaf = level == 0;
-    const uint64_t rfence = FenceOf(rn);
-    LineWriter w(pool_);
-    if (xs.n > 0) {
-      pool_->Store64(&rn->hdr.merge, rn->hdr.base_count | kMergeMark);
-      // M1: the mark is durable before any copy, so recovery never reads the
-      // copies as an insert's left shift (case 1).
-      pool_->Persist(&rn->hdr.merge, sizeof(uint64_t));
-      for (int64_t j = 0; j < xs.n; j++)
-        CopyPair(w, At(rn, rs, j - static_cast<int64_t>(xs.n)), At(xn, xs, j), leaf, false);
-      w.Finish();
-      pool_->Store64(&rn->hdr.base_count, PackBaseCount((rs.b + slots_ - xs.n) & mask_, rs.n + xs.n));
-    }
-    pool_->Store64(&rn->hdr.low_key, xfence);
-    if (xfence == 0) pool_->Store64(reinterpret_cast<uint64_t*>(&rn->hdr.level), level);  // flags cleared
-    if (xs.n > 0) pool_->Store64(&rn->hdr.merge, 0);
-    // M3: base + count, fence and mark persist together (one header line,
-    // stores kept in order within a line): the commit of the merge.
-    pool_->Persist(&rn->hdr, sizeof(NodeHeader));
-    if (Stop(StopPoint::kMergeCommitted)) {
-      UnlockStripes(held);
-      return MergeResult::kStopped;
-    }
-    if (xs.n > 0) {
-      for (int64_t j = static_cast<int64_t>(xs.n) - 1; j >= 0; --j) NullPair(w, At(xn, xs, j), leaf);
-      w.Finish();
-      Commit(xn, xs.b, 0);  // M4
-    }
-    // M5: X leaves the sibling chain before its parent entry goes, so a
-    // crash leaves the paper's "IN one child long", never a parent naming a
-    // node the chain still needs.
-    if (l != 0) w.Store(&N(l)->hdr.sibling, r);
-    if (Stop(StopPoint::kMergeUnlinked)) {
-      w.Finish();
-      UnlockStripes(held);
-      return MergeResult::kStopped;
-    }
-    // M6: R's separator becomes its new fence (X's), then X's entry goes.
-    if (Ld(&At(pn, ps, i + 1)->key) != xfence) w.Store(&At(pn, ps, i + 1)->key, xfence);
-    RemoveAt(p, i, w);
-    const Span ps2 = LoadSpan(pn);
-    bool collapsed = false;
-    if (Ld(&meta_->root) == p && ps2.n == 1 && rn->hdr.sibling == 0) {
-      CollapseRoot(r);  // M7
-      collapsed = true;
-    }
-    const bool parent_underfull = !collapsed && Ld(&meta_->root) != p && ps2.n < half;
-    UnlockStripes(held);
-    merges_.fetch_add(1, std::memory_order_relaxed);
-    pool_->allocator().Retire(x, NodeBytes(node_size_));
-    if (collapsed) pool_->allocator().Retire(p, NodeBytes(node_size_));
-    // A leaf's fence is its own key copy; R's old one is named nowhere now.
-    if (leaf) keys_.Release(rfence);
-    return parent_underfull ? MergeResult::kParentUnderfull : MergeResult::kMerged;
+    return MergeLocked(level, m, i, held);
   }
   return MergeResult::kNone;
+}
+
+// P is the parent on the key's path at level + 1, X its child there, R the
+// next child and L the node whose sibling is X (0 when X has no fence).  A
+// snapshot read without locks; MergeAt validates it again under them.
+template <class P>
+template <class Cmp>
+bool CircTree<P>::FindMergeNodes(uint32_t level, Cmp&& cmp, MergeNodes* m) {
+  const uint32_t half = slots_ / 2;
+  struct PathView {
+    uint64_t next = 0, x = 0, r = 0, left_child = 0;
+    uint32_t i = 0;
+  };
+  uint64_t p = DescendTo(level + 1, cmp);
+  PathView v;
+  for (;;) {
+    v = locks_.For(p).ReadStable([&] {
+      PathView o;
+      const Node* pn = N(p);
+      if (MoveRight(pn, cmp, &o.next)) return o;
+      const Span s = LoadSpan(pn);
+      if (s.n == 0) return o;
+      const uint32_t ub = UpperBound(pn, s, 1, cmp);
+      o.i = ub - 1;
+      o.x = Ld(&At(pn, s, o.i)->value);
+      o.r = ub < s.n ? Ld(&At(pn, s, ub)->value) : 0;
+      o.left_child = o.i >= 1 ? Ld(&At(pn, s, static_cast<int64_t>(o.i) - 1)->value) : 0;
+      return o;
+    });
+    if (v.next == 0) break;
+    p = v.next;
+  }
+  const uint64_t x = v.x, r = v.r;
+  if (x == 0 || r == 0) return false;  // X is its parent's last child
+  struct NodeView {
+    uint32_t n;
+    uint64_t sibling, fence;
+  };
+  auto view = [&](uint64_t off) {
+    return locks_.For(off).ReadStable(
+        [&] { return NodeView{LoadSpan(N(off)).n, Ld(&N(off)->hdr.sibling), FenceOf(N(off))}; });
+  };
+  const NodeView xv = view(x), rv = view(r);
+  if (xv.n >= half || xv.sibling != r || xv.n + rv.n > cap_) return false;
+  uint64_t l = 0;
+  if (xv.fence != 0) {
+    // L is P's previous child or, for P's first child, the last node left
+    // of X's fence; a split not yet in the parent may sit between.
+    l = v.left_child;
+    if (l == 0) l = DescendTo(level, [&](uint64_t slot) { return CompareFences(slot, xv.fence) < 0 ? -1 : 1; });
+    for (int steps = 0; l != 0 && steps < 64; steps++) {
+      const uint64_t sib = view(l).sibling;
+      if (sib == x) break;
+      l = sib;
+    }
+    if (l == 0) return false;
+  }
+  *m = {p, x, r, l};
+  return true;
+}
+
+template <class P>
+typename CircTree<P>::MergeResult CircTree<P>::MergeLocked(uint32_t level, const MergeNodes& m, uint32_t i,
+                                                           const std::vector<uint64_t>& held) {
+  const uint32_t half = slots_ / 2;
+  const uint64_t p = m.p, x = m.x, r = m.r, l = m.l;
+  Node* pn = N(p);
+  Node* xn = N(x);
+  Node* rn = N(r);
+  const Span ps = LoadSpan(pn), xs = LoadSpan(xn), rs = LoadSpan(rn);
+  const uint64_t xfence = FenceOf(xn);
+  const bool leaf = level == 0;
+  const uint64_t rfence = FenceOf(rn);
+  LineWriter w(pool_);
+  if (xs.n > 0) {
+    pool_->Store64(&rn->hdr.merge, rn->hdr.base_count | kMergeMark);
+    // M1: the mark is durable before any copy, so recovery never reads the
+    // copies as an insert's left shift (case 1).
+    pool_->Persist(&rn->hdr.merge, sizeof(uint64_t));
+    for (int64_t j = 0; j < xs.n; j++)
+      CopyPair(w, At(rn, rs, j - static_cast<int64_t>(xs.n)), At(xn, xs, j), leaf, false);
+    w.Finish();
+    pool_->Store64(&rn->hdr.base_count, PackBaseCount((rs.b + slots_ - xs.n) & mask_, rs.n + xs.n));
+  }
+  pool_->Store64(&rn->hdr.low_key, xfence);
+  if (xfence == 0) pool_->Store64(reinterpret_cast<uint64_t*>(&rn->hdr.level), level);  // flags cleared
+  if (xs.n > 0) pool_->Store64(&rn->hdr.merge, 0);
+  // M3: base + count, fence and mark persist together (one header line,
+  // stores kept in order within a line): the commit of the merge.
+  pool_->Persist(&rn->hdr, sizeof(NodeHeader));
+  if (Stop(StopPoint::kMergeCommitted)) {
+    UnlockStripes(held);
+    return MergeResult::kStopped;
+  }
+  if (xs.n > 0) {
+    for (int64_t j = static_cast<int64_t>(xs.n) - 1; j >= 0; --j) NullPair(w, At(xn, xs, j), leaf);
+    w.Finish();
+    Commit(xn, xs.b, 0);  // M4
+  }
+  // M5: X leaves the sibling chain before its parent entry goes, so a
+  // crash leaves the paper's "IN one child long", never a parent naming a
+  // node the chain still needs.
+  if (l != 0) w.Store(&N(l)->hdr.sibling, r);
+  if (Stop(StopPoint::kMergeUnlinked)) {
+    w.Finish();
+    UnlockStripes(held);
+    return MergeResult::kStopped;
+  }
+  // M6: R's separator becomes its new fence (X's), then X's entry goes.
+  if (Ld(&At(pn, ps, i + 1)->key) != xfence) w.Store(&At(pn, ps, i + 1)->key, xfence);
+  RemoveAt(p, i, w);
+  const Span ps2 = LoadSpan(pn);
+  bool collapsed = false;
+  if (Ld(&meta_->root) == p && ps2.n == 1 && rn->hdr.sibling == 0) {
+    CollapseRoot(r);  // M7
+    collapsed = true;
+  }
+  const bool parent_underfull = !collapsed && Ld(&meta_->root) != p && ps2.n < half;
+  UnlockStripes(held);
+  merges_.fetch_add(1, std::memory_order_relaxed);
+  pool_->allocator().Retire(x, NodeBytes(node_size_));
+  if (collapsed) pool_->allocator().Retire(p, NodeBytes(node_size_));
+  // A leaf's fence is its own key copy; R's old one is named nowhere now.
+  if (leaf) keys_.Release(rfence);
+  return parent_underfull ? MergeResult::kParentUnderfull : MergeResult::kMerged;
 }
 
 // ---------------------------------------------------------------------------

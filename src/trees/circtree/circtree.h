@@ -230,6 +230,15 @@ class CircTree final : public BasicTree<typename P::Arg> {
   enum class MergeResult { kNone, kMerged, kParentUnderfull, kStopped };
   template <class Cmp>
   MergeResult MergeAt(uint32_t level, Cmp&& cmp);
+  // MergeAt's steps: the nodes of a merge found without locks (false: no
+  // merge is due), and M1-M7 once they are locked and validated (`i` is X's
+  // entry in P); the latter releases `held`.
+  struct MergeNodes {
+    uint64_t p = 0, x = 0, r = 0, l = 0;
+  };
+  template <class Cmp>
+  bool FindMergeNodes(uint32_t level, Cmp&& cmp, MergeNodes* m);
+  MergeResult MergeLocked(uint32_t level, const MergeNodes& m, uint32_t i, const std::vector<uint64_t>& held);
   // Stripes of a merge's node set, locked in ascending order (no stripe twice).
   std::vector<uint64_t> LockStripes(std::initializer_list<uint64_t> offs);
   void UnlockStripes(const std::vector<uint64_t>& held) {

@@ -14,14 +14,12 @@
 #include "crash/explorer.h"
 #include "crash/kill.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::circtree {
 namespace {
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return 1;
-}
+uint64_t Seed() { return testutil::Seed(1); }
 
 struct Cell {
   uint32_t node_size;

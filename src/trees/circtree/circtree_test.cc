@@ -31,6 +31,7 @@
 #include "pmtree/counters.h"
 #include "pmtree/pool.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::circtree {
 namespace {
@@ -38,10 +39,7 @@ namespace {
 using U64Tree = CircTree<U64Keys>;
 constexpr uint64_t kPoolSize = 8ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 std::string TmpPath(const std::string& tag) {
   static std::atomic<int> n{0};
@@ -439,7 +437,7 @@ TEST(CircTreeRecoveryTest, RecoveryClearsLockWordsAndStaleWords) {
   {
     auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
     auto t = MakeTree(pool->get(), 512);
-    Fill(**t, 10);
+    ASSERT_NO_FATAL_FAILURE(Fill(**t, 10));
     root = (*t)->root_offset();
     Node* x = (*pool)->At<Node>(root);
     const NodeView v = ViewOf(**pool, root);
@@ -469,7 +467,7 @@ TEST(CircTreeRecoveryTest, EverySplitStopPointRecovers) {
       {
         auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
         auto t = MakeTree(pool->get(), 512);
-        Fill(**t, 31);
+        ASSERT_NO_FATAL_FAILURE(Fill(**t, 31));
         before = Contents(**t);
         (*t)->SetStopHookForTest([sp](StopPoint p) { return p == sp; });
         EXPECT_EQ((*t)->Insert(key, 7).status().code(), Status::Code::kInternal);
@@ -540,7 +538,7 @@ TEST(CircTreeMergeTest, UnderfullLeafMergesIntoItsRightSibling) {
   auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
-  Fill(**t, 48);  // leaves of 16, 16 and 16 pairs under one root
+  ASSERT_NO_FATAL_FAILURE(Fill(**t, 48));  // leaves of 16, 16 and 16 pairs under one root
   ASSERT_EQ((*t)->Stats().leaf_nodes, 3u);
   ASSERT_TRUE(*(*t)->Remove(170));  // the middle leaf: 15 < 16, its right sibling has room
   EXPECT_EQ((*t)->Stats().leaf_nodes, 2u);
@@ -562,7 +560,7 @@ TEST(CircTreeMergeTest, MergeFlushesItsLinesAndOneHeaderPersistPerStep) {
   auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
-  Fill(**t, 32);  // root + leaves X (10..160) and R (170..320), 16 pairs each
+  ASSERT_NO_FATAL_FAILURE(Fill(**t, 32));  // root + leaves X (10..160) and R (170..320), 16 pairs each
   const uint64_t root = (*t)->root_offset();
   const Node* p = (*pool)->At<Node>(root);
   const NodeView pv = ViewOf(**pool, root);
@@ -611,7 +609,7 @@ TEST(CircTreeRecoveryTest, InnerMergeCascadeRecoversAfterEveryStore) {
   {
     auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
     auto t = MakeTree(pool->get(), 512);
-    Fill(**t, 600);
+    ASSERT_NO_FATAL_FAILURE(Fill(**t, 600));
     ASSERT_EQ((*t)->Stats().height, 3u);
     for (uint64_t i = 1; i <= 600 && last == 0; i++) {
       ASSERT_TRUE(*(*t)->Remove(10 * i));
@@ -622,7 +620,7 @@ TEST(CircTreeRecoveryTest, InnerMergeCascadeRecoversAfterEveryStore) {
   SweepResult r = SweepCrashes(
       512,
       [&](U64Tree& t) {
-        Fill(t, 600);
+        ASSERT_NO_FATAL_FAILURE(Fill(t, 600));
         for (uint64_t i = 1; i < last; i++) ASSERT_TRUE(*t.Remove(10 * i));
       },
       [&](U64Tree& t) { (void)t.Remove(10 * last); });
@@ -641,7 +639,7 @@ TEST(CircTreeRecoveryTest, EveryMergeStopPointRecovers) {
     {
       auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
       auto t = MakeTree(pool->get(), 512);
-      Fill(**t, 48);
+      ASSERT_NO_FATAL_FAILURE(Fill(**t, 48));
       (*t)->SetStopHookForTest([sp](StopPoint p) { return p == sp; });
       ASSERT_TRUE(*(*t)->Remove(170));
       after = Contents(**t);
@@ -666,7 +664,7 @@ TEST(CircTreeTest, CleanCloseRestartsInstantlyWithoutReadingNodes) {
   {
     auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
     auto t = MakeTree(pool->get(), 512);
-    Fill(**t, 2000);
+    ASSERT_NO_FATAL_FAILURE(Fill(**t, 2000));
     ASSERT_TRUE((*t)->Close().ok());
   }
   auto pool = Pool::Open(path, "circtree", PlainOptions());

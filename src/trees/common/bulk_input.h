@@ -16,7 +16,7 @@
 
 namespace pmtree {
 
-// check_key(key) -> Status, e.g. &Keys::CheckArg.
+// check_key(key) -> Status, e.g. &KP::CheckArg.
 template <class Entry, class CheckKey>
 Status CheckBulkLoadInput(std::span<const Entry> sorted, double fill, CheckKey check_key) {
   if (!(fill > 0 && fill <= 1)) return Status::InvalidArgument("bulk load: fill must be in (0, 1]");

@@ -26,17 +26,16 @@
 // into the nodes, so inner nodes never reference key blobs that a delete may
 // release.
 //
-// LeafLocks: striped reader/writer spin locks for leaves.  Locks cannot live
-// in the pool (no compare-and-swap through the persistence API, and a lock
-// word must never be a pending persistent store), so a leaf's lock is the
-// stripe its offset hashes to; two leaves may share a stripe, which only
-// costs some false contention.  Lock several stripes in ascending stripe
-// order (LockOrdered) to stay deadlock-free.
+// LeafLocks: striped reader/writer spin locks (SharedSpinLock from
+// version_lock.h) for leaves.  Locks cannot live in the pool (no
+// compare-and-swap through the persistence API, and a lock word must never be
+// a pending persistent store), so a leaf's lock is the stripe its offset
+// hashes to; two leaves may share a stripe, which only costs some false
+// contention.  Lock several stripes in ascending stripe order (LockOrdered)
+// to stay deadlock-free.
 
 #ifndef PMTREE_TREES_COMMON_DRAM_INNER_INDEX_H_
 #define PMTREE_TREES_COMMON_DRAM_INNER_INDEX_H_
-
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,6 +48,7 @@
 
 #include "pmtree/pool.h"
 #include "trees/common/keys.h"
+#include "trees/common/version_lock.h"
 
 namespace pmtree {
 
@@ -60,30 +60,10 @@ class LeafLocks {
 
   size_t StripeOf(uint64_t leaf_off) const { return Mix64(leaf_off) & (kStripes - 1); }
 
-  void LockShared(size_t s) {
-    auto& w = words_[s].w;
-    for (int spins = 0;; spins++) {
-      uint32_t v = w.load(std::memory_order_relaxed);
-      if (!(v & 1) && w.compare_exchange_weak(v, v + 2, std::memory_order_acquire)) return;
-      Backoff(spins);
-    }
-  }
-  void UnlockShared(size_t s) { words_[s].w.fetch_sub(2, std::memory_order_release); }
-
-  void Lock(size_t s) {
-    auto& w = words_[s].w;
-    for (int spins = 0;; spins++) {
-      uint32_t v = w.load(std::memory_order_relaxed);
-      // Take the writer bit first so new readers stop entering, then wait for
-      // the readers already inside to leave.
-      if (!(v & 1) && w.compare_exchange_weak(v, v | 1, std::memory_order_acquire)) {
-        for (int s2 = 0; w.load(std::memory_order_acquire) != 1; s2++) Backoff(s2);
-        return;
-      }
-      Backoff(spins);
-    }
-  }
-  void Unlock(size_t s) { words_[s].w.fetch_and(~1u, std::memory_order_release); }
+  void LockShared(size_t s) { words_[s].lock.lock_shared(); }
+  void UnlockShared(size_t s) { words_[s].lock.unlock_shared(); }
+  void Lock(size_t s) { words_[s].lock.lock(); }
+  void Unlock(size_t s) { words_[s].lock.unlock(); }
 
   // Locks the distinct stripes of `leaves` exclusively, in ascending stripe
   // order; returns them for UnlockAll.
@@ -101,28 +81,19 @@ class LeafLocks {
   }
 
  private:
-  static void Backoff(int spins) {
-    if (spins < 64) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-    } else {
-      sched_yield();
-    }
-  }
   struct alignas(64) Word {
-    std::atomic<uint32_t> w{0};  // bit 0 writer, bits 1.. reader count
+    SharedSpinLock lock;  // version_lock.h: writer bit, then reader count
   };
   Word words_[kStripes];
 };
 
 // ---- inner index -----------------------------------------------------------------------
 
-template <class Keys>
+template <KeyPolicy KP>
 class DramInnerIndex {
  public:
-  using Arg = typename Keys::Arg;
-  using Owned = typename Keys::Owned;
+  using Arg = typename KP::Arg;
+  using Owned = typename KP::Owned;
   static constexpr size_t kMaxKids = 64;
 
   struct Node {
@@ -147,7 +118,7 @@ class DramInnerIndex {
   DramInnerIndex& operator=(const DramInnerIndex&) = delete;
 
   static int Cmp(const Owned& a, Arg b) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return a < b ? -1 : (a > b ? 1 : 0);
     } else {
       int c = std::string_view(a).compare(b);
@@ -155,7 +126,7 @@ class DramInnerIndex {
     }
   }
   static Arg AsArg(const Owned& o) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return o;
     } else {
       return std::string_view(o);
@@ -421,7 +392,7 @@ class DramInnerIndex {
   static void MeasureRec(const Node* n, uint64_t* nodes, uint64_t* bytes) {
     ++*nodes;
     *bytes += sizeof(Node) + n->kids.capacity() * 8 + n->keys.capacity() * sizeof(Owned);
-    if constexpr (!Keys::kInline) {
+    if constexpr (!KP::kInline) {
       for (const auto& k : n->keys) *bytes += k.capacity() > 15 ? k.capacity() : 0;
     }
     if (!n->bottom)

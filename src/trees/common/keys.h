@@ -30,26 +30,16 @@
 // after the removal of the entry is persistent, and concurrent readers inside
 // an epoch guard may still read the old blob safely.
 //
-// Both policies share one interface:
-//   Arg / Owned                  argument and owned key types
-//   Status CheckArg(Arg)         InvalidArgument for over-long keys
-//   Result<uint64_t> MakeSlot(Arg)
-//   int Compare(slot, Arg)       <0, 0, >0 as slot's key is <, ==, > Arg
-//   int CompareSlots(a, b)
-//   bool Equal(slot, Arg)
-//   Owned Load(slot)             a copy of the key
-//   uint8_t Fingerprint(Arg)     one-byte hash (FPTree / LB+-Tree)
-//   uint64_t Hash(Arg)
-//   void Release(slot)
-//   Status MarkUsed(slot)        recovery: report the blob to the allocator
-//   uint64_t SlotBytes(slot)     pool bytes owned by the slot (0 inline)
-//   Status CheckSlot(slot)       Verify(): blob in heap, length, hash
+// Both policies satisfy the KeyPolicy concept below; a tree is a template
+// over `class KP` constrained by it (`template <KeyPolicy KP>`).
 
 #ifndef PMTREE_TREES_COMMON_KEYS_H_
 #define PMTREE_TREES_COMMON_KEYS_H_
 
+#include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <string>
 #include <string_view>
 
@@ -103,6 +93,8 @@ class U64Keys {
   void Release(uint64_t /*slot*/) {}
   Status MarkUsed(uint64_t /*slot*/) { return Status::Ok(); }
   static uint64_t SlotBytes(uint64_t /*slot*/) { return 0; }
+  static uint64_t BlobOffset(uint64_t /*slot*/) { return 0; }
+  void FreeUnpublished(uint64_t /*slot*/) {}
   Status CheckSlot(uint64_t /*slot*/) const { return Status::Ok(); }
 };
 
@@ -153,7 +145,7 @@ class BytesKeys {
   }
 
   std::string_view View(uint64_t slot) const {
-    const auto* blob = pool_->At<KeyBlob>(slot & kOffsetMask);
+    const auto* blob = pool_->At<KeyBlob>(BlobOffset(slot));
     return std::string_view(blob->bytes, blob->len);
   }
   int Compare(uint64_t slot, Arg key) const {
@@ -174,18 +166,22 @@ class BytesKeys {
   static uint8_t Fingerprint(Arg key) { return static_cast<uint8_t>(HashBytes(key) >> 56); }
 
   void Release(uint64_t slot) {
-    uint64_t off = slot & kOffsetMask;
+    uint64_t off = BlobOffset(slot);
     pool_->allocator().Retire(off, BlobBytes(pool_->At<KeyBlob>(off)->len));
   }
   Status MarkUsed(uint64_t slot) {
     PMTREE_RETURN_IF_ERROR(CheckSlot(slot));
-    uint64_t off = slot & kOffsetMask;
+    uint64_t off = BlobOffset(slot);
     return pool_->allocator().MarkUsed(off, BlobBytes(pool_->At<KeyBlob>(off)->len));
   }
-  uint64_t SlotBytes(uint64_t slot) const { return BlobBytes(pool_->At<KeyBlob>(slot & kOffsetMask)->len); }
+  uint64_t SlotBytes(uint64_t slot) const { return BlobBytes(pool_->At<KeyBlob>(BlobOffset(slot))->len); }
+  static uint64_t BlobOffset(uint64_t slot) { return slot & kOffsetMask; }
+  // Frees the blob at once: only for a slot no reader can have seen (never
+  // published, or every reader gone); otherwise Release.
+  void FreeUnpublished(uint64_t slot) { pool_->allocator().Free(BlobOffset(slot), SlotBytes(slot)); }
 
   Status CheckSlot(uint64_t slot) const {
-    uint64_t off = slot & kOffsetMask;
+    uint64_t off = BlobOffset(slot);
     if (off % kAllocGranule != 0 || !pool_->InHeap(off, sizeof(KeyBlob)))
       return Status::Corruption("key slot " + std::to_string(slot) + ": blob offset outside the heap");
     const auto* blob = pool_->At<KeyBlob>(off);
@@ -203,6 +199,38 @@ class BytesKeys {
  private:
   Pool* pool_;
 };
+
+// What a tree needs of its key policy.  `slot` is the 8-byte key slot a tree
+// stores per entry; const members only read the pool.
+template <class KP>
+concept KeyPolicy = std::constructible_from<KP, Pool*> &&
+                    requires(KP kp, const KP ckp, typename KP::Arg key, uint64_t slot) {
+  typename KP::Owned;                                   // an owned copy of a key
+  { KP::kKind } -> std::convertible_to<KeyKind>;        // what the pool header records
+  { KP::kInline } -> std::convertible_to<bool>;         // the slot is the key (no blob)
+  { KP::CheckArg(key) } -> std::same_as<Status>;        // InvalidArgument for over-long keys
+  { kp.MakeSlot(key) } -> std::same_as<Result<uint64_t>>;  // writes and persists the blob
+  { ckp.Compare(slot, key) } -> std::same_as<int>;      // <0, 0, >0 as slot's key is <, ==, > key
+  { ckp.CompareSlots(slot, slot) } -> std::same_as<int>;
+  { ckp.Equal(slot, key) } -> std::same_as<bool>;
+  { ckp.Load(slot) } -> std::same_as<typename KP::Owned>;  // a copy of the key
+  { KP::Fingerprint(key) } -> std::same_as<uint8_t>;    // one-byte hash (FPTree / LB+-Tree)
+  { KP::Hash(key) } -> std::same_as<uint64_t>;
+  { kp.Release(slot) } -> std::same_as<void>;           // retire the blob (epochs)
+  { kp.FreeUnpublished(slot) } -> std::same_as<void>;   // free a blob no reader saw
+  { kp.MarkUsed(slot) } -> std::same_as<Status>;        // recovery: report the blob
+  { ckp.SlotBytes(slot) } -> std::same_as<uint64_t>;    // pool bytes the slot owns (0 inline)
+  { KP::BlobOffset(slot) } -> std::same_as<uint64_t>;   // offset of the blob (0 inline)
+  { ckp.CheckSlot(slot) } -> std::same_as<Status>;      // Verify(): blob in heap, length, hash
+};
+static_assert(KeyPolicy<U64Keys>);
+static_assert(KeyPolicy<BytesKeys>);
+
+// The policy of a tree's key type: uint64_t -> U64Keys, std::string_view ->
+// BytesKeys (the two key types of pmtree/tree.h).
+template <class K>
+  requires std::same_as<K, uint64_t> || std::same_as<K, std::string_view>
+using KeyPolicyFor = std::conditional_t<std::is_same_v<K, uint64_t>, U64Keys, BytesKeys>;
 
 }  // namespace pmtree
 

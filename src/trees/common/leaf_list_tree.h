@@ -18,7 +18,7 @@
 //    rebuild;
 //  - Verify's invariants 1-4 and 6-9 and Stats.
 //
-// A design derives from LeafListTree<Derived, Keys, Leaf, Entry> (CRTP) and
+// A design derives from LeafListTree<Derived, KP, Leaf, Entry> (CRTP) and
 // supplies what differs: its leaf format (how a key is found, inserted and
 // cleared, how a leaf is scanned in key order), its split and the split log's
 // replay, its bulk-load leaf image and its invariant 5.  Hooks it must define
@@ -94,15 +94,15 @@ struct LeafListTraits {
   uint64_t flag_bits;          // bitmap bits that are not entry bits
 };
 
-template <class Derived, class Keys, class LeafT, class EntryT>
-class LeafListTree : public BasicTree<typename Keys::Arg> {
+template <class Derived, KeyPolicy KP, class LeafT, class EntryT>
+class LeafListTree : public BasicTree<typename KP::Arg> {
  public:
-  using Arg = typename Keys::Arg;
-  using Owned = typename Keys::Owned;
+  using Arg = typename KP::Arg;
+  using Owned = typename KP::Owned;
   using Base = BasicTree<Arg>;
   using Entry = typename Base::Entry;
   using InputEntry = typename Base::InputEntry;
-  using Index = DramInnerIndex<Keys>;
+  using Index = DramInnerIndex<KP>;
   using Meta = LeafListMeta;
 
   // Creation: meta and one empty leaf, persisted, then root slot 0 (the
@@ -126,7 +126,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     head.magic = Derived::kTraits.magic;
     head.head = leaf_off;
     head.node_size = node_size;
-    head.key_kind = static_cast<uint32_t>(Keys::kKind);
+    head.key_kind = static_cast<uint32_t>(KP::kKind);
     pool->Write(meta, &head, 64);
     // Persist the meta block (and its cleared logs) -- and the empty leaf
     // flushed before it -- before root slot 0 names it: SetRoot is the commit
@@ -151,7 +151,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     if (!ValidNodeSize(meta->node_size))
       return Status::Corruption(name + " meta at offset " + HexOffset(meta_off) + ": node size " +
                                 std::to_string(meta->node_size) + " invalid (invariant 1)");
-    if (meta->key_kind != static_cast<uint32_t>(Keys::kKind))
+    if (meta->key_kind != static_cast<uint32_t>(KP::kKind))
       return Status::Incompatible(name + ": the pool holds a tree with " +
                                   (meta->key_kind == 0 ? "u64" : "byte-string") + " keys");
     auto t = std::make_unique<Derived>(pool, meta_off, meta->node_size);
@@ -179,7 +179,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   Result<bool> Upsert(Arg key, uint64_t value) override { return Put(key, value, Mode::kUpsert); }
 
   Result<bool> Remove(Arg key) override {
-    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+    PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
     auto guard = pool_->epochs().Protect();
     const Located at = Locate(key, Derived::MakeProbe(key), /*exclusive=*/true);
     if (at.i < 0) {
@@ -228,7 +228,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   // the head (a crash before that store leaves the empty tree; the unlinked
   // chain is reclaimed by recovery).
   Status BulkLoad(std::span<const InputEntry> sorted, double fill) override {
-    PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
+    PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
     for (uint64_t off = meta_->head; off != 0; off = LeafAt(off)->next)
       if (EntryMask(LeafAt(off)) != 0) return Status::InvalidArgument("bulk load: tree not empty");
     if (sorted.empty()) return Status::Ok();
@@ -238,9 +238,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     std::vector<uint64_t> slots;
     auto undo = [&](Status st) {
       for (uint64_t l : leaves) pool_->allocator().Free(l, node_size_);
-      if constexpr (!Keys::kInline) {
-        for (uint64_t k : slots) pool_->allocator().Free(k & BytesKeys::kOffsetMask, keys_.SlotBytes(k));
-      }
+      for (uint64_t k : slots) keys_.FreeUnpublished(k);
       return st;
     };
     for (size_t i = 0; i < nleaves; i++) {
@@ -301,7 +299,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
     pool_->epochs().DrainAll();
     auto guard = pool_->epochs().Protect();
     if (meta_->magic != Derived::kTraits.magic || meta_->node_size != node_size_ ||
-        meta_->key_kind != static_cast<uint32_t>(Keys::kKind))
+        meta_->key_kind != static_cast<uint32_t>(KP::kKind))
       return Corrupt("meta", meta_off_, 1, "magic, node size or key kind wrong");
     if (meta_->delete_log.leaf != 0 || meta_->delete_log.other != 0)
       return Corrupt("delete log", meta_off_ + offsetof(Meta, delete_log), 2, "log not clear");
@@ -475,7 +473,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   }
 
   Pool* const pool_;
-  Keys keys_;
+  KP keys_;
   const uint64_t meta_off_;
   Meta* const meta_;
   const uint32_t node_size_;
@@ -550,7 +548,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   }
 
   Result<bool> Put(Arg key, uint64_t value, Mode mode) {
-    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+    PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
     auto guard = pool_->epochs().Protect();
     const auto probe = Derived::MakeProbe(key);
     const Located at = Locate(key, probe, /*exclusive=*/true);
@@ -661,7 +659,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
   // A route's bound in the restart image: a u64 key in one word, a byte
   // string as trees/common/restart_image.h lays it out.
   void EncodeKey(const Owned& k, std::vector<uint64_t>* words) const {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       words->push_back(k);
     } else {
       AppendKeyWords(k, words);
@@ -670,7 +668,7 @@ class LeafListTree : public BasicTree<typename Keys::Arg> {
 
   // Reads one bound at w[*i] (n words in all); false when it does not fit.
   bool DecodeKey(const uint64_t* w, uint64_t n, uint64_t* i, Owned* k) const {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       if (*i >= n) return false;
       *k = w[(*i)++];
     } else {

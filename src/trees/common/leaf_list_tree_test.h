@@ -188,7 +188,7 @@ TEST_P(LeafListTreeTest, RandomWorkloadMatchesModelAndVerifies) {
     }
   }
   ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  ExpectContents(h.tree.get(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
   std::vector<Tree::Entry> out(50);
   size_t n = h.tree->ScanRange(1000, 1100, std::span<Tree::Entry>(out));
   auto it = model.lower_bound(1000);
@@ -264,7 +264,7 @@ TEST_P(LeafListTreeTest, CloseAndReopenKeepsEverything) {
   }
   Handle h = Reopen(design(), f.path());
   ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-  ExpectContents(h.tree.get(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
 }
 
 inline double StatExtra(Tree* t, const std::string& name) {
@@ -296,7 +296,7 @@ TEST_P(LeafListTreeTest, CleanCloseRestartsFromTheImageAndFallsBackToTheWalk) {
     EXPECT_EQ(StatExtra(h.tree.get(), "instant_restart"), 1);
     EXPECT_EQ(Meta(h.pool.get())->restart, 0u) << "the image is consumed";
     ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();  // bytes in use == reached: image freed
-    ExpectContents(h.tree.get(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
     for (uint64_t k = 6000; k < 7000; k++) {  // splits on the rebuilt index
       ASSERT_TRUE(*h.tree->Insert(k, k));
       model[k] = k;
@@ -315,13 +315,13 @@ TEST_P(LeafListTreeTest, CleanCloseRestartsFromTheImageAndFallsBackToTheWalk) {
     Handle h = Reopen(design(), f.path());
     EXPECT_EQ(StatExtra(h.tree.get(), "instant_restart"), 0);
     ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-    ExpectContents(h.tree.get(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
     h.Crash();
   }
   {
     Handle h = Reopen(design(), f.path());
     EXPECT_EQ(StatExtra(h.tree.get(), "instant_restart"), 0) << "after a crash the walk runs";
-    ExpectContents(h.tree.get(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
     ASSERT_TRUE(h.tree->Close().ok());
   }
   {
@@ -357,7 +357,7 @@ TEST_P(LeafListTreeTest, CrashMidWorkloadKeepsAcknowledgedOperations) {
     h.Crash();  // destroy without Close
     h = Reopen(design(), f.path());
     ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-    ExpectContents(h.tree.get(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
   }
 }
 
@@ -378,7 +378,7 @@ TEST_P(LeafListTreeTest, RecoveryRedoesSplitFromLog) {
   h = Reopen(design(), f.path());
   ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
   EXPECT_EQ(h.tree->Stats().leaf_nodes, 2u);
-  ExpectContents(h.tree.get(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
 }
 
 // The shared delete-log recovery step (fptree's rule R4, wbtree's R3): a
@@ -406,7 +406,7 @@ TEST_P(LeafListTreeTest, RecoveryRedoesUnlinkFromDeleteLog) {
   h = Reopen(design(), f.path());
   ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
   EXPECT_EQ(h.tree->Stats().leaf_nodes, 1u);
-  ExpectContents(h.tree.get(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
 }
 
 TEST_P(LeafListTreeTest, ConcurrentWritersAndReadersLeaveAValidTree) {
@@ -440,7 +440,7 @@ TEST_P(LeafListTreeTest, ConcurrentWritersAndReadersLeaveAValidTree) {
   for (int t = 0; t < kThreads; t++)
     for (uint64_t i = 0; i < kPer; i++)
       if (i % 3 != 0) model[i * kThreads + t] = i * kThreads + t + 1;
-  ExpectContents(h.tree.get(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree.get(), model));
 }
 
 TEST_P(LeafListTreeTest, ByteStringKeysWorkAndRecover) {

@@ -2,8 +2,14 @@
 //
 // UpcastTree: turns a design's Result<unique_ptr<Concrete>> into the
 // Result<unique_ptr<Tree>> (or BytesTree) its registry entry point returns,
-// passing an error status through.  One helper for every design whose
-// factory returns the concrete class (logtree, cdds).
+// passing an error status through.
+//
+// PMTREE_REGISTRY_ENTRY_POINTS(TreeT): defines the registry entry points in
+// the one shape every design has, `<design>::Create<K>` and
+// `<design>::Recover<K>` (declared in the design's header), for K = uint64_t
+// and std::string_view, over TreeT<KeyPolicyFor<K>>'s static Create and
+// Recover.  Used inside the design's namespace in its .cc (nvtree, logtree,
+// cdds, fptree, wbtree).
 
 #ifndef PMTREE_TREES_COMMON_UPCAST_H_
 #define PMTREE_TREES_COMMON_UPCAST_H_
@@ -12,6 +18,8 @@
 #include <utility>
 
 #include "pmtree/status.h"
+#include "pmtree/tree.h"
+#include "trees/common/keys.h"
 
 namespace pmtree {
 
@@ -22,5 +30,19 @@ Result<std::unique_ptr<Base>> UpcastTree(Result<std::unique_ptr<T>> r) {
 }
 
 }  // namespace pmtree
+
+#define PMTREE_REGISTRY_ENTRY_POINTS(TreeT)                                                         \
+  template <class K>                                                                                \
+  Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {           \
+    return UpcastTree<BasicTree<K>>(TreeT<KeyPolicyFor<K>>::Create(pool, options));                \
+  }                                                                                                 \
+  template <class K>                                                                                \
+  Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {          \
+    return UpcastTree<BasicTree<K>>(TreeT<KeyPolicyFor<K>>::Recover(pool, options));               \
+  }                                                                                                 \
+  template Result<std::unique_ptr<Tree>> Create<uint64_t>(Pool*, const TreeOptions&);               \
+  template Result<std::unique_ptr<Tree>> Recover<uint64_t>(Pool*, const TreeOptions&);              \
+  template Result<std::unique_ptr<BytesTree>> Create<std::string_view>(Pool*, const TreeOptions&);  \
+  template Result<std::unique_ptr<BytesTree>> Recover<std::string_view>(Pool*, const TreeOptions&)
 
 #endif  // PMTREE_TREES_COMMON_UPCAST_H_

@@ -118,6 +118,26 @@ class VersionLock {
 
   bool IsLocked() const { return v_.load(std::memory_order_relaxed) & 1; }
 
+  // Optimistic lock coupling (lbtree's inner nodes and leaves): a reader that
+  // restarts instead of waiting takes Current(), gives up on an odd value,
+  // and later either validates or upgrades with TryLockAt.
+  uint64_t Current() const { return v_.load(std::memory_order_acquire); }
+  // Locks only if the version is still `v` (even), i.e. no writer section
+  // began since the caller read `v`.
+  bool TryLockAt(uint64_t v) {
+    return !(v & 1) && v_.compare_exchange_strong(v, v + 1, std::memory_order_acquire);
+  }
+  // Validate for readers that loaded some protected words relaxed: the
+  // acquire fence orders every earlier load before the version re-read (the
+  // classic seqlock read side).
+  bool ValidateFenced(uint64_t v) const {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return v_.load(std::memory_order_relaxed) == v;
+  }
+  // Sets the version to 0.  Only for a lock no other thread can reach yet (a
+  // node just allocated over bytes an earlier node used, or rebuilt at open).
+  void Reset() { v_.store(0, std::memory_order_release); }
+
   // Waits until no writer holds the lock and returns the (even) version.
   uint64_t ReadBegin() const {
     int spins = 0;
@@ -147,6 +167,8 @@ class VersionLock {
  private:
   std::atomic<uint64_t> v_{0};
 };
+// One word, so a table of them can be mapped zeroed (lbtree's leaf versions).
+static_assert(sizeof(VersionLock) == sizeof(uint64_t));
 
 // Version locks for nodes that live in the pool: a node's lock is the stripe
 // its offset hashes to.  Two nodes may share a stripe, which only costs false

@@ -27,6 +27,25 @@ TEST(VersionLockTest, EachWriteSectionAdvancesTheVersionByTwo) {
   EXPECT_TRUE(l.Validate(v0 + 2));
 }
 
+TEST(VersionLockTest, TryLockAtSucceedsOnlyWhileTheVersionIsUnchanged) {
+  VersionLock l;
+  uint64_t v = l.Current();
+  l.lock();
+  EXPECT_EQ(l.Current(), v + 1);
+  EXPECT_FALSE(l.TryLockAt(v));      // a writer holds it
+  EXPECT_FALSE(l.TryLockAt(v + 1));  // odd: not a version a reader may hold
+  l.unlock();
+  EXPECT_FALSE(l.TryLockAt(v));  // a write section completed since v
+  EXPECT_FALSE(l.ValidateFenced(v));
+  uint64_t v2 = l.Current();
+  EXPECT_TRUE(l.ValidateFenced(v2));
+  EXPECT_TRUE(l.TryLockAt(v2));
+  EXPECT_TRUE(l.IsLocked());
+  l.unlock();
+  l.Reset();
+  EXPECT_EQ(l.Current(), 0u);
+}
+
 // Two words written together under the lock: an optimistic reader that
 // validates must never see them differ.  Bounded by work (iterations), not time.
 TEST(VersionLockTest, ConcurrentReadersNeverSeeATornPair) {

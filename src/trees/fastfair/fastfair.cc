@@ -46,8 +46,8 @@ Status CheckNodeSize(uint32_t node_size) {
 // Construction, locks
 // ---------------------------------------------------------------------------
 
-template <class P>
-FastFairTree<P>::FastFairTree(Pool* pool, uint64_t meta_off, Flaws flaws)
+template <KeyPolicy KP>
+FastFairTree<KP>::FastFairTree(Pool* pool, uint64_t meta_off, Flaws flaws)
     : pool_(pool),
       keys_(pool),
       meta_off_(meta_off),
@@ -57,11 +57,11 @@ FastFairTree<P>::FastFairTree(Pool* pool, uint64_t meta_off, Flaws flaws)
   cap_ = Capacity(node_size_);
 }
 
-template <class P>
-FastFairTree<P>::~FastFairTree() = default;
+template <KeyPolicy KP>
+FastFairTree<KP>::~FastFairTree() = default;
 
-template <class P>
-uint32_t FastFairTree<P>::capabilities() const {
+template <KeyPolicy KP>
+uint32_t FastFairTree<KP>::capabilities() const {
   uint32_t c =
       kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart | kCapAssumesLineOrder;
   if (flaws_.any()) c |= kCapTestOnly;
@@ -78,9 +78,9 @@ uint32_t FastFairTree<P>::capabilities() const {
 // whose key is <= the target lands on the valid copy: with the right-valid
 // rule, the rightmost of two equal records is the valid one.
 
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-uint32_t FastFairTree<P>::UpperBound(const Node* n, uint32_t count, Cmp&& cmp) const {
+uint32_t FastFairTree<KP>::UpperBound(const Node* n, uint32_t count, Cmp&& cmp) const {
   uint32_t lo = 0, hi = std::min(count, cap_);
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
@@ -92,9 +92,9 @@ uint32_t FastFairTree<P>::UpperBound(const Node* n, uint32_t count, Cmp&& cmp) c
   return lo;
 }
 
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-bool FastFairTree<P>::MoveRight(const Node* n, Cmp&& cmp, uint64_t* sibling) const {
+bool FastFairTree<KP>::MoveRight(const Node* n, Cmp&& cmp, uint64_t* sibling) const {
   // FAIR: a node's keys end below its sibling's low key; a key at or above it
   // lives to the right even before the parent knows the sibling.
   uint64_t sib = Ld(&n->hdr.sibling);
@@ -104,9 +104,9 @@ bool FastFairTree<P>::MoveRight(const Node* n, Cmp&& cmp, uint64_t* sibling) con
   return true;
 }
 
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-uint64_t FastFairTree<P>::DescendTo(uint32_t level, Cmp&& cmp) {
+uint64_t FastFairTree<KP>::DescendTo(uint32_t level, Cmp&& cmp) {
   uint64_t off = Ld(&meta_->root);
   for (;;) {
     const Node* n = N(off);
@@ -120,9 +120,9 @@ uint64_t FastFairTree<P>::DescendTo(uint32_t level, Cmp&& cmp) {
   }
 }
 
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-uint64_t FastFairTree<P>::LockAt(uint64_t off, Cmp&& cmp) {
+uint64_t FastFairTree<KP>::LockAt(uint64_t off, Cmp&& cmp) {
   Lock(off);
   uint64_t sib;
   while (MoveRight(N(off), cmp, &sib)) {
@@ -137,9 +137,9 @@ uint64_t FastFairTree<P>::LockAt(uint64_t off, Cmp&& cmp) {
 // Point operations
 // ---------------------------------------------------------------------------
 
-template <class P>
-bool FastFairTree<P>::Lookup(K key, uint64_t* value) {
-  if (!P::CheckArg(key).ok()) return false;
+template <KeyPolicy KP>
+bool FastFairTree<KP>::Lookup(K key, uint64_t* value) {
+  if (!KP::CheckArg(key).ok()) return false;
   auto guard = pool_->epochs().Protect();
   auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
   uint64_t off = DescendTo(0, cmp);
@@ -169,9 +169,9 @@ bool FastFairTree<P>::Lookup(K key, uint64_t* value) {
   }
 }
 
-template <class P>
-Result<bool> FastFairTree<P>::Put(K key, uint64_t value, PutMode mode) {
-  PMTREE_RETURN_IF_ERROR(P::CheckArg(key));
+template <KeyPolicy KP>
+Result<bool> FastFairTree<KP>::Put(K key, uint64_t value, PutMode mode) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
   auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
   uint64_t off = LockAt(DescendTo(0, cmp), cmp);
@@ -215,9 +215,9 @@ Result<bool> FastFairTree<P>::Put(K key, uint64_t value, PutMode mode) {
   return true;
 }
 
-template <class P>
-Result<bool> FastFairTree<P>::Remove(K key) {
-  PMTREE_RETURN_IF_ERROR(P::CheckArg(key));
+template <KeyPolicy KP>
+Result<bool> FastFairTree<KP>::Remove(K key) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
   auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
   uint64_t off = LockAt(DescendTo(0, cmp), cmp);
@@ -253,8 +253,8 @@ Result<bool> FastFairTree<P>::Remove(K key) {
 // (K[i+1], V[i]) equals its right neighbour's key; (K[i], V[i]) duplicates
 // record i.  For the new record, (K[pos], value) still equals record pos+1's
 // key, and (key, value) is the committed record.
-template <class P>
-void FastFairTree<P>::FastInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
+template <KeyPolicy KP>
+void FastFairTree<KP>::FastInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
   Node* n = N(off);
   Record* rec = n->records;
   const uint32_t count = static_cast<uint32_t>(Ld(&n->hdr.count));
@@ -317,8 +317,8 @@ void FastFairTree<P>::FastInsert(uint64_t off, uint32_t pos, uint64_t slot, uint
 // `original_flush` re-enables flaw (1): flush a line right after writing its
 // first record (the original's condition), so the rest of the line is still
 // unflushed when the next line is written and persisted.
-template <class P>
-void FastFairTree<P>::FastRemove(uint64_t off, uint32_t pos, bool original_flush) {
+template <KeyPolicy KP>
+void FastFairTree<KP>::FastRemove(uint64_t off, uint32_t pos, bool original_flush) {
   Node* n = N(off);
   Record* rec = n->records;
   const uint32_t count = static_cast<uint32_t>(Ld(&n->hdr.count));
@@ -363,8 +363,8 @@ void FastFairTree<P>::FastRemove(uint64_t off, uint32_t pos, bool original_flush
 // FAIR split
 // ---------------------------------------------------------------------------
 
-template <class P>
-Status FastFairTree<P>::EnsureSpares(size_t want) {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::EnsureSpares(size_t want) {
   std::lock_guard<std::mutex> g(spare_mu_);
   while (spares_.size() < want) {
     auto r = pool_->allocator().Allocate(node_size_, kLine);
@@ -374,8 +374,8 @@ Status FastFairTree<P>::EnsureSpares(size_t want) {
   return Status::Ok();
 }
 
-template <class P>
-Result<uint64_t> FastFairTree<P>::TakeSpare() {
+template <KeyPolicy KP>
+Result<uint64_t> FastFairTree<KP>::TakeSpare() {
   {
     std::lock_guard<std::mutex> g(spare_mu_);
     if (!spares_.empty()) {
@@ -410,8 +410,8 @@ struct NodeImage {
 //      installed (InstallRoot).
 // Every state between the steps is a valid B-link tree; recovery finishes 3
 // and 5 (Repair).
-template <class P>
-Status FastFairTree<P>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
   Node* n = N(off);
   const uint32_t level = n->hdr.level;
   const bool leaf = level == 0;
@@ -528,8 +528,8 @@ Status FastFairTree<P>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, u
 // sibling and the new root is unreachable (its space is reclaimed); recovery
 // completes the split (CompleteRootSplit).  Called with the old root's lock
 // and root_mu_ held.
-template <class P>
-Status FastFairTree<P>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib) {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib) {
   auto r = TakeSpare();
   if (!r.ok()) return r.status();
   NodeImage img(node_size_);
@@ -553,8 +553,8 @@ Status FastFairTree<P>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t si
 
 // Completes a root split left unfinished (a root with a sibling): by a crash
 // between truncation and the root switch, or by running out of space there.
-template <class P>
-Status FastFairTree<P>::CompleteRootSplit() {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::CompleteRootSplit() {
   uint64_t root;
   for (;;) {
     root = Ld(&meta_->root);
@@ -570,8 +570,8 @@ Status FastFairTree<P>::CompleteRootSplit() {
   return s;
 }
 
-template <class P>
-Status FastFairTree<P>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t child) {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t child) {
   auto cmp = [&](uint64_t s) { return keys_.CompareSlots(s, slot); };
   for (;;) {
     if (N(Ld(&meta_->root))->hdr.level >= level) break;
@@ -600,8 +600,8 @@ Status FastFairTree<P>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t 
 // Scan
 // ---------------------------------------------------------------------------
 
-template <class P>
-size_t FastFairTree<P>::Scan(K start, const K* end, std::span<Entry> out) {
+template <KeyPolicy KP>
+size_t FastFairTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
   // Bounds are compared, never stored: any length is a valid bound
   // (contract in pmtree/tree.h), so no CheckArg here.
   if (out.empty()) return 0;
@@ -649,9 +649,9 @@ size_t FastFairTree<P>::Scan(K start, const K* end, std::span<Entry> out) {
 // `fill`, inner nodes too), persists them, and commits by switching
 // meta.root with one 8-byte store.  A crash before the switch leaves the empty
 // tree (the new nodes are unreachable and reclaimed by recovery).
-template <class P>
-Status FastFairTree<P>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
-  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &P::CheckArg));
+template <KeyPolicy KP>
+Status FastFairTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
   const uint64_t old_root = Ld(&meta_->root);
   const Node* r0 = N(old_root);
   if (r0->hdr.level != 0 || r0->hdr.count != 0 || r0->hdr.sibling != 0)
@@ -765,12 +765,12 @@ Status FastFairTree<P>::BulkLoad(std::span<const InputEntry> sorted, double fill
 // Creation and recovery
 // ---------------------------------------------------------------------------
 
-template <class P>
-Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Create(Pool* pool, const TreeOptions& options,
+template <KeyPolicy KP>
+Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Create(Pool* pool, const TreeOptions& options,
                                                                   Flaws flaws) {
   if (pool == nullptr) return Status::InvalidArgument("fastfair: a persistent tree needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckNodeSize(options.node_size));
-  if (options.key_kind != P::kKind)
+  if (options.key_kind != KP::kKind)
     return Status::InvalidArgument("fastfair: key kind of the options does not match the tree's key type");
   if (pool->root(0) != 0) return Status::Busy("fastfair: pool root slot 0 is already in use");
   const uint32_t node_size = options.node_size == 0 ? kDefaultNodeSize : options.node_size;
@@ -787,7 +787,7 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Create(Pool* pool, con
   m.version = kFormatVersion;
   m.node_size = node_size;
   m.root = leaf;
-  m.key_kind = static_cast<uint32_t>(P::kKind);
+  m.key_kind = static_cast<uint32_t>(KP::kKind);
   m.variant = flaws.Bits();
   pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
   static_assert(sizeof(Meta) + sizeof(NodeHeader) == 2 * kLine);
@@ -802,8 +802,8 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Create(Pool* pool, con
   return std::unique_ptr<FastFairTree>(new FastFairTree(pool, meta_off, flaws));
 }
 
-template <class P>
-Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Recover(Pool* pool, const TreeOptions& /*options*/,
+template <KeyPolicy KP>
+Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Recover(Pool* pool, const TreeOptions& /*options*/,
                                                                    bool orig) {
   if (pool == nullptr) return Status::InvalidArgument("fastfair: a persistent tree needs a pool");
   const uint64_t meta_off = pool->root(0);
@@ -818,7 +818,7 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Recover(Pool* pool, co
                                 std::to_string(kFormatVersion));
   if (m->node_size == 0 || !CheckNodeSize(m->node_size).ok())
     return Status::Corruption(where + "invariant 1 violated: node size " + std::to_string(m->node_size));
-  if (m->key_kind != static_cast<uint32_t>(P::kKind))
+  if (m->key_kind != static_cast<uint32_t>(KP::kKind))
     return Status::Incompatible(where + "the tree holds keys of another kind");
   if (m->variant > 7) return Status::Corruption(where + "invariant 1 violated: variant " + std::to_string(m->variant));
   const Flaws flaws = Flaws::FromBits(m->variant);
@@ -831,8 +831,8 @@ Result<std::unique_ptr<FastFairTree<P>>> FastFairTree<P>::Recover(Pool* pool, co
   return t;
 }
 
-template <class P>
-Status FastFairTree<P>::CheckNode(uint64_t off, uint32_t level) const {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::CheckNode(uint64_t off, uint32_t level) const {
   if (off % kLine != 0 || !pool_->InHeap(off, node_size_))
     return Status::Corruption("fastfair: node offset " + Hex(off) + " is not a node in the heap (invariant 2)");
   const Node* n = N(off);
@@ -847,8 +847,8 @@ Status FastFairTree<P>::CheckNode(uint64_t off, uint32_t level) const {
 // Walks each level along the sibling chain from its first node (the root,
 // then the leftmost child of each level's first node), bounds-checking every
 // node before reading it.  Reaches nodes that a parent does not know yet.
-template <class P>
-Status FastFairTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>* levels) const {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::CollectLevels(std::vector<std::vector<uint64_t>>* levels) const {
   levels->clear();
   uint64_t first = meta_->root;
   if (first % kLine != 0 || !pool_->InHeap(first, node_size_))
@@ -864,7 +864,7 @@ Status FastFairTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>* levels
       if (!seen.insert(off).second) return NodeError(off, 6, "node reached twice (cycle or shared node)");
       chain.push_back(off);
       const Node* n = N(off);
-      if constexpr (!P::kInline) {
+      if constexpr (!KP::kInline) {
         for (uint32_t i = 0; i < n->hdr.count; i++) PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(n->records[i].key));
         if (n->hdr.flags & kHasLowKey) PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(n->hdr.low_key));
       }
@@ -889,8 +889,8 @@ Status FastFairTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>* levels
 // After a clean shutdown nothing needs repair, but the allocator is still
 // rebuilt from the walk (cheap: one pass over the nodes), so a free list
 // saved by the pool that disagrees with the tree can never leak space.
-template <class P>
-Status FastFairTree<P>::RecoverFromPool(bool clean) {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::RecoverFromPool(bool clean) {
   report_ = RecoveryReport{};
   report_.crashed = !clean;
   // Instant restart: a clean close left every operation finished, no lock
@@ -904,8 +904,8 @@ Status FastFairTree<P>::RecoverFromPool(bool clean) {
   return Repair(&levels);
 }
 
-template <class P>
-Status FastFairTree<P>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& levels) {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& levels) {
   auto& a = pool_->allocator();
   a.BeginRebuild();
   Status s = a.MarkUsed(meta_off_, sizeof(Meta));
@@ -914,7 +914,7 @@ Status FastFairTree<P>::RebuildAllocator(const std::vector<std::vector<uint64_t>
       report_.nodes++;
       s = a.MarkUsed(off, node_size_);
       if (!s.ok()) break;
-      if constexpr (!P::kInline) {
+      if constexpr (!KP::kInline) {
         if (L != 0) continue;  // inner key slots share the blobs of leaf low keys
         const Node* n = N(off);
         if (n->hdr.flags & kHasLowKey) s = keys_.MarkUsed(n->hdr.low_key);
@@ -937,8 +937,8 @@ Status FastFairTree<P>::RebuildAllocator(const std::vector<std::vector<uint64_t>
   return s;
 }
 
-template <class P>
-Status FastFairTree<P>::Repair(std::vector<std::vector<uint64_t>>* levels) {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::Repair(std::vector<std::vector<uint64_t>>* levels) {
   // R1 (the paper keeps a lock in the header; a crash may leave it set).  Our
   // locks are in DRAM and the word is always written 0; a non-zero word is
   // cleared all the same.
@@ -1034,8 +1034,8 @@ Status FastFairTree<P>::Repair(std::vector<std::vector<uint64_t>>* levels) {
 //  9. Key slots are valid (byte keys: blob in the heap, length, hash).
 // 10. Pool bytes reached (meta, nodes, leaf key blobs, leaf low-key blobs)
 //     plus reserved spare nodes equal the allocator's bytes in use.
-template <class P>
-Status FastFairTree<P>::Verify() {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::Verify() {
   // Verify runs alone: blocks retired by earlier removals can be freed now,
   // so bytes in use count only what the tree still holds (invariant 10).
   pool_->epochs().DrainAll();
@@ -1071,7 +1071,7 @@ Status FastFairTree<P>::Verify() {
           return NodeError(off, 4, "low key not below the sibling's low key");
       }
       if (L == 0) {
-        if constexpr (!P::kInline) {
+        if constexpr (!KP::kInline) {
           if (has_low) bytes += keys_.SlotBytes(n->hdr.low_key);
           for (uint32_t i = 0; i < c; i++) bytes += keys_.SlotBytes(n->records[i].key);
         }
@@ -1112,8 +1112,8 @@ Status FastFairTree<P>::Verify() {
   return Status::Ok();
 }
 
-template <class P>
-TreeStats FastFairTree<P>::Stats() {
+template <KeyPolicy KP>
+TreeStats FastFairTree<KP>::Stats() {
   TreeStats st;
   std::vector<std::vector<uint64_t>> levels;
   if (!CollectLevels(&levels).ok()) return st;
@@ -1126,7 +1126,7 @@ TreeStats FastFairTree<P>::Stats() {
       if (L == 0) {
         st.leaf_nodes++;
         st.entries += n->hdr.count;
-        if constexpr (!P::kInline) {
+        if constexpr (!KP::kInline) {
           if (n->hdr.flags & kHasLowKey) st.pm_bytes += keys_.SlotBytes(n->hdr.low_key);
           for (uint32_t i = 0; i < n->hdr.count; i++) st.pm_bytes += keys_.SlotBytes(n->records[i].key);
         }
@@ -1156,8 +1156,8 @@ TreeStats FastFairTree<P>::Stats() {
   return st;
 }
 
-template <class P>
-Status FastFairTree<P>::Close() {
+template <KeyPolicy KP>
+Status FastFairTree<KP>::Close() {
   if (closed_) return Status::Busy("fastfair: already closed");
   {
     std::lock_guard<std::mutex> g(spare_mu_);

@@ -96,11 +96,11 @@ struct RecoveryReport {
   uint64_t orphans_linked = 0;      // split interrupted before the parent insert, finished
 };
 
-template <class P>
-class FastFairTree final : public BasicTree<typename P::Arg> {
+template <KeyPolicy KP>
+class FastFairTree final : public BasicTree<typename KP::Arg> {
  public:
-  using Base = BasicTree<typename P::Arg>;
-  using K = typename P::Arg;
+  using Base = BasicTree<typename KP::Arg>;
+  using K = typename KP::Arg;
   using Entry = typename Base::Entry;
   using InputEntry = typename Base::InputEntry;
 
@@ -206,7 +206,7 @@ class FastFairTree final : public BasicTree<typename P::Arg> {
   Status CollectLevels(std::vector<std::vector<uint64_t>>* levels) const;
 
   Pool* pool_;
-  P keys_;
+  KP keys_;
   const uint64_t meta_off_;
   Meta* meta_;
   uint32_t node_size_ = kDefaultNodeSize;

@@ -24,21 +24,14 @@
 #include "pmtree/counters.h"
 #include "pmtree/pool.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::fastfair {
 namespace {
 
 constexpr uint64_t kPoolSize = 64ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
-
-std::string TmpPath() {
-  static std::atomic<int> n{0};
-  return "/dev/shm/pmtree_fastfair_test_" + std::to_string(getpid()) + "_" + std::to_string(n++);
-}
+using testutil::Seed;
 
 double Extra(const TreeStats& st, const std::string& name) {
   for (const auto& [k, v] : st.extra)
@@ -48,18 +41,18 @@ double Extra(const TreeStats& st, const std::string& name) {
 
 // A tree in a pool file under /dev/shm, so that it can be "crashed" (objects
 // destroyed without Close) and reopened through the real open/recover path.
-template <class P = U64Keys>
+template <KeyPolicy KP = U64Keys>
 class Harness {
  public:
-  using Tree = FastFairTree<P>;
+  using Tree = FastFairTree<KP>;
   explicit Harness(uint32_t node_size = 256, Flaws flaws = {}, uint64_t pool_size = kPoolSize)
-      : path_(TmpPath()), flaws_(flaws) {
-    auto pool = Pool::Create(path_, pool_size, layout(), static_cast<uint64_t>(P::kKind));
+      : path_(testutil::TempPoolPath()), flaws_(flaws) {
+    auto pool = Pool::Create(path_, pool_size, layout(), static_cast<uint64_t>(KP::kKind));
     EXPECT_TRUE(pool.ok()) << pool.status().ToString();
     pool_ = std::move(pool).value();
     TreeOptions o;
     o.node_size = node_size;
-    o.key_kind = P::kKind;
+    o.key_kind = KP::kKind;
     auto t = Tree::Create(pool_.get(), o, flaws_);
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     tree_ = std::move(t).value();
@@ -179,7 +172,7 @@ TEST(FastFairTest, LeafSplitMovesUpperHalfToNewSiblingAndGrowsARoot) {
   EXPECT_EQ(st.inner_nodes, 1u);
   EXPECT_EQ(Extra(st, "splits"), 1);
   EXPECT_EQ(Extra(st, "root_splits"), 1);
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 TEST(FastFairTest, InnerAndRootSplitsKeepEveryKeyReachable) {
@@ -198,7 +191,7 @@ TEST(FastFairTest, InnerAndRootSplitsKeepEveryKeyReachable) {
   EXPECT_GE(st.height, 4u);  // 5000 keys, <= 12 per leaf, <= 13 children per inner node
   EXPECT_GE(Extra(st, "root_splits"), 3);
   EXPECT_EQ(st.entries, model.size());
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 TEST(FastFairTest, DescendingInsertsSplitAtTheLeftEdge) {
@@ -208,7 +201,7 @@ TEST(FastFairTest, DescendingInsertsSplitAtTheLeftEdge) {
     ASSERT_TRUE(*h.tree().Insert(k, k + 1));
     model[k] = k + 1;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // ---- deletes -------------------------------------------------------------------
@@ -224,7 +217,7 @@ TEST(FastFairTest, DeletesAtEveryPositionKeepOrderAndCounts) {
     ASSERT_TRUE(*h.tree().Remove(pos));
     model.erase(pos);
     EXPECT_FALSE(*h.tree().Remove(pos));
-    ExpectContents(h.tree(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
     ASSERT_TRUE(*h.tree().Insert(pos, pos * 7));
   }
 }
@@ -234,12 +227,12 @@ TEST(FastFairTest, RemovingEverythingLeavesEmptyLeavesThatRefill) {
   std::map<uint64_t, uint64_t> model;
   for (uint64_t k = 0; k < 600; k++) ASSERT_TRUE(*h.tree().Insert(k, k));
   for (uint64_t k = 0; k < 600; k++) ASSERT_TRUE(*h.tree().Remove(k));
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   for (uint64_t k = 0; k < 600; k += 3) {
     ASSERT_TRUE(*h.tree().Insert(k, k));
     model[k] = k;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // ---- recovery round trips --------------------------------------------------------
@@ -255,7 +248,7 @@ TEST(FastFairTest, CloseAndReopenKeepsEverything) {
   EXPECT_FALSE(h.tree().recovery_report().crashed);
   EXPECT_EQ(h.tree().recovery_report().nodes, 0u) << "instant restart reads no node";
   ASSERT_TRUE(h.tree().Verify().ok()) << h.tree().Verify().ToString();
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // Each kind of operation, then a crash (no Close), then recovery.
@@ -267,7 +260,7 @@ TEST(FastFairTest, CrashAfterEachKindOfOperationRecoversIt) {
     Status s = h.CrashAndRecover();
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_TRUE(h.tree().recovery_report().crashed);
-    ExpectContents(h.tree(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   };
   ASSERT_TRUE(*h.tree().Insert(5, 50));  // insert into a node with room
   model[5] = 50;
@@ -303,7 +296,7 @@ TEST(FastFairTest, CrashAfterBulkLoadRecoversIt) {
   }
   ASSERT_TRUE(h.tree().BulkLoad(in, 0.7).ok());
   ASSERT_TRUE(h.CrashAndRecover().ok());
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // A split stopped at each FAIR step, then a crash: recovery must finish it.
@@ -342,7 +335,7 @@ TEST_P(FastFairStopTest, InterruptedSplitIsCompletedByRecovery) {
     EXPECT_EQ(v, 777u);
     model[key] = 777;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   switch (c.point) {
     case StopPoint::kSplitSiblingPersisted:
       EXPECT_EQ(rep.truncations + rep.orphans_linked + rep.root_splits_completed, 0u);
@@ -364,7 +357,7 @@ TEST_P(FastFairStopTest, InterruptedSplitIsCompletedByRecovery) {
     ASSERT_TRUE(h.tree().Upsert(k * 10 + 1, k).ok());
     model[k * 10 + 1] = k;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryFairStep, FastFairStopTest,
@@ -510,7 +503,7 @@ TEST(FastFairTest, KeysZeroAndMaxAndValueZeroWorkAcrossSplits) {
     ASSERT_TRUE(*h.tree().Insert(k, i % 3 == 0 ? 0 : kMax));
     model[k] = i % 3 == 0 ? 0 : kMax;
   }
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   std::vector<std::pair<uint64_t, uint64_t>> out(4);
   const uint64_t hi = kMax;
   ASSERT_EQ(h.tree().ScanRange(kMax - 1, hi, std::span(out)), 2u);
@@ -521,7 +514,7 @@ TEST(FastFairTest, KeysZeroAndMaxAndValueZeroWorkAcrossSplits) {
   model.erase(0);
   model.erase(kMax);
   ASSERT_TRUE(h.CrashAndRecover().ok());
-  ExpectContents(h.tree(), model);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
 }
 
 // ---- byte-string keys ---------------------------------------------------------------
@@ -597,12 +590,12 @@ TEST(FastFairTest, BulkLoadHonoursTheFillFactor) {
     TreeStats st = h.tree().Stats();
     const uint32_t per_leaf = static_cast<uint32_t>(fill * 28);
     EXPECT_EQ(st.leaf_nodes, (10000 + per_leaf - 1) / per_leaf) << fill;
-    ExpectContents(h.tree(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
     for (uint64_t k = 0; k < 2000; k++) {
       ASSERT_TRUE(*h.tree().Insert(k * 5 + 1, k));
       model[k * 5 + 1] = k;
     }
-    ExpectContents(h.tree(), model);
+    ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), model));
   }
 }
 
@@ -658,7 +651,7 @@ TEST(FastFairTest, ConcurrentInsertsLookupsRemovesThenVerify) {
   EXPECT_EQ(errors.load(), 0);
   std::map<uint64_t, uint64_t> all;
   for (auto& m : models) all.insert(m.begin(), m.end());
-  ExpectContents(h.tree(), all);
+  ASSERT_NO_FATAL_FAILURE(ExpectContents(h.tree(), all));
 }
 
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "trees/common/keys.h"
+#include "trees/common/upcast.h"
 #include "trees/common/leaf_list_tree.h"
 #include "trees/fptree/layout.h"
 
@@ -28,9 +29,9 @@ namespace pmtree {
 namespace fptree {
 namespace {
 
-template <class Keys>
-class FpTree final : public LeafListTree<FpTree<Keys>, Keys, FpLeaf, FpEntry> {
-  using LL = LeafListTree<FpTree<Keys>, Keys, FpLeaf, FpEntry>;
+template <KeyPolicy KP>
+class FpTree final : public LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry> {
+  using LL = LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry>;
   friend LL;
 
  public:
@@ -70,7 +71,7 @@ class FpTree final : public LeafListTree<FpTree<Keys>, Keys, FpLeaf, FpEntry> {
 
   // A search probes the leaf with the key's fingerprint.
   using Probe = uint8_t;
-  static Probe MakeProbe(Arg key) { return Keys::Fingerprint(key); }
+  static Probe MakeProbe(Arg key) { return KP::Fingerprint(key); }
 
   // Candidate slots whose fingerprint matches, masked by the bitmap; SSE2
   // compares 16 fingerprints per instruction (FPTree's SIMD filter).
@@ -237,7 +238,7 @@ class FpTree final : public LeafListTree<FpTree<Keys>, Keys, FpLeaf, FpEntry> {
   void PutLoadedEntry(FpLeaf* leaf, int j, uint64_t slot, uint64_t value, Arg key, LoadState* st) {
     FpEntry en{slot, value};
     pool_->Write(&leaf->entries[j], &en, sizeof(en));
-    st->fps[j] = Keys::Fingerprint(key);
+    st->fps[j] = KP::Fingerprint(key);
   }
 
   void SealLoadedLeaf(FpLeaf* leaf, int m, uint64_t next, const LoadState& st) {
@@ -254,26 +255,15 @@ class FpTree final : public LeafListTree<FpTree<Keys>, Keys, FpLeaf, FpEntry> {
   //  5. fingerprints[i] == Fingerprint(key of slot i) for every valid slot.
   Status CheckEntry(uint64_t off, const FpLeaf* leaf, int i, uint64_t k) const {
     Owned key = keys_.Load(k);
-    if (leaf->fingerprints[i] != Keys::Fingerprint(Index::AsArg(key)))
+    if (leaf->fingerprints[i] != KP::Fingerprint(Index::AsArg(key)))
       return Corrupt("leaf", off, 5, "fingerprint of slot " + std::to_string(i) + " wrong");
     return Status::Ok();
   }
 };
 
 }  // namespace
+
+PMTREE_REGISTRY_ENTRY_POINTS(FpTree);
+
 }  // namespace fptree
-
-Result<std::unique_ptr<Tree>> CreateFpTree(Pool* pool, const TreeOptions& options) {
-  return fptree::FpTree<U64Keys>::Create(pool, options);
-}
-Result<std::unique_ptr<Tree>> RecoverFpTree(Pool* pool, const TreeOptions& options) {
-  return fptree::FpTree<U64Keys>::Recover(pool, options);
-}
-Result<std::unique_ptr<BytesTree>> CreateFpTreeBytes(Pool* pool, const TreeOptions& options) {
-  return fptree::FpTree<BytesKeys>::Create(pool, options);
-}
-Result<std::unique_ptr<BytesTree>> RecoverFpTreeBytes(Pool* pool, const TreeOptions& options) {
-  return fptree::FpTree<BytesKeys>::Recover(pool, options);
-}
-
 }  // namespace pmtree

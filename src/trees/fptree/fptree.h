@@ -31,13 +31,15 @@
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 
-namespace pmtree {
+namespace pmtree::fptree {
 
-Result<std::unique_ptr<Tree>> CreateFpTree(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<Tree>> RecoverFpTree(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> CreateFpTreeBytes(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> RecoverFpTreeBytes(Pool* pool, const TreeOptions& options);
+// Registry entry points (the shape every design shares): K is uint64_t
+// (Tree) or std::string_view (BytesTree).
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
 
-}  // namespace pmtree
+}  // namespace pmtree::fptree
 
 #endif  // PMTREE_TREES_FPTREE_FPTREE_H_

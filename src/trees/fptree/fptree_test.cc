@@ -44,10 +44,10 @@ void FpCraftSplitCrash(Pool* pool, uint64_t new_leaf) {
 }
 
 const LeafListDesign kFpDesign{"fptree",
-                               &CreateFpTree,
-                               &RecoverFpTree,
-                               &CreateFpTreeBytes,
-                               &RecoverFpTreeBytes,
+                               &fptree::Create<uint64_t>,
+                               &fptree::Recover<uint64_t>,
+                               &fptree::Create<std::string_view>,
+                               &fptree::Recover<std::string_view>,
                                /*capacity_256=*/12,
                                /*bulk_leaves_at_70=*/1000,
                                &FpLeafKeys,

@@ -54,23 +54,12 @@
 
 #include "trees/common/keys.h"
 #include "trees/common/restart_image.h"
+#include "trees/common/version_lock.h"
 #include "trees/lbtree/layout.h"
 #include "trees/lbtree/simd.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 namespace pmtree::lbtree {
 namespace {
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
 
 // CPU time of the calling thread (ms): recovery reports its phases in CPU
 // time too, which a loaded machine inflates far less than wall time.
@@ -103,17 +92,6 @@ Status CheckNodeSize(uint32_t node_size) {
                                  " is not valid; valid sizes: 256, 512, 768, 1024 (0 = 256)");
 }
 
-template <class K>
-struct PolicyOf;
-template <>
-struct PolicyOf<uint64_t> {
-  using Type = U64Keys;
-};
-template <>
-struct PolicyOf<std::string_view> {
-  using Type = BytesKeys;
-};
-
 // ---- DRAM separators ----------------------------------------------------------
 // U64 keys: the separator is the key.  Byte keys: a pointer to an immutable
 // std::string owned by the tree (separators outlive the key blobs they were
@@ -142,7 +120,7 @@ inline constexpr int kMaxInnerKeys = 63;  // 1 KiB nodes: 64 children
 
 // A DRAM inner node.  Every field a reader may load concurrently is atomic.
 struct Inner {
-  std::atomic<uint64_t> version{0};  // odd while write-locked
+  VersionLock version;  // odd while write-locked (version_lock.h V1-V3)
   std::atomic<uint32_t> count{0};    // number of keys; children = count + 1
   uint32_t level = 1;                // 1: children are leaf offsets
   std::atomic<uint64_t> keys[kMaxInnerKeys];
@@ -153,14 +131,10 @@ struct Inner {
   }
 };
 
-inline bool Validate(const Inner* n, uint64_t v) {
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return n->version.load(std::memory_order_relaxed) == v;
-}
-inline bool TryLock(Inner* n, uint64_t v) {
-  return n->version.compare_exchange_strong(v, v + 1, std::memory_order_acquire);
-}
-inline void Unlock(Inner* n) { n->version.fetch_add(1, std::memory_order_release); }
+// Readers load count relaxed, hence the fenced validation.
+inline bool Validate(const Inner* n, uint64_t v) { return n->version.ValidateFenced(v); }
+inline bool TryLock(Inner* n, uint64_t v) { return n->version.TryLockAt(v); }
+inline void Unlock(Inner* n) { n->version.unlock(); }
 
 struct Counter {
   alignas(64) std::atomic<uint64_t> v{0};
@@ -171,7 +145,7 @@ struct Counter {
 template <class K>
 class LbTree final : public BasicTree<K> {
  public:
-  using KP = typename PolicyOf<K>::Type;
+  using KP = KeyPolicyFor<K>;
   using S = Sep<KP>;
   using Entry = typename BasicTree<K>::Entry;
   using InputEntry = typename BasicTree<K>::InputEntry;
@@ -186,12 +160,12 @@ class LbTree final : public BasicTree<K> {
         paper_split_(paper_split),
         match_(SelectedMatchFn()) {
     ver_entries_ = pool_->size() / kBlockSize + 1;
-    void* p = mmap(nullptr, ver_entries_ * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+    void* p = mmap(nullptr, ver_entries_ * sizeof(VersionLock), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    ver_ = p == MAP_FAILED ? nullptr : static_cast<std::atomic<uint64_t>*>(p);
+    ver_ = p == MAP_FAILED ? nullptr : static_cast<VersionLock*>(p);
   }
   ~LbTree() override {
-    if (ver_ != nullptr) munmap(ver_, ver_entries_ * sizeof(uint64_t));
+    if (ver_ != nullptr) munmap(ver_, ver_entries_ * sizeof(VersionLock));
   }
   bool ok_to_use() const { return ver_ != nullptr; }
 
@@ -229,7 +203,7 @@ class LbTree final : public BasicTree<K> {
   }
   static int HeaderLine(int b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }
   char* LinePtr(uint64_t off, int b, int line) const { return LeafPtr(off) + kBlockSize * b + kLineSize * line; }
-  std::atomic<uint64_t>& LeafVer(uint64_t off) const { return ver_[off / kBlockSize]; }
+  VersionLock& LeafVer(uint64_t off) const { return ver_[off / kBlockSize]; }
   // Prefetches the lines of an inner node a descent can read: the header and
   // keys[0, inner_keys_), and child[0, inner_keys_] (a separate run of lines).
   void PrefetchInner(const Inner* n) const {
@@ -310,9 +284,7 @@ class LbTree final : public BasicTree<K> {
     uint64_t version;  // even; the leaf version when it was found
   };
   LeafRef FindLeaf(typename KP::Arg key);
-  bool TryLockLeaf(uint64_t leaf, uint64_t v) {
-    return LeafVer(leaf).compare_exchange_strong(v, v + 1, std::memory_order_acquire);
-  }
+  bool TryLockLeaf(uint64_t leaf, uint64_t v) { return LeafVer(leaf).TryLockAt(v); }
   // Finds the leaf of `key` and locks it, retrying while a writer holds it or
   // a split moved the key range meanwhile; returns the locked leaf.
   uint64_t LockLeafOf(typename KP::Arg key) {
@@ -322,15 +294,9 @@ class LbTree final : public BasicTree<K> {
       restarts_.Add();
     }
   }
-  void UnlockLeaf(uint64_t leaf) { LeafVer(leaf).fetch_add(1, std::memory_order_release); }
+  void UnlockLeaf(uint64_t leaf) { LeafVer(leaf).unlock(); }
   // Waits for the leaf to be unlocked; returns the even version.
-  uint64_t StableLeafVersion(uint64_t leaf) const {
-    for (;;) {
-      uint64_t v = LeafVer(leaf).load(std::memory_order_acquire);
-      if ((v & 1) == 0) return v;
-      CpuRelax();
-    }
-  }
+  uint64_t StableLeafVersion(uint64_t leaf) const { return LeafVer(leaf).ReadBegin(); }
   void InsertSeparator(uint64_t sep, uint64_t new_leaf);
   void SplitInner(Inner* node, Inner* parent);
 
@@ -411,7 +377,7 @@ class LbTree final : public BasicTree<K> {
   uint64_t meta_off_ = 0;
   uint64_t head_ = 0;
 
-  std::atomic<uint64_t>* ver_ = nullptr;  // per 256 B of the pool: leaf version
+  VersionLock* ver_ = nullptr;  // per 256 B of the pool: leaf version (mapped zeroed)
   uint64_t ver_entries_ = 0;
 
   std::atomic<Inner*> root_{nullptr};
@@ -446,12 +412,13 @@ class LbTree final : public BasicTree<K> {
 
 template <class K>
 typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
+  int spins = 0;
   for (;;) {
     Inner* node = root_.load(std::memory_order_acquire);
-    uint64_t v = node->version.load(std::memory_order_acquire);
+    uint64_t v = node->version.Current();
     if ((v & 1) || root_.load(std::memory_order_acquire) != node) {
       restarts_.Add();
-      CpuRelax();
+      CpuRelax(spins);
       continue;
     }
     for (;;) {
@@ -462,7 +429,7 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
         // Start the leaf's misses now, under the leaf version's (the side
         // table is a separate miss): the caller reads the leaf next.
         for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(c) + off);
-        uint64_t lv = LeafVer(c).load(std::memory_order_acquire);
+        uint64_t lv = LeafVer(c).Current();
         if (lv & 1) break;
         // The parent unchanged after the leaf version was read means no split
         // of this leaf completed in between (a split updates the parent
@@ -475,13 +442,13 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
       // do): its binary search and its child pointer touch several lines,
       // each otherwise a miss in turn.
       PrefetchInner(next);
-      uint64_t nv = next->version.load(std::memory_order_acquire);
+      uint64_t nv = next->version.Current();
       if ((nv & 1) || !Validate(node, v)) break;
       node = next;
       v = nv;
     }
     restarts_.Add();
-    CpuRelax();
+    CpuRelax(spins);
   }
 }
 
@@ -524,11 +491,12 @@ void LbTree<K>::SplitInner(Inner* node, Inner* parent) {
 // a leaf split while it still holds the old leaf's lock.
 template <class K>
 void LbTree<K>::InsertSeparator(uint64_t sep, uint64_t new_leaf) {
+  int spins = 0;
   for (;;) {
     Inner* node = root_.load(std::memory_order_acquire);
-    uint64_t v = node->version.load(std::memory_order_acquire);
+    uint64_t v = node->version.Current();
     if ((v & 1) || root_.load(std::memory_order_acquire) != node) {
-      CpuRelax();
+      CpuRelax(spins);
       continue;
     }
     Inner* parent = nullptr;
@@ -573,14 +541,14 @@ void LbTree<K>::InsertSeparator(uint64_t sep, uint64_t new_leaf) {
       int i = ChildIndexSep(node, sep);
       Inner* next = reinterpret_cast<Inner*>(node->child[i].load(std::memory_order_acquire));
       if (!Validate(node, v)) break;
-      uint64_t nv = next->version.load(std::memory_order_acquire);
+      uint64_t nv = next->version.Current();
       if ((nv & 1) || !Validate(node, v)) break;
       parent = node;
       pv = v;
       node = next;
       v = nv;
     }
-    CpuRelax();
+    CpuRelax(spins);
   }
 }
 
@@ -785,7 +753,7 @@ Status LbTree<K>::SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t k
   leaf_count_.fetch_add(1, std::memory_order_relaxed);
   // The new leaf's version word may hold anything from an earlier use of the
   // bytes; make it even (nobody can reach the leaf through DRAM yet).
-  LeafVer(nl).store(0, std::memory_order_release);
+  LeafVer(nl).Reset();
   if (to_new) {
     split_new_side_.Add();
   } else {
@@ -876,8 +844,7 @@ bool LbTree<K>::Lookup(K key, uint64_t* value) {
       cand_val[n] = Load(&e.value);
       n++;
     }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (LeafVer(leaf).load(std::memory_order_relaxed) != ref.version) {
+    if (!LeafVer(leaf).ValidateFenced(ref.version)) {
       restarts_.Add();
       continue;
     }
@@ -947,8 +914,7 @@ size_t LbTree<K>::Scan(K start, const K* end, std::span<Entry> out) {
         }
       }
       next = Load(&Blk(leaf, 0)->tail[alt ? 1 : 0]);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (LeafVer(leaf).load(std::memory_order_relaxed) == v) break;
+      if (LeafVer(leaf).ValidateFenced(v)) break;
       restarts_.Add();
     }
     std::sort(items.begin(), items.end(),
@@ -997,7 +963,7 @@ Status LbTree<K>::InitNew(KeyKind kind) {
   Inner* root = NewInner(1);
   root->child[0].store(head_, std::memory_order_relaxed);
   root_.store(root, std::memory_order_release);
-  LeafVer(head_).store(0, std::memory_order_relaxed);
+  LeafVer(head_).Reset();
   return Status::Ok();
 }
 
@@ -1047,7 +1013,7 @@ Status LbTree<K>::RebuildFromRoutes(std::vector<std::pair<uint64_t, uint64_t>> r
   BuildLevel1(routed, false, &level1);
   Inner* root = BuildUpper(std::move(level1));
   root_.store(root, std::memory_order_release);
-  for (auto& r : routed) LeafVer(r.second).store(0, std::memory_order_relaxed);
+  for (auto& r : routed) LeafVer(r.second).Reset();
   return Status::Ok();
 }
 
@@ -1077,8 +1043,7 @@ Status LbTree<K>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
   std::vector<uint64_t> slots(sorted.size());
   auto undo = [&](size_t nl, size_t ns) {
     for (size_t i = 1; i < nl; i++) pool_->allocator().Free(leaves[i], node_size_);
-    if constexpr (!KP::kInline)
-      for (size_t i = 0; i < ns; i++) pool_->allocator().Free(slots[i] & BytesKeys::kOffsetMask, keys_.SlotBytes(slots[i]));
+    for (size_t i = 0; i < ns; i++) keys_.FreeUnpublished(slots[i]);
   };
   for (size_t i = 1; i < nleaves; i++) {
     auto r = pool_->allocator().Allocate(node_size_, kBlockSize);
@@ -1214,7 +1179,7 @@ std::vector<uint64_t> LbTree<K>::CollectHintsFromDram() {
     std::vector<uint64_t> next;
     for (uint64_t p : frontier) {
       Inner* n = reinterpret_cast<Inner*>(p);
-      uint64_t v = n->version.load(std::memory_order_acquire);
+      uint64_t v = n->version.Current();
       if (v & 1) return {};
       int cnt = static_cast<int>(std::min<uint32_t>(n->count.load(std::memory_order_relaxed), inner_keys_));
       for (int i = 0; i <= cnt; i++) next.push_back(n->child[i].load(std::memory_order_acquire));
@@ -1228,7 +1193,7 @@ std::vector<uint64_t> LbTree<K>::CollectHintsFromDram() {
     uint64_t c = p;
     for (uint32_t l = level; l > 0; l--) {
       Inner* n = reinterpret_cast<Inner*>(c);
-      uint64_t v = n->version.load(std::memory_order_acquire);
+      uint64_t v = n->version.Current();
       if (v & 1) return {};
       c = n->child[0].load(std::memory_order_acquire);
       if (!Validate(n, v)) return {};
@@ -1295,7 +1260,7 @@ void LbTree<K>::ScanSegment(uint64_t start, uint64_t stop, uint64_t max_steps, S
             out->status = cs.Annotate("lbtree leaf at offset " + std::to_string(leaf));
             return;
           }
-          out->blobs.push_back({slot & BytesKeys::kOffsetMask, keys_.SlotBytes(slot)});
+          out->blobs.push_back({KP::BlobOffset(slot), keys_.SlotBytes(slot)});
         }
         if (!rec.nonempty || keys_.CompareSlots(slot, rec.min_slot) < 0) rec.min_slot = slot;
         rec.nonempty = true;
@@ -1317,7 +1282,7 @@ void LbTree<K>::FinishSegment(SegmentResult* out) {
   if (!out->status.ok() || !out->reached_end) return;
   out->blocks.reserve(out->leaves.size() + out->blobs.size());
   for (const LeafRecord& rec : out->leaves) {
-    LeafVer(rec.leaf).store(0, std::memory_order_relaxed);
+    LeafVer(rec.leaf).Reset();
     out->blocks.push_back({rec.leaf, node_size_});
   }
   out->blocks.insert(out->blocks.end(), out->blobs.begin(), out->blobs.end());
@@ -1592,7 +1557,7 @@ template <class K>
 Status LbTree<K>::VerifyInner(const Inner* n, bool has_lo, uint64_t lo, bool has_hi, uint64_t hi,
                               std::vector<std::tuple<uint64_t, bool, uint64_t, bool, uint64_t>>* leaves) const {
   auto where = [&] { return "lbtree inner node at " + std::to_string(reinterpret_cast<uintptr_t>(n)); };
-  uint64_t v = n->version.load();
+  uint64_t v = n->version.Current();
   if (v & 1) return Status::Corruption(where() + ": locked while idle (invariant L6)");
   int cnt = static_cast<int>(n->count.load());
   if (cnt < 0 || cnt > inner_keys_) return Status::Corruption(where() + ": count out of range (invariant L6)");
@@ -1647,7 +1612,7 @@ Status LbTree<K>::Verify() {
     if (list.size() >= max_steps) return Status::Corruption(where + ": leaf list has a cycle (invariant L2)");
     list.push_back(leaf);
     reached += node_size_;
-    if (LeafVer(leaf).load() & 1) return Status::Corruption(where + ": DRAM lock held while idle (invariant L3)");
+    if (LeafVer(leaf).IsLocked()) return Status::Corruption(where + ": DRAM lock held while idle (invariant L3)");
     Headers h = ReadHeaders(leaf);
     if (h.w[0] & kLockBit) return Status::Corruption(where + ": lock bit set (invariant L3)");
     std::vector<uint64_t> ks;

@@ -26,6 +26,7 @@
 
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 #include "trees/lbtree/layout.h"
 #include "trees/lbtree/lbtree.h"
 #include "trees/lbtree/simd.h"
@@ -35,10 +36,7 @@ namespace {
 
 constexpr uint64_t kPoolSize = 256ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 std::string TestPath(const std::string& tag) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -390,7 +388,7 @@ TEST(LbTreeTest, MultiBlockLeavesSplitThroughAlternativeHeaders) {
         EXPECT_EQ(t.Insert(k, k + 1).value(), model.emplace(k, k + 1).second);
       }
     }
-    ExpectModel(t, model);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(t, model));
   }
 }
 
@@ -458,7 +456,7 @@ TEST(LbTreeTest, CleanCloseRestartsInstantlyWithoutScanningLeaves) {
   {
     auto h = CreateTree(Lb(), pg.path, kPoolSize, {});
     ASSERT_TRUE(h.ok());
-    Fill(*h->tree, model, rng, 20000);
+    ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 20000));
     ASSERT_TRUE(h->tree->Close().ok());
   }
   for (int round = 0; round < 2; round++) {
@@ -467,8 +465,8 @@ TEST(LbTreeTest, CleanCloseRestartsInstantlyWithoutScanningLeaves) {
     TreeStats st = h->tree->Stats();
     EXPECT_EQ(Extra(st, "instant_restart"), 1);
     EXPECT_EQ(Extra(st, "recovery_leaves_scanned"), 0);
-    ExpectModel(*h->tree, model);
-    Fill(*h->tree, model, rng, 2000);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
+    ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 2000));
     ASSERT_TRUE(h->tree->Close().ok());
   }
 }
@@ -482,7 +480,7 @@ TEST(LbTreeTest, CrashRecoveryRebuildsInnerNodesInParallelOverLeafSegments) {
   {
     auto h = CreateTree(Lb(), pg.path, kPoolSize, {});
     ASSERT_TRUE(h.ok());
-    Fill(*h->tree, model, rng, 30000);
+    ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 30000));
     EXPECT_GT(Extra(h->tree->Stats(), "hint_records"), 0) << "leaves were recorded while running";
     // destroyed without Close(): a crash
   }
@@ -502,8 +500,8 @@ TEST(LbTreeTest, CrashRecoveryRebuildsInnerNodesInParallelOverLeafSegments) {
     for (const char* phase : {"recovery_walk_ms", "recovery_alloc_ms", "recovery_route_ms", "recovery_inner_ms",
                               "recovery_walk_cpu_ms", "recovery_serial_cpu_ms"})
       EXPECT_GE(Extra(st, phase), 0) << phase;
-    ExpectModel(*h->tree, model);
-    Fill(*h->tree, model, rng, 3000);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
+    ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 3000));
     // crash again
   }
 }
@@ -541,7 +539,7 @@ TEST(LbTreeTest, RecoveryFallsBackToOneWalkWhenHintsAreWrong) {
   {
     auto h = CreateTree(Lb(), pg.path, kPoolSize, {});
     ASSERT_TRUE(h.ok());
-    Fill(*h->tree, model, rng, 5000);
+    ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 5000));
     // Scramble the hints in effect: reverse their order, so the segment
     // boundaries of 4 threads are out of list order.
     Pool* pool = h->pool.get();
@@ -558,7 +556,7 @@ TEST(LbTreeTest, RecoveryFallsBackToOneWalkWhenHintsAreWrong) {
   auto h = OpenTree(pg.path, &Lb(), o);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_EQ(Extra(h->tree->Stats(), "recovery_fallback"), 1);
-  ExpectModel(*h->tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
 }
 
 TEST(LbTreeTest, EmptiedLeavesSurviveRecoveryUnroutedAndStayCorrect) {
@@ -575,12 +573,12 @@ TEST(LbTreeTest, EmptiedLeavesSurviveRecoveryUnroutedAndStayCorrect) {
   }
   auto h = OpenTree(pg.path, &Lb(), {});
   ASSERT_TRUE(h.ok());
-  ExpectModel(*h->tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
   for (uint64_t k = 600; k < 1400; k += 3) {
     ASSERT_TRUE(h->tree->Insert(k, k).value());
     model[k] = k;
   }
-  ExpectModel(*h->tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
 }
 
 TEST(LbTreeTest, ByteStringKeysKeepFingerprintsAsTheFirstFilter) {
@@ -675,14 +673,14 @@ TEST(LbTreeTest, OutOfSpaceDuringSplitLeavesTheTreeConsistent) {
     model[k * 11 % 1000003] = k;
   }
   EXPECT_TRUE(last.IsOutOfSpace()) << last.ToString();
-  ExpectModel(t, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(t, model));
   // Deletes and lookups still work; freed slots take new keys.
   auto it = model.begin();
   for (int i = 0; i < 100; i++) {
     ASSERT_TRUE(t.Remove(it->first).value());
     it = model.erase(it);
   }
-  ExpectModel(t, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(t, model));
 }
 
 // Readers must never see a leaf mid-modification: every value a lookup or a

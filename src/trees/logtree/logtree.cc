@@ -64,8 +64,8 @@ struct alignas(64) RawNode {
 // ---------------------------------------------------------------------------
 // NodeBuf: a DRAM copy of one node.
 
-template <class Keys>
-struct LogTree<Keys>::NodeBuf {
+template <KeyPolicy KP>
+struct LogTree<KP>::NodeBuf {
   RawNode n;
   NodeHeader& h() { return *reinterpret_cast<NodeHeader*>(n.raw); }
   const NodeHeader& h() const { return *reinterpret_cast<const NodeHeader*>(n.raw); }
@@ -113,8 +113,8 @@ struct LogTree<Keys>::NodeBuf {
 //   W5  store count = 0; persist it -- the commit
 // Only after W5 are replaced nodes freed and removed keys' blobs released.
 
-template <class Keys>
-class LogTree<Keys>::Txn {
+template <KeyPolicy KP>
+class LogTree<KP>::Txn {
  public:
   explicit Txn(LogTree* t) : t_(t), pool_(t->pool_) {}
 
@@ -236,13 +236,13 @@ class LogTree<Keys>::Txn {
   }
   Result<uint64_t> MakeSlot(Arg key) {
     PMTREE_ASSIGN_OR_RETURN(uint64_t slot, t_->keys_.MakeSlot(key));
-    if (!Keys::kInline) made_slots_.push_back(slot);
+    if (!KP::kInline) made_slots_.push_back(slot);
     return slot;
   }
   // A separator's own copy of a leaf key (inner nodes never share key blobs
   // with leaves, so removing a leaf key never invalidates a separator).
   Result<uint64_t> CopySlot(uint64_t slot) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return slot;
     } else {
       auto owned = t_->keys_.Load(slot);
@@ -251,7 +251,7 @@ class LogTree<Keys>::Txn {
   }
   void FreeAfterCommit(uint64_t node_off) { free_nodes_.push_back(node_off); }
   void ReleaseAfterCommit(uint64_t slot) {
-    if (!Keys::kInline) release_slots_.push_back(slot);
+    if (!KP::kInline) release_slots_.push_back(slot);
   }
 
   // W4 + W5, then the deferred frees.
@@ -315,8 +315,8 @@ class LogTree<Keys>::Txn {
 // ---------------------------------------------------------------------------
 // Lifecycle
 
-template <class Keys>
-LogTree<Keys>::LogTree(Pool* pool, uint64_t meta_off) : pool_(pool), keys_(pool), meta_off_(meta_off) {
+template <KeyPolicy KP>
+LogTree<KP>::LogTree(Pool* pool, uint64_t meta_off) : pool_(pool), keys_(pool), meta_off_(meta_off) {
   const LogTreeMeta* m = meta();
   log_off_ = m->log;
   node_size_ = m->node_size;
@@ -326,21 +326,21 @@ LogTree<Keys>::LogTree(Pool* pool, uint64_t meta_off) : pool_(pool), keys_(pool)
   scratch_entries_.reserve(cap_ + 1);
 }
 
-template <class Keys>
-LogTree<Keys>::~LogTree() = default;
+template <KeyPolicy KP>
+LogTree<KP>::~LogTree() = default;
 
-template <class Keys>
-uint64_t LogTree<Keys>::log_bytes() const {
+template <KeyPolicy KP>
+uint64_t LogTree<KP>::log_bytes() const {
   return sizeof(LogHeader) + static_cast<uint64_t>(log_slots_) * (sizeof(LogRecordHeader) + node_size_);
 }
 
-template <class Keys>
-uint32_t LogTree<Keys>::capabilities() const {
+template <KeyPolicy KP>
+uint32_t LogTree<KP>::capabilities() const {
   return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart;
 }
 
-template <class Keys>
-Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Create(Pool* pool, const TreeOptions& options) {
+template <KeyPolicy KP>
+Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Create(Pool* pool, const TreeOptions& options) {
   if (pool == nullptr) return Status::InvalidArgument("logtree: needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckOptions(options));
   if (pool->root(0) != 0) return Status::Busy("logtree: pool already holds a tree (root slot 0 is set)");
@@ -387,7 +387,7 @@ Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Create(Pool* pool, const T
   m.magic = kMetaMagic;
   m.version = logtree::kLayoutVersion;
   m.node_size = node_size;
-  m.key_kind = static_cast<uint32_t>(Keys::kKind);
+  m.key_kind = static_cast<uint32_t>(KP::kKind);
   m.log_slots = kLogSlots;
   m.root = *root_r;
   m.log = *log_r;
@@ -399,8 +399,8 @@ Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Create(Pool* pool, const T
   return std::unique_ptr<LogTree>(new LogTree(pool, *meta_r));
 }
 
-template <class Keys>
-Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Recover(Pool* pool, const TreeOptions& options) {
+template <KeyPolicy KP>
+Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Recover(Pool* pool, const TreeOptions& options) {
   if (pool == nullptr) return Status::InvalidArgument("logtree: needs a pool");
   if (!options.extra.empty()) PMTREE_RETURN_IF_ERROR(CheckOptions(options));
   const uint64_t meta_off = pool->root(0);
@@ -415,7 +415,7 @@ Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Recover(Pool* pool, const 
     return Status::Incompatible("logtree meta at offset " + Hex(meta_off) + ": layout version " +
                                 std::to_string(m->version) + ", this build reads " +
                                 std::to_string(logtree::kLayoutVersion));
-  if (m->key_kind != static_cast<uint32_t>(Keys::kKind))
+  if (m->key_kind != static_cast<uint32_t>(KP::kKind))
     return Status::Incompatible("logtree meta at offset " + Hex(meta_off) + ": pool holds " +
                                 (m->key_kind == 0 ? "u64" : "byte-string") + " keys");
   if (!ValidNodeSize(m->node_size) || m->log_slots == 0 || m->log_slots > 4096)
@@ -449,8 +449,8 @@ Result<std::unique_ptr<LogTree<Keys>>> LogTree<Keys>::Recover(Pool* pool, const 
 // original back restores the state before the operation; new nodes it wrote
 // are unreachable again.  A crash during the undo leaves count unchanged, so
 // the undo is simply repeated (it is idempotent).
-template <class Keys>
-Status LogTree<Keys>::UndoLog(uint64_t* undone_records) {
+template <KeyPolicy KP>
+Status LogTree<KP>::UndoLog(uint64_t* undone_records) {
   if (undone_records) *undone_records = 0;
   LogHeader* lh = log_header();
   const uint64_t count = Pool::Load64(&lh->count);
@@ -489,8 +489,8 @@ Status LogTree<Keys>::UndoLog(uint64_t* undone_records) {
   return Status::Ok();
 }
 
-template <class Keys>
-Status LogTree<Keys>::RebuildAllocator() {
+template <KeyPolicy KP>
+Status LogTree<KP>::RebuildAllocator() {
   Allocator& a = pool_->allocator();
   a.BeginRebuild();
   Status s = a.MarkUsed(meta_off_, sizeof(LogTreeMeta));
@@ -513,8 +513,8 @@ Status LogTree<Keys>::RebuildAllocator() {
   return s;
 }
 
-template <class Keys>
-Status LogTree<Keys>::WalkForRebuild(uint64_t off, uint32_t level, uint32_t depth) {
+template <KeyPolicy KP>
+Status LogTree<KP>::WalkForRebuild(uint64_t off, uint32_t level, uint32_t depth) {
   if (off % kAllocGranule != 0 || !pool_->InHeap(off, node_size_))
     return Status::Corruption("logtree node offset " + Hex(off) + " outside the heap (invariant 3)");
   const NodeHeader* h = node(off);
@@ -529,8 +529,8 @@ Status LogTree<Keys>::WalkForRebuild(uint64_t off, uint32_t level, uint32_t dept
   return Status::Ok();
 }
 
-template <class Keys>
-Status LogTree<Keys>::Close() {
+template <KeyPolicy KP>
+Status LogTree<KP>::Close() {
   std::unique_lock lock(mu_);
   if (stopped_) return Status::Busy("logtree: stopped by the test hook; destroy it without Close and recover");
   if (closed_) return Status::Ok();
@@ -540,22 +540,22 @@ Status LogTree<Keys>::Close() {
   return pool_->Close();
 }
 
-template <class Keys>
-Status LogTree<Keys>::CheckUsable() const {
+template <KeyPolicy KP>
+Status LogTree<KP>::CheckUsable() const {
   if (closed_) return Status::Busy("logtree: tree is closed");
   if (stopped_) return Status::Busy("logtree: stopped by the test hook; destroy it without Close and recover");
   return Status::Ok();
 }
 
-template <class Keys>
-void LogTree<Keys>::SetStopPoint(StopPoint point, uint32_t record) {
+template <KeyPolicy KP>
+void LogTree<KP>::SetStopPoint(StopPoint point, uint32_t record) {
   std::unique_lock lock(mu_);
   stop_point_ = point;
   stop_record_ = record;
 }
 
-template <class Keys>
-logtree::LogTreeCounts LogTree<Keys>::counts() const {
+template <KeyPolicy KP>
+logtree::LogTreeCounts LogTree<KP>::counts() const {
   std::shared_lock lock(mu_);
   return counts_;
 }
@@ -563,8 +563,8 @@ logtree::LogTreeCounts LogTree<Keys>::counts() const {
 // ---------------------------------------------------------------------------
 // Search
 
-template <class Keys>
-uint32_t LogTree<Keys>::LowerBound(uint64_t off, Arg key) const {
+template <KeyPolicy KP>
+uint32_t LogTree<KP>::LowerBound(uint64_t off, Arg key) const {
   const NodeEntry* es = entries(off);
   uint32_t lo = 0, hi = node(off)->count;
   while (lo < hi) {
@@ -577,8 +577,8 @@ uint32_t LogTree<Keys>::LowerBound(uint64_t off, Arg key) const {
   return lo;
 }
 
-template <class Keys>
-uint32_t LogTree<Keys>::UpperBound(uint64_t off, Arg key) const {
+template <KeyPolicy KP>
+uint32_t LogTree<KP>::UpperBound(uint64_t off, Arg key) const {
   const NodeEntry* es = entries(off);
   uint32_t lo = 0, hi = node(off)->count;
   while (lo < hi) {
@@ -591,13 +591,13 @@ uint32_t LogTree<Keys>::UpperBound(uint64_t off, Arg key) const {
   return lo;
 }
 
-template <class Keys>
-uint64_t LogTree<Keys>::Child(uint64_t off, uint32_t i) const {
+template <KeyPolicy KP>
+uint64_t LogTree<KP>::Child(uint64_t off, uint32_t i) const {
   return i == 0 ? node(off)->link : entries(off)[i - 1].value;
 }
 
-template <class Keys>
-uint64_t LogTree<Keys>::FindLeaf(Arg key, std::vector<PathStep>* path) const {
+template <KeyPolicy KP>
+uint64_t LogTree<KP>::FindLeaf(Arg key, std::vector<PathStep>* path) const {
   uint64_t off = root();
   while (node(off)->level > 0) {
     uint32_t j = UpperBound(off, key);
@@ -607,8 +607,8 @@ uint64_t LogTree<Keys>::FindLeaf(Arg key, std::vector<PathStep>* path) const {
   return off;
 }
 
-template <class Keys>
-bool LogTree<Keys>::Lookup(Arg key, uint64_t* value) {
+template <KeyPolicy KP>
+bool LogTree<KP>::Lookup(Arg key, uint64_t* value) {
   std::shared_lock lock(mu_);
   if (!CheckUsable().ok()) return false;
   uint64_t leaf = FindLeaf(key, nullptr);
@@ -620,8 +620,8 @@ bool LogTree<Keys>::Lookup(Arg key, uint64_t* value) {
   return true;
 }
 
-template <class Keys>
-size_t LogTree<Keys>::Scan(Arg start, const Arg* end, std::span<Entry> out) {
+template <KeyPolicy KP>
+size_t LogTree<KP>::Scan(Arg start, const Arg* end, std::span<Entry> out) {
   std::shared_lock lock(mu_);
   if (out.empty() || !CheckUsable().ok()) return 0;
   size_t n = 0;
@@ -644,16 +644,16 @@ size_t LogTree<Keys>::Scan(Arg start, const Arg* end, std::span<Entry> out) {
 // ---------------------------------------------------------------------------
 // Insert, update, upsert
 
-template <class Keys>
-Status LogTree<Keys>::Finish(Txn& txn, Status s) {
+template <KeyPolicy KP>
+Status LogTree<KP>::Finish(Txn& txn, Status s) {
   if (s.ok()) return txn.Commit();
   if (!stopped_) txn.Abort();  // a stopped operation is left as a crash would leave it
   return s;
 }
 
-template <class Keys>
-Result<bool> LogTree<Keys>::Insert(Arg key, uint64_t value) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+template <KeyPolicy KP>
+Result<bool> LogTree<KP>::Insert(Arg key, uint64_t value) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   std::unique_lock lock(mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   bool existed = false;
@@ -661,9 +661,9 @@ Result<bool> LogTree<Keys>::Insert(Arg key, uint64_t value) {
   return !existed;
 }
 
-template <class Keys>
-Result<bool> LogTree<Keys>::Update(Arg key, uint64_t value) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+template <KeyPolicy KP>
+Result<bool> LogTree<KP>::Update(Arg key, uint64_t value) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   std::unique_lock lock(mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   bool existed = false;
@@ -671,9 +671,9 @@ Result<bool> LogTree<Keys>::Update(Arg key, uint64_t value) {
   return existed;
 }
 
-template <class Keys>
-Result<bool> LogTree<Keys>::Upsert(Arg key, uint64_t value) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+template <KeyPolicy KP>
+Result<bool> LogTree<KP>::Upsert(Arg key, uint64_t value) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   std::unique_lock lock(mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   bool existed = false;
@@ -684,8 +684,8 @@ Result<bool> LogTree<Keys>::Upsert(Arg key, uint64_t value) {
 // Insert (allow_insert) and/or update in place (allow_update).  *existed
 // reports whether the key was present.  Splits run bottom-up along the path,
 // each split node logged before it changes, all under one record sequence.
-template <class Keys>
-Status LogTree<Keys>::InsertLocked(Arg key, uint64_t value, bool* existed, bool allow_insert, bool allow_update) {
+template <KeyPolicy KP>
+Status LogTree<KP>::InsertLocked(Arg key, uint64_t value, bool* existed, bool allow_insert, bool allow_update) {
   std::vector<PathStep> path;
   const uint64_t leaf = FindLeaf(key, &path);
   const uint32_t pos = LowerBound(leaf, key);
@@ -780,9 +780,9 @@ Status LogTree<Keys>::InsertLocked(Arg key, uint64_t value, bool* existed, bool 
 // ---------------------------------------------------------------------------
 // Remove
 
-template <class Keys>
-Result<bool> LogTree<Keys>::Remove(Arg key) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+template <KeyPolicy KP>
+Result<bool> LogTree<KP>::Remove(Arg key) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   std::unique_lock lock(mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   bool removed = false;
@@ -795,8 +795,8 @@ Result<bool> LogTree<Keys>::Remove(Arg key) {
 // else absorbs its right sibling when both fit, else stays underfull (no
 // borrowing: "merge when it fits", docs/trees/logtree.md).  An inner root
 // left with no separator is replaced by its only child.
-template <class Keys>
-Status LogTree<Keys>::RemoveLocked(Arg key, bool* removed) {
+template <KeyPolicy KP>
+Status LogTree<KP>::RemoveLocked(Arg key, bool* removed) {
   std::vector<PathStep> path;
   const uint64_t leaf = FindLeaf(key, &path);
   const uint32_t pos = LowerBound(leaf, key);
@@ -881,9 +881,9 @@ Status LogTree<Keys>::RemoveLocked(Arg key, bool* removed) {
 // ---------------------------------------------------------------------------
 // Bulk load
 
-template <class Keys>
-Status LogTree<Keys>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
-  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
+template <KeyPolicy KP>
+Status LogTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
   std::unique_lock lock(mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   const uint64_t old_root = root();
@@ -968,7 +968,7 @@ Status LogTree<Keys>::BulkLoad(std::span<const InputEntry> sorted, double fill) 
 //  4. count <= capacity; an inner root has at least one separator.
 //  5. A child's level is its parent's level - 1 (all leaves at one depth);
 //     the root's level + 1 <= kMaxHeight.
-//  6. Keys within a node are strictly ascending.
+//  6. KP within a node are strictly ascending.
 //  7. Every key in the subtree of child i of an inner node lies in
 //     [separator i-1, separator i) (unbounded at the ends).
 //  8. The leaves, in key order, are chained by `link`; the last link is 0.
@@ -986,13 +986,13 @@ struct VerifyState {
 };
 }  // namespace
 
-template <class Keys>
-Status LogTree<Keys>::Verify() {
+template <KeyPolicy KP>
+Status LogTree<KP>::Verify() {
   std::unique_lock lock(mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   const LogTreeMeta* m = meta();
   if (m->magic != kMetaMagic || m->version != logtree::kLayoutVersion ||
-      m->key_kind != static_cast<uint32_t>(Keys::kKind) || m->node_size != node_size_ || m->log != log_off_)
+      m->key_kind != static_cast<uint32_t>(KP::kKind) || m->node_size != node_size_ || m->log != log_off_)
     return Status::Corruption("logtree meta at offset " + Hex(meta_off_) + ": invariant 1 violated");
   const LogHeader* lh = log_header();
   if (lh->magic != kLogMagic || lh->slots != log_slots_ || lh->slot_size != sizeof(LogRecordHeader) + node_size_)
@@ -1085,8 +1085,8 @@ Status LogTree<Keys>::Verify() {
   return Status::Ok();
 }
 
-template <class Keys>
-TreeStats LogTree<Keys>::Stats() {
+template <KeyPolicy KP>
+TreeStats LogTree<KP>::Stats() {
   std::shared_lock lock(mu_);
   TreeStats s;
   if (!CheckUsable().ok()) return s;
@@ -1133,17 +1133,9 @@ template class LogTree<BytesKeys>;
 // ---------------------------------------------------------------------------
 // Registry entry points
 
-Result<std::unique_ptr<Tree>> CreateLogTree(Pool* pool, const TreeOptions& options) {
-  return UpcastTree<Tree>(LogTree<U64Keys>::Create(pool, options));
-}
-Result<std::unique_ptr<Tree>> RecoverLogTree(Pool* pool, const TreeOptions& options) {
-  return UpcastTree<Tree>(LogTree<U64Keys>::Recover(pool, options));
-}
-Result<std::unique_ptr<BytesTree>> CreateLogTreeBytes(Pool* pool, const TreeOptions& options) {
-  return UpcastTree<BytesTree>(LogTree<BytesKeys>::Create(pool, options));
-}
-Result<std::unique_ptr<BytesTree>> RecoverLogTreeBytes(Pool* pool, const TreeOptions& options) {
-  return UpcastTree<BytesTree>(LogTree<BytesKeys>::Recover(pool, options));
-}
+namespace logtree {
 
+PMTREE_REGISTRY_ENTRY_POINTS(LogTree);
+
+}  // namespace logtree
 }  // namespace pmtree

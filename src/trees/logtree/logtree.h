@@ -73,22 +73,25 @@ struct LogTreeCounts {
 };
 }  // namespace logtree
 
-// Creates / recovers a logtree in `pool` (registry entry points).
-// Options: node_size 0 (= 512), 512, 1024, 2048 or 4096; no `extra` keys.
-Result<std::unique_ptr<Tree>> CreateLogTree(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<Tree>> RecoverLogTree(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> CreateLogTreeBytes(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> RecoverLogTreeBytes(Pool* pool, const TreeOptions& options);
+namespace logtree {
+// Creates / recovers a logtree in `pool` (registry entry points; K is
+// uint64_t or std::string_view).  Options: node_size 0 (= 512), 512, 1024,
+// 2048 or 4096; no `extra` keys.
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+}  // namespace logtree
 
 // The tree over a key policy (U64Keys or BytesKeys, trees/common/keys.h).
-template <class Keys>
-class LogTree final : public BasicTree<typename Keys::Arg> {
+template <KeyPolicy KP>
+class LogTree final : public BasicTree<typename KP::Arg> {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   using Base = BasicTree<Arg>;
   using Entry = typename Base::Entry;
   using InputEntry = typename Base::InputEntry;
-  static constexpr KeyKind kKeyKind = Keys::kKind;
+  static constexpr KeyKind kKeyKind = KP::kKind;
 
   // Creation commits when root slot 0 names the meta block; a crash before
   // leaves a pool with root slot 0 still zero (and its blocks unreachable).
@@ -165,7 +168,7 @@ class LogTree final : public BasicTree<typename Keys::Arg> {
   Status WalkForRebuild(uint64_t off, uint32_t level, uint32_t depth);
 
   Pool* pool_;
-  Keys keys_;
+  KP keys_;
   uint64_t meta_off_;
   uint64_t log_off_ = 0;
   uint32_t node_size_ = logtree::kDefaultNodeSize;

@@ -13,11 +13,13 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
 #include <utility>
 
+#include "trees/common/upcast.h"
 #include "trees/common/version_lock.h"
 
 namespace pmtree::nvtree {
@@ -325,7 +327,7 @@ Status ParseOptions(const TreeOptions& in, Options* out) {
 // keys; 0 is +inf).  Separators never reference leaf key blobs, which die
 // with their keys.
 
-template <class KP>
+template <KeyPolicy KP>
 int NvTree<KP>::CompareSepKey(uint64_t sep, K key) const {
   if constexpr (KP::kInline) {
     return sep < key ? -1 : (sep > key ? 1 : 0);
@@ -336,7 +338,7 @@ int NvTree<KP>::CompareSepKey(uint64_t sep, K key) const {
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 int NvTree<KP>::CompareSeps(uint64_t a, uint64_t b) const {
   if constexpr (KP::kInline) {
     return a < b ? -1 : (a > b ? 1 : 0);
@@ -349,7 +351,7 @@ int NvTree<KP>::CompareSeps(uint64_t a, uint64_t b) const {
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 uint64_t NvTree<KP>::SepFromSlot(Inner* in, uint64_t slot) const {
   if constexpr (KP::kInline) {
     (void)in;
@@ -359,7 +361,7 @@ uint64_t NvTree<KP>::SepFromSlot(Inner* in, uint64_t slot) const {
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 uint64_t NvTree<KP>::CopySep(Inner* dst, uint64_t sep) const {
   if constexpr (KP::kInline) {
     (void)dst;
@@ -373,7 +375,7 @@ uint64_t NvTree<KP>::CopySep(Inner* dst, uint64_t sep) const {
 // Construction
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 NvTree<KP>::NvTree(Pool* pool, const Options& opt)
     : pool_(pool),
       keys_(pool),
@@ -383,7 +385,7 @@ NvTree<KP>::NvTree(Pool* pool, const Options& opt)
       gate_(std::make_unique<RebuildGate>()),
       head_info_(std::make_unique<LeafInfo>()) {}
 
-template <class KP>
+template <KeyPolicy KP>
 NvTree<KP>::~NvTree() {
   Inner* in = inner_.load();
   if (in != nullptr) {
@@ -395,12 +397,12 @@ NvTree<KP>::~NvTree() {
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 uint32_t NvTree<KP>::capabilities() const {
   return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapBulkLoadFill;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Create(Pool* pool, const TreeOptions& options) {
   Options opt;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &opt));
@@ -453,7 +455,7 @@ Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Create(Pool* pool, const TreeOpt
   return t;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Recover(Pool* pool, const TreeOptions& options) {
   Options opt;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &opt));
@@ -510,7 +512,7 @@ Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Recover(Pool* pool, const TreeOp
 // Locating a leaf: Algorithm 1
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 struct NvTree<KP>::Found {
   uint64_t pln = 0;
   uint32_t pos = 0;
@@ -523,7 +525,7 @@ struct NvTree<KP>::Found {
 
 // `ge(sep)` is monotone over the separators in order (false ... true); the
 // LN chosen is the first whose separator satisfies it, else the last.
-template <class KP>
+template <KeyPolicy KP>
 template <class Pred>
 typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
   uint64_t q = 0;  // index within the current level
@@ -573,18 +575,18 @@ typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
   return f;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 typename NvTree<KP>::Found NvTree<KP>::Find(Inner* in, K key) const {
   return FindImpl(in, [&](uint64_t sep) { return CompareSepKey(sep, key) >= 0; });
 }
 
-template <class KP>
+template <KeyPolicy KP>
 typename NvTree<KP>::Found NvTree<KP>::FindAfter(Inner* in, uint64_t sep) const {
   return FindImpl(in, [&](uint64_t s) { return CompareSeps(s, sep) > 0; });
 }
 
 // Reads entry `pos` of PLN `pln` (pos -1: its last entry); false when absent.
-template <class KP>
+template <KeyPolicy KP>
 bool NvTree<KP>::ReadEntry(Inner* in, uint64_t pln, int64_t pos, uint64_t* sep, uint64_t* ln,
                            LeafInfo** info) const {
   Pln& p = in->pln[pln];
@@ -609,7 +611,7 @@ bool NvTree<KP>::ReadEntry(Inner* in, uint64_t pln, int64_t pos, uint64_t* sep, 
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 bool NvTree<KP>::Neighbors(Inner* in, uint64_t pln, uint64_t ln, Neighbor* left, Neighbor* right) const {
   Pln& p = in->pln[pln];
   int spins = 0;
@@ -653,7 +655,7 @@ bool NvTree<KP>::Neighbors(Inner* in, uint64_t pln, uint64_t ln, Neighbor* left,
 // Leaf contents
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 int64_t NvTree<KP>::FindLatest(LeafHeader* h, uint64_t n, K key) const {
   const LnElement* e = LeafElements(h);
   for (int64_t i = static_cast<int64_t>(n) - 1; i >= 0; i--) {
@@ -667,7 +669,7 @@ int64_t NvTree<KP>::FindLatest(LeafHeader* h, uint64_t n, K key) const {
 // This is the paper's "a NEGATIVE and a POSITIVE with the same key and value
 // are both ignored", given invariant 5 (a NEGATIVE always cancels the live
 // POSITIVE before it).
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::CollectLive(LeafHeader* h, uint64_t n, std::vector<std::pair<uint64_t, uint64_t>>* live) const {
   live->clear();
   const LnElement* e = LeafElements(h);
@@ -683,7 +685,7 @@ void NvTree<KP>::CollectLive(LeafHeader* h, uint64_t n, std::vector<std::pair<ui
 
 // Allocates an LN of `bytes`, writes header and elements and flushes them;
 // the caller fences once for all new leaves before linking them.
-template <class KP>
+template <KeyPolicy KP>
 Result<uint64_t> NvTree<KP>::WriteNewLeaf(uint32_t bytes, const std::pair<uint64_t, uint64_t>* kv, size_t count,
                                           uint64_t next) {
   PMTREE_ASSIGN_OR_RETURN(uint64_t off, pool_->allocator().Allocate(bytes));
@@ -709,7 +711,7 @@ Result<uint64_t> NvTree<KP>::WriteNewLeaf(uint32_t bytes, const std::pair<uint64
   return off;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::ReleaseDroppedSlots(const std::vector<LeafHeader*>& old_leaves,
                                      const std::vector<std::pair<uint64_t, uint64_t>>& kept) {
   if constexpr (!KP::kInline) {
@@ -727,7 +729,7 @@ void NvTree<KP>::ReleaseDroppedSlots(const std::vector<LeafHeader*>& old_leaves,
   }
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Result<uint64_t> NvTree<KP>::NewSlot(K key) {
   if constexpr (!KP::kInline) {
     if (pool_->allocator().bytes_free() < kGrowthReserve + BytesKeys::BlobBytes(key.size()))
@@ -741,7 +743,7 @@ Result<uint64_t> NvTree<KP>::NewSlot(K key) {
 // Reads
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 bool NvTree<KP>::Lookup(K key, uint64_t* value) {
   auto guard = pool_->epochs().Protect();
   Inner* in = inner_.load(std::memory_order_acquire);
@@ -759,7 +761,7 @@ bool NvTree<KP>::Lookup(K key, uint64_t* value) {
   return true;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 size_t NvTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
   if (out.empty()) return 0;
   auto guard = pool_->epochs().Protect();
@@ -798,24 +800,24 @@ size_t NvTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
 // Writes: Algorithm 2 and §4.3
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Insert(K key, uint64_t value) {
   return Mutate(OpKind::kInsert, key, value);
 }
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Update(K key, uint64_t value) {
   return Mutate(OpKind::kUpdate, key, value);
 }
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Upsert(K key, uint64_t value) {
   return Mutate(OpKind::kUpsert, key, value);
 }
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Remove(K key) {
   return Mutate(OpKind::kRemove, key, 0);
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Result<bool> NvTree<KP>::Mutate(OpKind kind, K key, uint64_t value) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   bool reclaimed = false;
@@ -916,7 +918,7 @@ Result<bool> NvTree<KP>::Mutate(OpKind kind, K key, uint64_t value) {
 // A crash before the store leaves the empty tree (the new LNs are
 // unreachable and reclaimed by recovery).
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
   PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
   Inner* old = inner_.load(std::memory_order_acquire);
@@ -933,10 +935,7 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
   std::vector<uint64_t> lns(n_leaves);
   auto undo = [&](size_t made_leaves) {
     for (size_t i = n_leaves - made_leaves; i < n_leaves; i++) pool_->allocator().Free(lns[i], node_size_);
-    if constexpr (!KP::kInline) {
-      for (const auto& p : kv)
-        pool_->allocator().Free(p.first & BytesKeys::kOffsetMask, keys_.SlotBytes(p.first));
-    }
+    for (const auto& p : kv) keys_.FreeUnpublished(p.first);
   };
   for (const auto& [key, value] : sorted) {
     auto slot = keys_.MakeSlot(key);
@@ -1004,7 +1003,7 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
 // dead and retire them and the key blobs no longer referenced.
 
 // §5.3 Algorithm 3 bounded by §5.4, with the profile of the LN being replaced.
-template <class KP>
+template <KeyPolicy KP>
 uint32_t NvTree<KP>::AdaptiveSize(LeafInfo* info, uint32_t need, uint32_t old_bytes) {
   Profile prof;
   prof.ln_reads = info->n_reads.load(std::memory_order_relaxed);
@@ -1024,13 +1023,102 @@ uint32_t NvTree<KP>::AdaptiveSize(LeafInfo* info, uint32_t need, uint32_t old_by
   return sz;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::ReclaimRetired(EpochManager::Guard guard) {
   { EpochManager::Guard dropped = std::move(guard); }
   for (int i = 0; i < 4; i++) pool_->epochs().Reclaim();
 }
 
-template <class KP>
+// ---- the pieces of a structure modification (§4.4) -------------------------------
+// Each RAII guard undoes its step on every early return of Smo; the commit
+// path releases them explicitly, in the order the protocol needs.
+
+// The LN locks an SMO holds (the left neighbour or head, the LN, perhaps its
+// right sibling), taken left to right and released in reverse.
+class SmoLockSet {
+ public:
+  SmoLockSet() = default;
+  SmoLockSet(const SmoLockSet&) = delete;
+  SmoLockSet& operator=(const SmoLockSet&) = delete;
+  ~SmoLockSet() { UnlockAll(); }
+
+  void Lock(LeafInfo* info) {
+    assert(n_ < 3);
+    info->lock.lock();
+    held_[n_++] = info;
+  }
+  void UnlockAll() {
+    while (n_ > 0) held_[--n_]->lock.unlock();
+  }
+
+ private:
+  LeafInfo* held_[3] = {};
+  int n_ = 0;
+};
+
+// A split's claim on a free entry of its PLN (Pln::reserved).  Dropped on
+// every path that does not add the entry; the split that adds it drops it
+// after raising count, so count + reserved never under-counts.
+class PlnReservation {
+ public:
+  explicit PlnReservation(Pln& p) : p_(&p), before_(p.reserved.fetch_add(1, std::memory_order_acq_rel)) {}
+  PlnReservation(const PlnReservation&) = delete;
+  PlnReservation& operator=(const PlnReservation&) = delete;
+  ~PlnReservation() { Release(); }
+
+  // False when the PLN has no entry left for the new LN (§4.5: rebuild).
+  bool Fits() const { return p_->count.load(std::memory_order_acquire) + before_ < p_->capacity; }
+  void Release() {
+    if (p_ != nullptr) p_->reserved.fetch_sub(1, std::memory_order_release);
+    p_ = nullptr;
+  }
+
+ private:
+  Pln* p_;
+  uint32_t before_;
+};
+
+// The key blob NewSlot allocated for an inserted byte-string key: freed
+// unless the SMO commits (links an LN that names it).
+template <KeyPolicy KP>
+class UnpublishedSlot {
+ public:
+  explicit UnpublishedSlot(KP* keys) : keys_(keys) {}
+  UnpublishedSlot(const UnpublishedSlot&) = delete;
+  UnpublishedSlot& operator=(const UnpublishedSlot&) = delete;
+  ~UnpublishedSlot() {
+    if (armed_) keys_->FreeUnpublished(slot_);
+  }
+  void Arm(uint64_t slot) {
+    slot_ = slot;
+    armed_ = true;
+  }
+  void Commit() { armed_ = false; }
+
+ private:
+  KP* keys_;
+  uint64_t slot_ = 0;
+  bool armed_ = false;
+};
+
+// What one SMO does, filled in step by step.
+template <KeyPolicy KP>
+struct NvTree<KP>::SmoState {
+  enum Kind { kSplit, kReplace, kMerge };
+  Kind kind = kReplace;
+  LeafHeader* h = nullptr;  // the LN being replaced
+  uint32_t need = 1;        // elements the operation would have appended
+  std::vector<std::pair<uint64_t, uint64_t>> live;  // its live pairs, the operation applied
+  uint64_t right_ln = 0;                             // merge: the right sibling
+  LeafInfo* right_info = nullptr;
+  LeafHeader* rh = nullptr;
+  std::vector<std::pair<uint64_t, uint64_t>> all;  // merge: both LNs' live pairs
+  size_t mid = 0;                                  // split: left gets live[0, mid), right the rest
+  uint64_t new_left = 0, new_right = 0;
+  uint32_t left_bytes = 0, right_bytes = 0;
+};
+
+template <KeyPolicy KP>
 Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind kind, K key, uint64_t value,
                                                         bool* outcome) {
   Inner* in = inner_.load(std::memory_order_acquire);  // unchanged: we hold the gate
@@ -1038,284 +1126,243 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
   // of f.ln (lock order) even if the PLN shifted since Find.
   Neighbor left, right;
   if (!Neighbors(in, f.pln, f.ln, &left, &right)) return SmoOutcome::kRetry;
-  const bool has_prev = left.has;
-  LeafInfo* prev_info = left.info;
-  LeafInfo* left_lock = has_prev ? prev_info : head_info_.get();
-  uint64_t* link = has_prev ? &Leaf(left.ln)->next : &meta_->head;
-
-  std::vector<LeafInfo*> held;
-  auto unlock_all = [&]() {
-    for (auto it = held.rbegin(); it != held.rend(); ++it) (*it)->lock.unlock();
-    held.clear();
-  };
-  left_lock->lock.lock();
-  held.push_back(left_lock);
-  f.info->lock.lock();
-  held.push_back(f.info);
-  if ((has_prev && prev_info->dead.load(std::memory_order_relaxed)) || f.info->dead.load(std::memory_order_relaxed) ||
+  uint64_t* link = left.has ? &Leaf(left.ln)->next : &meta_->head;
+  // Declared in this order so that an early return releases the PLN
+  // reservation, then the new key blob, then the locks.
+  SmoLockSet locks;
+  UnpublishedSlot<KP> new_slot(&keys_);
+  std::optional<PlnReservation> reservation;
+  locks.Lock(left.has ? left.info : head_info_.get());
+  locks.Lock(f.info);
+  if ((left.has && left.info->dead.load(std::memory_order_relaxed)) || f.info->dead.load(std::memory_order_relaxed) ||
       *link != f.ln) {
-    unlock_all();
     return SmoOutcome::kRetry;
   }
 
-  LeafHeader* h = Leaf(f.ln);
-  const uint64_t n = h->n_element;
-  LnElement* el = LeafElements(h);
-  int64_t i = FindLatest(h, n, key);
-  bool present = i >= 0 && el[i].flag == kPositive;
+  SmoState s;
+  s.h = Leaf(f.ln);
+  const uint64_t n = s.h->n_element;
+  int64_t i = FindLatest(s.h, n, key);
+  bool present = i >= 0 && LeafElements(s.h)[i].flag == kPositive;
   if ((kind == OpKind::kInsert && present) || ((kind == OpKind::kUpdate || kind == OpKind::kRemove) && !present)) {
-    unlock_all();
     *outcome = false;
     return SmoOutcome::kDone;
   }
-  const uint32_t need = (kind == OpKind::kUpdate || (kind == OpKind::kUpsert && present)) ? 2 : 1;
-  if (n + need <= h->capacity) {  // cannot happen (a live LN only grows), but be safe
-    unlock_all();
-    return SmoOutcome::kRetry;
-  }
+  s.need = (kind == OpKind::kUpdate || (kind == OpKind::kUpsert && present)) ? 2 : 1;
+  // Cannot happen (a live LN only grows), but be safe.
+  if (n + s.need <= s.h->capacity) return SmoOutcome::kRetry;
   *outcome = kind == OpKind::kInsert || kind == OpKind::kUpsert ? !present : present;
 
-  std::vector<std::pair<uint64_t, uint64_t>> live;
-  CollectLive(h, n, &live);
-  const size_t valid = live.size();
-
   // Apply the operation to the live set.
-  uint64_t new_slot = 0;
-  bool made_slot = false;
-  auto key_less = [&](const std::pair<uint64_t, uint64_t>& a, const std::pair<uint64_t, uint64_t>& b) {
-    return keys_.CompareSlots(a.first, b.first) < 0;
-  };
+  CollectLive(s.h, n, &s.live);
+  const size_t valid = s.live.size();
   if (present) {
-    auto it = std::find_if(live.begin(), live.end(), [&](const auto& kv) { return keys_.Equal(kv.first, key); });
-    assert(it != live.end());
-    if (kind == OpKind::kRemove) live.erase(it);
+    auto it = std::find_if(s.live.begin(), s.live.end(), [&](const auto& kv) { return keys_.Equal(kv.first, key); });
+    assert(it != s.live.end());
+    if (kind == OpKind::kRemove) s.live.erase(it);
     else it->second = value;
   } else {
     auto slot = NewSlot(key);
-    if (!slot.ok()) {
-      unlock_all();
-      return slot.status();
-    }
-    new_slot = *slot;
-    made_slot = true;
-    live.emplace_back(new_slot, value);
-    std::sort(live.begin(), live.end(), key_less);
+    if (!slot.ok()) return slot.status();
+    new_slot.Arm(*slot);
+    s.live.emplace_back(*slot, value);
+    std::sort(s.live.begin(), s.live.end(),
+              [&](const auto& a, const auto& b) { return keys_.CompareSlots(a.first, b.first) < 0; });
   }
-  auto drop_new_slot = [&]() {
-    if constexpr (!KP::kInline) {
-      if (made_slot) pool_->allocator().Free(new_slot & BytesKeys::kOffsetMask, BytesKeys::BlobBytes(
-                                                 keys_.View(new_slot).size()));
-    }
-  };
+  if (!ChooseSmo(right, valid, kind, &locks, &s)) return SmoOutcome::kRetry;
 
-  // Which SMO (§4.4): split above the minimal fill factor (50 %), else replace
-  // or merge depending on the right sibling's nElement (not its valid count,
-  // which would need a scan).  A merge needs the right sibling in the same PLN
-  // (the PLN's last separator, which its IN relies on, must not change).
-  enum { kSplit, kReplace, kMerge } kind_smo;
-  uint64_t right_ln = 0;
-  LeafInfo* right_info = nullptr;
-  LeafHeader* rh = nullptr;
-  // Deviation (docs, D6): a remove never splits, it compacts (replace), so
-  // removing needs no net space and still works in a full pool.
-  if (valid * 2 > h->capacity && kind != OpKind::kRemove) {
-    kind_smo = kSplit;
-  } else if (valid * 2 > h->capacity) {
-    kind_smo = kReplace;
-  } else {
-    kind_smo = kReplace;
-    if (right.has && right.ln == h->next) {
-      right_ln = right.ln;
-      right_info = right.info;
-      right_info->lock.lock();
-      held.push_back(right_info);
-      if (right_info->dead.load(std::memory_order_relaxed) || h->next != right_ln) {
-        drop_new_slot();
-        unlock_all();
-        return SmoOutcome::kRetry;
-      }
-      rh = Leaf(right_ln);
-      if (rh->n_element * 2 <= rh->capacity) kind_smo = kMerge;
-    }
-  }
-
-  const uint32_t old_bytes = h->node_bytes;
   // Space: operations that add data keep kGrowthReserve free, so that
   // removes (which compact) can always proceed in a full pool (contract 5).
+  const uint32_t old_bytes = s.h->node_bytes;
   if (kind != OpKind::kRemove &&
       pool_->allocator().bytes_free() < 2ull * std::max<uint64_t>(old_bytes, node_size_) * 2 + kGrowthReserve) {
-    drop_new_slot();
-    unlock_all();
     return Status::OutOfSpace("nvtree: pool full (keeping " + std::to_string(kGrowthReserve) +
                               " bytes for removes)");
   }
-  uint64_t new_left = 0, new_right = 0;
-  uint32_t left_bytes = old_bytes, right_bytes = old_bytes;
-  std::vector<std::pair<uint64_t, uint64_t>> all;  // merge: both LNs' live pairs
-  size_t mid = 0;
-
-  if (kind_smo == kSplit) {
-    Pln& p = in->pln[f.pln];
-    // Reserve the PLN slot the new LN will take.  count + reserved never
-    // under-counts: a split adds to count before it drops its reservation.
-    auto release_reservation = [&p] { p.reserved.fetch_sub(1, std::memory_order_release); };
-    const uint32_t before = p.reserved.fetch_add(1, std::memory_order_acq_rel);
-    if (p.count.load(std::memory_order_acquire) + before >= p.capacity) {
-      // §4.5: a full PLN cannot take the new LN; rebuild first.
-      release_reservation();
-      drop_new_slot();
-      unlock_all();
-      return SmoOutcome::kNeedRebuild;
-    }
-    mid = (live.size() + 1) / 2;  // left gets [0, mid), right [mid, end)
-    uint32_t sz = AdaptiveSize(f.info, need, old_bytes);
-    if (LeafCapacity(sz) < live.size() - mid + 1 || LeafCapacity(sz) < mid + 1) sz = old_bytes;
-    left_bytes = right_bytes = sz;
-    auto r = WriteNewLeaf(right_bytes, live.data() + mid, live.size() - mid, h->next);
-    if (!r.ok()) {
-      release_reservation();
-      drop_new_slot();
-      unlock_all();
-      return r.status();
-    }
-    new_right = *r;
-    auto l = WriteNewLeaf(left_bytes, live.data(), mid, new_right);
-    if (!l.ok()) {
-      pool_->allocator().Free(new_right, right_bytes);
-      release_reservation();
-      drop_new_slot();
-      unlock_all();
-      return l.status();
-    }
-    new_left = *l;
-  } else if (kind_smo == kMerge) {
-    std::vector<std::pair<uint64_t, uint64_t>> rlive;
-    CollectLive(rh, rh->n_element, &rlive);
-    all = live;
-    all.insert(all.end(), rlive.begin(), rlive.end());  // every key of LN < every key of its right sibling
-    left_bytes = std::max(old_bytes, rh->node_bytes);
-    if (all.size() > LeafCapacity(left_bytes)) left_bytes = std::min<uint32_t>(kMaxLeafBytes, left_bytes * 2);
-    auto l = WriteNewLeaf(left_bytes, all.data(), all.size(), rh->next);
-    if (!l.ok()) {
-      drop_new_slot();
-      unlock_all();
-      return l.status();
-    }
-    new_left = *l;
-  } else {
-    // Deviation D7: a replace also sizes its new LN by Algorithm 3 (under an
-    // update-only workload almost every structure change is a replace).
-    if (kind != OpKind::kRemove) {
-      uint32_t sz = AdaptiveSize(f.info, need, old_bytes);
-      if (LeafCapacity(sz) >= live.size() + 1) left_bytes = sz;
-    }
-    auto l = WriteNewLeaf(left_bytes, live.data(), live.size(), h->next);
-    if (!l.ok()) {
-      drop_new_slot();
-      unlock_all();
-      return l.status();
-    }
-    new_left = *l;
+  if (s.kind == SmoState::kSplit) {
+    reservation.emplace(in->pln[f.pln]);
+    if (!reservation->Fits()) return SmoOutcome::kNeedRebuild;  // §4.5: rebuild first
   }
+  PMTREE_RETURN_IF_ERROR(WriteSmoLeaves(f, kind, &s));
   // The new LN(s) are flushed; complete the write-back before the pointer
   // that links them, so a crash never links a half-written LN.
   pool_->Fence();
-  pool_->Store64(link, new_left);  // the one atomic write that commits (§4.4)
-  pool_->Persist(link, 8);         // durable before the op is acknowledged or the old LN retired
+  pool_->Store64(link, s.new_left);  // the one atomic write that commits (§4.4)
+  pool_->Persist(link, 8);           // durable before the op is acknowledged or the old LN retired
+  new_slot.Commit();
 
-  // DRAM: new LeafInfos (Table 3: a split halves the counters), PLN update.
+  PublishSmo(in, f, s, reservation ? &*reservation : nullptr);
+  RetireSmo(f, s, &locks);
+  return SmoOutcome::kDone;
+}
+
+// Which SMO (§4.4): split above the minimal fill factor (50 %), else replace
+// or merge depending on the right sibling's nElement (not its valid count,
+// which would need a scan).  A merge needs the right sibling in the same PLN
+// (the PLN's last separator, which its IN relies on, must not change); a
+// merge candidate is locked here.  False when the sibling changed: retry.
+template <KeyPolicy KP>
+bool NvTree<KP>::ChooseSmo(const Neighbor& right, size_t valid, OpKind kind, SmoLockSet* locks, SmoState* s) {
+  s->kind = SmoState::kReplace;
+  if (valid * 2 > s->h->capacity) {
+    // Deviation (docs, D6): a remove never splits, it compacts (replace), so
+    // removing needs no net space and still works in a full pool.
+    if (kind != OpKind::kRemove) s->kind = SmoState::kSplit;
+    return true;
+  }
+  if (!right.has || right.ln != s->h->next) return true;
+  s->right_ln = right.ln;
+  s->right_info = right.info;
+  locks->Lock(right.info);
+  if (right.info->dead.load(std::memory_order_relaxed) || s->h->next != s->right_ln) return false;
+  s->rh = Leaf(s->right_ln);
+  if (s->rh->n_element * 2 <= s->rh->capacity) s->kind = SmoState::kMerge;
+  return true;
+}
+
+// Writes and flushes the SMO's new LN(s), not yet linked: on failure nothing
+// of them remains allocated.
+template <KeyPolicy KP>
+Status NvTree<KP>::WriteSmoLeaves(const Found& f, OpKind kind, SmoState* s) {
+  const uint32_t old_bytes = s->h->node_bytes;
+  s->left_bytes = s->right_bytes = old_bytes;
+  if (s->kind == SmoState::kSplit) {
+    s->mid = (s->live.size() + 1) / 2;
+    uint32_t sz = AdaptiveSize(f.info, s->need, old_bytes);
+    if (LeafCapacity(sz) < s->live.size() - s->mid + 1 || LeafCapacity(sz) < s->mid + 1) sz = old_bytes;
+    s->left_bytes = s->right_bytes = sz;
+    auto r = WriteNewLeaf(s->right_bytes, s->live.data() + s->mid, s->live.size() - s->mid, s->h->next);
+    if (!r.ok()) return r.status();
+    s->new_right = *r;
+    auto l = WriteNewLeaf(s->left_bytes, s->live.data(), s->mid, s->new_right);
+    if (!l.ok()) {
+      pool_->allocator().Free(s->new_right, s->right_bytes);
+      return l.status();
+    }
+    s->new_left = *l;
+    return Status::Ok();
+  }
+  if (s->kind == SmoState::kMerge) {
+    std::vector<std::pair<uint64_t, uint64_t>> rlive;
+    CollectLive(s->rh, s->rh->n_element, &rlive);
+    s->all = s->live;
+    s->all.insert(s->all.end(), rlive.begin(), rlive.end());  // every key of LN < every key of its right sibling
+    s->left_bytes = std::max(old_bytes, s->rh->node_bytes);
+    if (s->all.size() > LeafCapacity(s->left_bytes)) {
+      s->left_bytes = std::min<uint32_t>(kMaxLeafBytes, s->left_bytes * 2);
+    }
+    auto l = WriteNewLeaf(s->left_bytes, s->all.data(), s->all.size(), s->rh->next);
+    if (!l.ok()) return l.status();
+    s->new_left = *l;
+    return Status::Ok();
+  }
+  // Deviation D7: a replace also sizes its new LN by Algorithm 3 (under an
+  // update-only workload almost every structure change is a replace).
+  if (kind != OpKind::kRemove) {
+    uint32_t sz = AdaptiveSize(f.info, s->need, old_bytes);
+    if (LeafCapacity(sz) >= s->live.size() + 1) s->left_bytes = sz;
+  }
+  auto l = WriteNewLeaf(s->left_bytes, s->live.data(), s->live.size(), s->h->next);
+  if (!l.ok()) return l.status();
+  s->new_left = *l;
+  return Status::Ok();
+}
+
+// DRAM side of a committed SMO: new LeafInfos (Table 3: a split halves the
+// counters) and the PLN entries, under the PLN's sequence counter.  A split
+// drops its reservation after raising count.
+template <KeyPolicy KP>
+void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnReservation* reservation) {
   auto* li = new LeafInfo();
-  LeafInfo* ri = nullptr;
-  const uint64_t w = f.info->n_writes.load(std::memory_order_relaxed) + need;
+  const uint64_t w = f.info->n_writes.load(std::memory_order_relaxed) + s.need;
   const uint64_t rd = f.info->n_reads.load(std::memory_order_relaxed);
-  n_writes_.fetch_add(need, std::memory_order_relaxed);
+  n_writes_.fetch_add(s.need, std::memory_order_relaxed);
   Pln& p = in->pln[f.pln];
   PlnLock(p);
   uint32_t c = p.count.load(std::memory_order_relaxed);
   uint32_t pos = 0;
   while (pos < c && in->entry[p.base + pos].ln.load(std::memory_order_relaxed) != f.ln) pos++;
   assert(pos < c);
-  if (kind_smo == kSplit) {
-    li->visible.store(mid, std::memory_order_relaxed);
+  auto move_entry = [&](uint32_t to, uint32_t from) {
+    PlnEntry& dst = in->entry[p.base + to];
+    const PlnEntry& src = in->entry[p.base + from];
+    dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
+    dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  };
+  if (s.kind == SmoState::kSplit) {
+    li->visible.store(s.mid, std::memory_order_relaxed);
     li->n_writes.store(w / 2, std::memory_order_relaxed);
     li->n_reads.store(rd / 2, std::memory_order_relaxed);
-    ri = new LeafInfo();
-    ri->visible.store(live.size() - mid, std::memory_order_relaxed);
+    auto* ri = new LeafInfo();
+    ri->visible.store(s.live.size() - s.mid, std::memory_order_relaxed);
     ri->n_writes.store(w / 2, std::memory_order_relaxed);
     ri->n_reads.store(rd / 2, std::memory_order_relaxed);
-    for (uint32_t k = c; k > pos + 1; k--) {
-      PlnEntry& dst = in->entry[p.base + k];
-      const PlnEntry& src = in->entry[p.base + k - 1];
-      dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
-      dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
-      dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    }
+    for (uint32_t k = c; k > pos + 1; k--) move_entry(k, k - 1);
     PlnEntry& e0 = in->entry[p.base + pos];
     PlnEntry& e1 = in->entry[p.base + pos + 1];
     e1.sep.store(e0.sep.load(std::memory_order_acquire), std::memory_order_release);
-    e1.ln.store(new_right, std::memory_order_relaxed);
+    e1.ln.store(s.new_right, std::memory_order_relaxed);
     e1.info.store(reinterpret_cast<uint64_t>(ri), std::memory_order_relaxed);
-    e0.sep.store(SepFromSlot(in, live[mid - 1].first), std::memory_order_release);
-    e0.ln.store(new_left, std::memory_order_relaxed);
+    e0.sep.store(SepFromSlot(in, s.live[s.mid - 1].first), std::memory_order_release);
+    e0.ln.store(s.new_left, std::memory_order_relaxed);
     e0.info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     p.count.store(c + 1, std::memory_order_release);
-    p.reserved.fetch_sub(1, std::memory_order_release);  // after count: see the reservation check
+    reservation->Release();  // after count: see PlnReservation
     n_leaves_.fetch_add(1, std::memory_order_relaxed);
     splits_.fetch_add(1, std::memory_order_relaxed);
-  } else if (kind_smo == kMerge) {
-    li->visible.store(all.size(), std::memory_order_relaxed);
-    li->n_writes.store(w + right_info->n_writes.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    li->n_reads.store(rd + right_info->n_reads.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  } else if (s.kind == SmoState::kMerge) {
+    li->visible.store(s.all.size(), std::memory_order_relaxed);
+    li->n_writes.store(w + s.right_info->n_writes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    li->n_reads.store(rd + s.right_info->n_reads.load(std::memory_order_relaxed), std::memory_order_relaxed);
     // Entry pos+1 (the right sibling, same PLN) keeps its separator and now
     // names the merged LN; entry pos disappears.
-    assert(pos + 1 < c && in->entry[p.base + pos + 1].ln.load(std::memory_order_relaxed) == right_ln);
-    for (uint32_t k = pos; k + 1 < c; k++) {
-      PlnEntry& dst = in->entry[p.base + k];
-      const PlnEntry& src = in->entry[p.base + k + 1];
-      dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
-      dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
-      dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    }
-    in->entry[p.base + pos].ln.store(new_left, std::memory_order_relaxed);
+    assert(pos + 1 < c && in->entry[p.base + pos + 1].ln.load(std::memory_order_relaxed) == s.right_ln);
+    for (uint32_t k = pos; k + 1 < c; k++) move_entry(k, k + 1);
+    in->entry[p.base + pos].ln.store(s.new_left, std::memory_order_relaxed);
     in->entry[p.base + pos].info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     p.count.store(c - 1, std::memory_order_relaxed);
     n_leaves_.fetch_sub(1, std::memory_order_relaxed);
     merges_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    li->visible.store(live.size(), std::memory_order_relaxed);
+    li->visible.store(s.live.size(), std::memory_order_relaxed);
     li->n_writes.store(w, std::memory_order_relaxed);
     li->n_reads.store(rd, std::memory_order_relaxed);
-    in->entry[p.base + pos].ln.store(new_left, std::memory_order_relaxed);
+    in->entry[p.base + pos].ln.store(s.new_left, std::memory_order_relaxed);
     in->entry[p.base + pos].info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     replaces_.fetch_add(1, std::memory_order_relaxed);
   }
   PlnUnlock(p);
+}
 
-  // Retire what was unlinked: readers inside an epoch may still scan it.
-  std::vector<LeafHeader*> old_leaves{h};
+// Retires what a committed SMO unlinked (readers inside an epoch may still
+// scan it), then releases the LN locks.
+template <KeyPolicy KP>
+void NvTree<KP>::RetireSmo(const Found& f, const SmoState& s, SmoLockSet* locks) {
+  const bool merge = s.kind == SmoState::kMerge;
+  std::vector<LeafHeader*> old_leaves{s.h};
   f.info->dead.store(true, std::memory_order_relaxed);
-  if (kind_smo == kMerge) {
-    old_leaves.push_back(rh);
-    right_info->dead.store(true, std::memory_order_relaxed);
+  if (merge) {
+    old_leaves.push_back(s.rh);
+    s.right_info->dead.store(true, std::memory_order_relaxed);
   }
-  ReleaseDroppedSlots(old_leaves, kind_smo == kMerge ? all : live);
-  pool_->allocator().Retire(f.ln, h->node_bytes);
-  if (kind_smo == kMerge) pool_->allocator().Retire(right_ln, rh->node_bytes);
-  unlock_all();
+  ReleaseDroppedSlots(old_leaves, merge ? s.all : s.live);
+  pool_->allocator().Retire(f.ln, s.h->node_bytes);
+  if (merge) pool_->allocator().Retire(s.right_ln, s.rh->node_bytes);
+  locks->UnlockAll();
   LeafInfo* dead_l = f.info;
-  LeafInfo* dead_r = kind_smo == kMerge ? right_info : nullptr;
+  LeafInfo* dead_r = merge ? s.right_info : nullptr;
   pool_->epochs().Retire([dead_l, dead_r] {
     delete dead_l;
     delete dead_r;
   });
-  return SmoOutcome::kDone;
 }
 
 // ============================================================================
 // Rebuilding (§4.5, §5.5)
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::ForceRebuild() {
   RebuildFromPln();
 }
@@ -1324,7 +1371,7 @@ void NvTree<KP>::ForceRebuild() {
 // new array where each PLN holds exactly one LN (§4.5), enlarging the PLNs of
 // hot-write PLNs by one IN-sized unit (§5.5).  Writers are excluded by the
 // gate; readers keep using the old array, which is retired after the swap.
-template <class KP>
+template <KeyPolicy KP>
 void NvTree<KP>::RebuildFromPln() {
   if (!gate_->BeginRebuild()) return;  // another thread rebuilt meanwhile
   uint64_t t0 = NowNs();
@@ -1369,7 +1416,7 @@ void NvTree<KP>::RebuildFromPln() {
 // Recovery rule R3 (docs): an LN without a live key is unlinked here (one
 // atomic store to its left sibling's next, persisted), because its maximum
 // key is undefined; a crash during recovery leaves it linked or not, both fine.
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::RebuildFromLeaves() {
   Allocator& a = pool_->allocator();
   a.BeginRebuild();
@@ -1439,7 +1486,7 @@ Status NvTree<KP>::RebuildFromLeaves() {
 // Instant restart (§4.6)
 // ============================================================================
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::SaveImage() {
   Inner* in = inner_.load(std::memory_order_acquire);
   std::vector<char> body;  // everything after the header
@@ -1497,7 +1544,7 @@ Status NvTree<KP>::SaveImage() {
   return Status::Ok();
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::LoadImage(uint64_t off) {
   auto bad = [&](const std::string& why) {
     return Status::Corruption("nvtree: inner image at offset " + Hex(off) + ": " + why);
@@ -1553,7 +1600,7 @@ Status NvTree<KP>::LoadImage(uint64_t off) {
   return Status::Ok();
 }
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::Close() {
   if (closed_) return Status::Busy("nvtree: already closed");
   closed_ = true;
@@ -1584,7 +1631,7 @@ Status NvTree<KP>::Close() {
 //  9. The DRAM scan bound of every LN equals its persistent nElement.
 // 10. Bytes reached (meta, LNs, key blobs) == allocator bytes in use.
 
-template <class KP>
+template <KeyPolicy KP>
 Status NvTree<KP>::Verify() {
   // No operation runs during Verify (tree.h), so every retired block can be
   // freed now; otherwise it would count as in use but unreachable.
@@ -1691,7 +1738,7 @@ Status NvTree<KP>::Verify() {
   return Status::Ok();
 }
 
-template <class KP>
+template <KeyPolicy KP>
 TreeStats NvTree<KP>::Stats() {
   auto guard = pool_->epochs().Protect();
   TreeStats s;
@@ -1754,7 +1801,7 @@ TreeStats NvTree<KP>::Stats() {
   return s;
 }
 
-template <class KP>
+template <KeyPolicy KP>
 std::vector<uint32_t> NvTree<KP>::LeafSizes() {
   std::vector<uint32_t> out;
   for (uint64_t off = meta_->head; off != 0; off = Leaf(off)->next) out.push_back(Leaf(off)->node_bytes);
@@ -1764,25 +1811,6 @@ std::vector<uint32_t> NvTree<KP>::LeafSizes() {
 template class NvTree<U64Keys>;
 template class NvTree<BytesKeys>;
 
-Result<std::unique_ptr<Tree>> CreateU64(Pool* pool, const TreeOptions& options) {
-  auto r = NvTree<U64Keys>::Create(pool, options);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<Tree>(std::move(*r));
-}
-Result<std::unique_ptr<Tree>> RecoverU64(Pool* pool, const TreeOptions& options) {
-  auto r = NvTree<U64Keys>::Recover(pool, options);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<Tree>(std::move(*r));
-}
-Result<std::unique_ptr<BytesTree>> CreateBytes(Pool* pool, const TreeOptions& options) {
-  auto r = NvTree<BytesKeys>::Create(pool, options);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BytesTree>(std::move(*r));
-}
-Result<std::unique_ptr<BytesTree>> RecoverBytes(Pool* pool, const TreeOptions& options) {
-  auto r = NvTree<BytesKeys>::Recover(pool, options);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BytesTree>(std::move(*r));
-}
+PMTREE_REGISTRY_ENTRY_POINTS(NvTree);
 
 }  // namespace pmtree::nvtree

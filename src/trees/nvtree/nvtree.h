@@ -72,9 +72,12 @@ enum class Origin { kCreated = 0, kInstantRestart = 1, kRebuiltFromLeaves = 2 };
 
 struct LeafInfo;
 struct Inner;
+struct Pln;
 class RebuildGate;
+class SmoLockSet;
+class PlnReservation;
 
-template <class KP>
+template <KeyPolicy KP>
 class NvTree final : public BasicTree<typename KP::Arg> {
  public:
   using K = typename KP::Arg;
@@ -124,6 +127,7 @@ class NvTree final : public BasicTree<typename KP::Arg> {
   enum class OpKind { kInsert, kUpdate, kUpsert, kRemove };
   enum class SmoOutcome { kDone, kRetry, kNeedRebuild };
   struct Found;
+  struct SmoState;
   struct Neighbor {
     bool has = false;
     uint64_t sep = 0;
@@ -135,6 +139,12 @@ class NvTree final : public BasicTree<typename KP::Arg> {
 
   Result<bool> Mutate(OpKind kind, K key, uint64_t value);
   Result<SmoOutcome> Smo(const Found& f, OpKind kind, K key, uint64_t value, bool* outcome);
+  // Smo's steps: choose split/replace/merge, write the new LN(s), update the
+  // PLN after the commit, retire the old LN(s).
+  bool ChooseSmo(const Neighbor& right, size_t valid, OpKind kind, SmoLockSet* locks, SmoState* s);
+  Status WriteSmoLeaves(const Found& f, OpKind kind, SmoState* s);
+  void PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnReservation* reservation);
+  void RetireSmo(const Found& f, const SmoState& s, SmoLockSet* locks);
   void RebuildFromPln();
   Result<uint64_t> NewSlot(K key);
   uint32_t AdaptiveSize(LeafInfo* info, uint32_t need, uint32_t old_bytes);
@@ -202,11 +212,11 @@ class NvTree final : public BasicTree<typename KP::Arg> {
 extern template class NvTree<U64Keys>;
 extern template class NvTree<BytesKeys>;
 
-// Registry entry points.
-Result<std::unique_ptr<Tree>> CreateU64(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<Tree>> RecoverU64(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> CreateBytes(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> RecoverBytes(Pool* pool, const TreeOptions& options);
+// Registry entry points (K is uint64_t or std::string_view).
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
 
 }  // namespace pmtree::nvtree
 

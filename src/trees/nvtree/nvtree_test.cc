@@ -22,16 +22,14 @@
 
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::nvtree {
 namespace {
 
 constexpr uint64_t kPoolSize = 256ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 PoolOptions CountingPool() {
   PoolOptions o;
@@ -191,7 +189,7 @@ TEST(NvTreeTest, SplitCopiesValidElementsIntoTwoNewLeaves) {
   // fence, then the head pointer persisted: 7 flushes, 2 fences.
   EXPECT_EQ(d.flushes, 7u) << d.ToString();
   EXPECT_EQ(d.fences, 2u) << d.ToString();
-  ExpectModel(*h.tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, model));
 }
 
 TEST(NvTreeTest, ReplaceCompactsALeafWithFewValidElements) {
@@ -204,7 +202,7 @@ TEST(NvTreeTest, ReplaceCompactsALeafWithFewValidElements) {
   EXPECT_EQ(Extra(s, "replaces"), 1);
   EXPECT_EQ(Extra(s, "splits"), 0);
   EXPECT_EQ(s.leaf_nodes, 1u);
-  ExpectModel(*h.tree, {{4, 4}, {9, 9}, {10, 10}});
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, {{4, 4}, {9, 9}, {10, 10}}));
 }
 
 TEST(NvTreeTest, MergeJoinsASparseLeafWithItsSparseRightSibling) {
@@ -216,7 +214,7 @@ TEST(NvTreeTest, MergeJoinsASparseLeafWithItsSparseRightSibling) {
   TreeStats s = h.tree->Stats();
   EXPECT_EQ(Extra(s, "merges"), 1);
   EXPECT_EQ(s.leaf_nodes, 1u);
-  ExpectModel(*h.tree, {{5, 5}, {6, 6}, {7, 7}, {8, 8}, {9, 9}});
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, {{5, 5}, {6, 6}, {7, 7}, {8, 8}, {9, 9}}));
 }
 
 TEST(NvTreeTest, UpdateThatFillsALeafIsCommittedByTheSplit) {
@@ -231,7 +229,7 @@ TEST(NvTreeTest, UpdateThatFillsALeafIsCommittedByTheSplit) {
   ASSERT_TRUE(*h.tree->Update(3, 333));
   model[3] = 333;
   EXPECT_EQ(Extra(h.tree->Stats(), "splits"), 1);
-  ExpectModel(*h.tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, model));
 }
 
 // ---- rebuild (§4.5) --------------------------------------------------------------------
@@ -248,7 +246,7 @@ TEST(NvTreeTest, AFullPlnTriggersARebuildAndEveryKeySurvives) {
   EXPECT_GE(Extra(s, "rebuilds"), 2);
   EXPECT_GT(Extra(s, "rebuild_ns"), 0);
   EXPECT_GE(s.height, 3u);
-  ExpectModel(*h.tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, model));
 }
 
 TEST(NvTreeTest, SearchesAreServedWhileRebuildsRun) {
@@ -303,7 +301,7 @@ TEST(NvTreeTest, CloseThenReopenRestartsInstantlyFromTheSavedImage) {
     auto* nv = AsNv(h->tree.get());
     EXPECT_EQ(nv->origin(), Origin::kInstantRestart);
     EXPECT_EQ(nv->strategy(), Strategy::kBalanced);  // remembered by the pool
-    ExpectModel(*h->tree, model);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
     // Keep working after an instant restart, then crash: the stale image
     // must not be used.
     for (uint64_t k = 60000; k < 64000; k++) {
@@ -315,7 +313,7 @@ TEST(NvTreeTest, CloseThenReopenRestartsInstantlyFromTheSavedImage) {
     auto h = OpenTree(path, FindTree("nvtree"), {}, CountingPool());
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     EXPECT_EQ(AsNv(h->tree.get())->origin(), Origin::kRebuiltFromLeaves);
-    ExpectModel(*h->tree, model);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
     EXPECT_EQ(h->pool->allocator().bytes_in_use(), h->tree->Stats().pm_bytes);
   }
   unlink(path.c_str());
@@ -347,18 +345,18 @@ TEST(NvTreeTest, DestroyWithoutCloseRebuildsFromLeavesAndUnlinksEmptyOnes) {
     EXPECT_FALSE(h->pool->clean_shutdown());
     EXPECT_EQ(AsNv(h->tree.get())->origin(), Origin::kRebuiltFromLeaves);
     EXPECT_LT(h->tree->Stats().leaf_nodes, leaves_before);  // R3 unlinked the empty LN
-    ExpectModel(*h->tree, model);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
     EXPECT_EQ(h->pool->allocator().bytes_in_use(), h->tree->Stats().pm_bytes);
     // Crash right after recovery: recovering again is idempotent.
   }
   auto h = OpenTree(path, FindTree("nvtree"), {}, CountingPool());
   ASSERT_TRUE(h.ok()) << h.status().ToString();
-  ExpectModel(*h->tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
   for (uint64_t k = 100; k < 110; k++) {  // the range of the unlinked LN still works
     ASSERT_TRUE(*h->tree->Insert(k, 7));
     model[k] = 7;
   }
-  ExpectModel(*h->tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
   unlink(path.c_str());
 }
 
@@ -579,7 +577,7 @@ TEST(NvTreeTest, ConcurrentWritersAndReadersThenVerify) {
   EXPECT_EQ(errors.load(), 0);
   std::map<uint64_t, uint64_t> all;
   for (auto& m : models) all.insert(m.begin(), m.end());
-  ExpectModel(*h.tree, all);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, all));
   EXPECT_GT(Extra(h.tree->Stats(), "rebuilds"), 0);
 }
 
@@ -647,14 +645,14 @@ TEST(NvTreeTest, BulkLoadFillsLeavesAndIsCommittedByOneHeadStore) {
   EXPECT_EQ(d.fences, 2u) << d.ToString();  // all LNs, then the head pointer
   TreeStats s = h.tree->Stats();
   EXPECT_NEAR(s.leaf_fill, 0.7, 0.05);
-  ExpectModel(*h.tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, model));
   EXPECT_EQ(h.tree->BulkLoad(std::span<const Tree::InputEntry>(input), 0.7).code(),
             Status::Code::kInvalidArgument);  // not empty any more
   for (uint64_t i = 0; i < 2000; i++) {
     ASSERT_TRUE(*h.tree->Insert(i * 3 + 1, i));
     model[i * 3 + 1] = i;
   }
-  ExpectModel(*h.tree, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, model));
 }
 
 }  // namespace

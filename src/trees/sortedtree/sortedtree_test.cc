@@ -21,16 +21,14 @@
 #include "crash/explorer.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::sortedtree {
 namespace {
 
 constexpr uint64_t kPoolSize = 256ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 const TreeFactory& Sorted() {
   const TreeFactory* f = FindTree("sortedtree");

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "trees/common/keys.h"
+#include "trees/common/upcast.h"
 #include "trees/common/leaf_list_tree.h"
 #include "trees/wbtree/layout.h"
 
@@ -27,9 +28,9 @@ namespace {
 
 inline constexpr uint32_t kMaxHeaderSize = WbHeaderSize(1024);
 
-template <class Keys>
-class WbTree final : public LeafListTree<WbTree<Keys>, Keys, WbLeaf, WbEntry> {
-  using LL = LeafListTree<WbTree<Keys>, Keys, WbLeaf, WbEntry>;
+template <KeyPolicy KP>
+class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
+  using LL = LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry>;
   friend LL;
 
  public:
@@ -331,19 +332,8 @@ class WbTree final : public LeafListTree<WbTree<Keys>, Keys, WbLeaf, WbEntry> {
 };
 
 }  // namespace
+
+PMTREE_REGISTRY_ENTRY_POINTS(WbTree);
+
 }  // namespace wbtree
-
-Result<std::unique_ptr<Tree>> CreateWbTree(Pool* pool, const TreeOptions& options) {
-  return wbtree::WbTree<U64Keys>::Create(pool, options);
-}
-Result<std::unique_ptr<Tree>> RecoverWbTree(Pool* pool, const TreeOptions& options) {
-  return wbtree::WbTree<U64Keys>::Recover(pool, options);
-}
-Result<std::unique_ptr<BytesTree>> CreateWbTreeBytes(Pool* pool, const TreeOptions& options) {
-  return wbtree::WbTree<BytesKeys>::Create(pool, options);
-}
-Result<std::unique_ptr<BytesTree>> RecoverWbTreeBytes(Pool* pool, const TreeOptions& options) {
-  return wbtree::WbTree<BytesKeys>::Recover(pool, options);
-}
-
 }  // namespace pmtree

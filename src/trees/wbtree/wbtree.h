@@ -32,13 +32,15 @@
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 
-namespace pmtree {
+namespace pmtree::wbtree {
 
-Result<std::unique_ptr<Tree>> CreateWbTree(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<Tree>> RecoverWbTree(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> CreateWbTreeBytes(Pool* pool, const TreeOptions& options);
-Result<std::unique_ptr<BytesTree>> RecoverWbTreeBytes(Pool* pool, const TreeOptions& options);
+// Registry entry points (the shape every design shares): K is uint64_t
+// (Tree) or std::string_view (BytesTree).
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+template <class K>
+Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
 
-}  // namespace pmtree
+}  // namespace pmtree::wbtree
 
 #endif  // PMTREE_TREES_WBTREE_WBTREE_H_

@@ -61,10 +61,10 @@ void WbCraftSplitCrash(Pool* pool, uint64_t new_leaf) {
 }
 
 const LeafListDesign kWbDesign{"wbtree",
-                               &CreateWbTree,
-                               &RecoverWbTree,
-                               &CreateWbTreeBytes,
-                               &RecoverWbTreeBytes,
+                               &wbtree::Create<uint64_t>,
+                               &wbtree::Recover<uint64_t>,
+                               &wbtree::Create<std::string_view>,
+                               &wbtree::Recover<std::string_view>,
                                /*capacity_256=*/14,
                                /*bulk_leaves_at_70=*/889,
                                &WbLeafKeys,

@@ -17,14 +17,12 @@
 #include "crash/explorer.h"
 #include "crash/kill.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree {
 namespace {
 
-uint64_t Seed() {
-  const char* s = std::getenv("PMTREE_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 1;
-}
+uint64_t Seed() { return testutil::Seed(1); }
 
 class WoLongTest : public ::testing::TestWithParam<std::string> {};
 

@@ -25,6 +25,7 @@
 #include "crash/explorer.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 #include "trees/wotree/layout.h"
 
 namespace pmtree::wotree {
@@ -32,10 +33,7 @@ namespace {
 
 constexpr uint64_t kPoolSize = 256ull << 20;
 
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
+using testutil::Seed;
 
 const TreeFactory& Wo(const char* name = "wotree") {
   const TreeFactory* f = FindTree(name);
@@ -138,7 +136,7 @@ TEST(WoTreeTest, LeafInsertWithoutSplitCostsConstantFlushesAtEveryNodeSize) {
     EXPECT_LE(max_flushes, 4u) << size;
     EXPECT_LE(max_fences, 3u) << size;
     EXPECT_EQ(t.Stats().leaf_nodes, 1u) << "no split yet";
-    ExpectModel(t, model);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(t, model));
   }
 }
 
@@ -161,7 +159,7 @@ TEST(WoTreeTest, LeafDeleteCostsConstantFlushesAtEveryNodeSize) {
       EXPECT_LE(c.fences, 2u) << size;
       EXPECT_GE(c.fences, 1u) << size;
     }
-    ExpectModel(t, model);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(t, model));
   }
 }
 
@@ -213,7 +211,7 @@ TEST(WoTreeTest, RandomInsertsAndDeletesGrowThreeLevelsAndKeepEveryKey) {
       ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
     }
   }
-  ExpectModel(t, model);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(t, model));
   const TreeStats st = t.Stats();
   EXPECT_GE(st.height, 4u);
   EXPECT_GT(Extra(st, "inner_splits"), 0);
@@ -239,7 +237,7 @@ TEST(WoTreeTest, BulkLoadHonoursTheFillAndBehavesLikeAnInsertedTree) {
           model[i * 4] = i;
         }
         ASSERT_TRUE(h->tree->BulkLoad(in, fill).ok());
-        ExpectModel(*h->tree, model);
+        ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
         const TreeStats st = h->tree->Stats();
         EXPECT_NEAR(st.leaf_fill, fill, 0.1);
         EXPECT_GE(st.height, 3u);
@@ -250,13 +248,13 @@ TEST(WoTreeTest, BulkLoadHonoursTheFillAndBehavesLikeAnInsertedTree) {
           ASSERT_TRUE(h->tree->Remove(i * 4 + 4).value() == (i * 4 + 4 < 80000));
           model.erase(i * 4 + 4);
         }
-        ExpectModel(*h->tree, model);
+        ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
         // Destroyed without Close: a crash.
       }
       {
         auto h = OpenTree(path, &Wo(name), {});
         ASSERT_TRUE(h.ok()) << h.status().ToString();
-        ExpectModel(*h->tree, model);
+        ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
       }
       unlink(path.c_str());
     }
@@ -304,7 +302,7 @@ TEST(WoTreeTest, CleanCloseRestartsInstantlyAndACrashRunsTheRepairs) {
     auto h = OpenTree(path, &Wo(), {});
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     EXPECT_EQ(Extra(h->tree->Stats(), "recovered_after_crash"), 0) << "instant restart";
-    ExpectModel(*h->tree, model);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
     ASSERT_TRUE(h->tree->Remove(7).value());
     model.erase(7);
     // Destroyed without Close: a crash.
@@ -313,7 +311,7 @@ TEST(WoTreeTest, CleanCloseRestartsInstantlyAndACrashRunsTheRepairs) {
     auto h = OpenTree(path, &Wo(), {});
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     EXPECT_EQ(Extra(h->tree->Stats(), "recovered_after_crash"), 1);
-    ExpectModel(*h->tree, model);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
   }
   unlink(path.c_str());
 }
