@@ -232,15 +232,16 @@ template <class T>
   _exit(bad == 0 ? kIntact : kLost);
 }
 
-// Trees whose recovery after a clean close is known (by this campaign) to
-// refuse a pool that lost blocks: fptree, wbtree and lbtree (when its
-// restart image is unusable) compare their walk with
-// Pool::saved_bytes_in_use(); fastfair restarts without a walk, keeping the
-// saved allocator state, so Verify() finds the blocks no node reaches (120
-// copies x 6 seeds of corruption_long_test clean).  The others are added as
-// they are shown to catch every case (docs/pool_format.md).
+// Trees that refuse a cleanly closed pool that lost blocks: fptree, wbtree
+// and lbtree (when the restart image is unusable) compare their walk with
+// Pool::saved_bytes_in_use(); fastfair, wotree, sortedtree, circtree, cdds
+// and logtree keep the saved allocator state, so Verify() finds the blocks
+// no node reaches (120 copies of every clean case in corruption_long_test,
+// every zeroed page).  nvtree is left out: when its inner-node image is
+// unusable it rebuilds the allocator from the leaves (docs/pool_format.md).
 bool DetectsLossAfterCleanClose(const std::string& tree) {
-  return tree == "fptree" || tree == "wbtree" || tree == "fastfair" || tree == "lbtree";
+  return tree == "fptree" || tree == "wbtree" || tree == "fastfair" || tree == "lbtree" || tree == "logtree" ||
+         tree == "wotree" || tree == "sortedtree" || tree == "circtree" || tree == "cdds";
 }
 
 // Runs `fn` in a child with the CPU limit; returns the wait status.
