@@ -411,7 +411,7 @@ void Campaign(const std::string& name, bool bytes, bool clean, uint64_t seed, in
 
 // Not random: every 4 KiB page of the bytes in use zeroed in turn, one copy
 // each (the damage that cut lbtree's leaf list after a clean close, issue
-// 17 item 2).  API children only.
+// 17 item 2).  API children only; crashed pools in the long run only.
 template <class T>
 void EveryZeroedPage(const std::string& name, bool bytes, bool clean) {
   BasePool<T> b;
@@ -449,6 +449,11 @@ TEST_P(CorruptionTest, EveryDamagedCopyIsAnErrorAVerifyFailureOrIntactData) {
 
 TEST_P(CorruptionTest, EveryZeroedPageIsAnErrorAVerifyFailureOrIntactData) {
   const auto& [name, bytes, clean] = GetParam();
+#ifndef PMTREE_CORRUPTION_LONG
+  // A loss in a crashed pool is only counted (no tree detects it yet), so
+  // the short run sweeps cleanly closed pools only.
+  if (!clean) GTEST_SKIP() << "crashed pools are swept by corruption_long_test";
+#endif
   if (bytes) {
     EveryZeroedPage<BytesTree>(name, bytes, clean);
   } else {
