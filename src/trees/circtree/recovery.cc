@@ -541,6 +541,9 @@ Status CircTree<P>::Verify() {
       }
       for (uint32_t i = 0; i < s.n; i++) {
         const Pair* p = At(x, s, i);
+        // A child is compared with the chain below only after it: check it
+        // is a node of that level before reading through it.
+        PMTREE_RETURN_IF_ERROR(CheckNode(p->value, static_cast<uint32_t>(L - 1)));
         expect_children.push_back(p->value);
         if (i > 0 && p->key != N(p->value)->hdr.low_key)
           return NodeError(off, "C7", "separator " + std::to_string(i) + " differs from its child's low key");

@@ -64,7 +64,11 @@
 //                             reports a clean shutdown
 //   40   8     variant        0 = lbtree; 1 = lbtree-paper (test-only): each
 //                             variant refuses to recover the other's pool
-//   48   16    reserved       zero
+//   48   8     restart_bytes  size of that image (0 = none, or a pool closed
+//                             before this word was kept): an image recovery
+//                             cannot use is still counted when the walk's
+//                             bytes are checked against the clean close's
+//   56   8     reserved       zero
 //   64   256   hints[0]       HintArray: count (8 B) + up to 31 leaf offsets
 //   320  256   hints[1]       the alternative HintArray
 //
@@ -157,7 +161,8 @@ struct Meta {
   uint64_t hint_sel;
   uint64_t restart;
   uint64_t variant;
-  uint64_t reserved[2];
+  uint64_t restart_bytes;
+  uint64_t reserved;
   HintArray hints[2];
 };
 static_assert(sizeof(Meta) == 576);
@@ -165,6 +170,7 @@ static_assert(offsetof(Meta, head) == 16);
 static_assert(offsetof(Meta, hint_sel) == 24);
 static_assert(offsetof(Meta, restart) == 32);
 static_assert(offsetof(Meta, variant) == 40);
+static_assert(offsetof(Meta, restart_bytes) == 48);
 inline constexpr uint64_t kVariantLbTree = 0;
 inline constexpr uint64_t kVariantPaperSplit = 1;
 static_assert(offsetof(Meta, hints) == 64);

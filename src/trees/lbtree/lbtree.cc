@@ -404,6 +404,7 @@ class LbTree final : public BasicTree<K> {
   uint64_t recovery_threads_used_ = 0, recovery_segments_ = 0, recovery_leaves_ = 0, stale_locks_cleared_ = 0;
   bool instant_restart_ = false, recovery_fallback_ = false;
   bool force_alloc_rebuild_ = false;  // a clean pool whose restart image is unusable
+  uint64_t unused_image_bytes_ = 0;   // that image's block, as Close recorded its size
 };
 
 // ================================================================================
@@ -1382,6 +1383,18 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     if (s.ok()) s = al.MarkUsedSorted(blocks);
     if (!s.ok()) return s.Annotate("lbtree recovery");
     al.EndRebuild();
+    // After a clean close whose image was unusable, the walk must reach what
+    // the close left in use but the image; fewer bytes mean leaves became
+    // unreachable (a cut leaf list): report it rather than turn them into
+    // free space.  Leaves are never freed, so nothing else differs.  Not
+    // when a key-value store holds the rebuild (allocator.h, "Owners"), nor
+    // for a pool closed before the image's size was kept (0).
+    const uint64_t saved = pool_->saved_bytes_in_use();
+    if (force_alloc_rebuild_ && saved != 0 && unused_image_bytes_ != 0 && !al.rebuild_end_pending() &&
+        al.bytes_in_use() + unused_image_bytes_ != saved)
+      return Status::Corruption("lbtree: recovery reaches " + std::to_string(al.bytes_in_use() + unused_image_bytes_) +
+                                " bytes but the clean close left " + std::to_string(saved) +
+                                " in use: blocks unreachable (a cut leaf list?)");
   }
   recovery_alloc_ms_ = lap();
 
@@ -1460,8 +1473,10 @@ Status LbTree<K>::WriteRestartImage() {
   if (!r.ok()) {
     // No room for the image: the next open walks the leaves instead.
     pool_->Store64(&mt->restart, 0);
-    // Persist so a stale image offset is never trusted.
-    pool_->Persist(&mt->restart, 8);
+    pool_->Store64(&mt->restart_bytes, 0);
+    // Persist so a stale image offset is never trusted (restart and
+    // restart_bytes share the meta block's first line).
+    pool_->Persist(&mt->restart, 24);
     return Status::Ok();
   }
   void* img = pool_->At<void>(r.value());
@@ -1469,9 +1484,10 @@ Status LbTree<K>::WriteRestartImage() {
   // Persist the image before the meta block names it.
   pool_->Persist(img, words.size() * 8);
   pool_->Store64(&mt->restart, r.value());
-  // Persist the image offset: the clean-shutdown flag Pool::Close writes next
-  // must never be durable without it.
-  pool_->Persist(&mt->restart, 8);
+  pool_->Store64(&mt->restart_bytes, words.size() * 8);
+  // Persist the image offset and size (one line): the clean-shutdown flag
+  // Pool::Close writes next must never be durable without them.
+  pool_->Persist(&mt->restart, 24);
   return Status::Ok();
 }
 
@@ -1483,13 +1499,16 @@ Status LbTree<K>::TryInstantRestart(bool* done) {
   if (off == 0) return Status::Ok();
   auto forget = [&] {
     pool_->Store64(&mt->restart, 0);
+    pool_->Store64(&mt->restart_bytes, 0);
     // Persist: the image is consumed (or untrusted) and is never read again.
-    pool_->Persist(&mt->restart, 8);
+    pool_->Persist(&mt->restart, 24);
   };
   // An image that fails a check is not used; its block is reclaimed by
-  // rebuilding the allocator from the walk.
+  // rebuilding the allocator from the walk, which must then reach what the
+  // clean close left in use but the image (RecoverFrom).
   auto Untrusted = [&] {
     force_alloc_rebuild_ = true;
+    unused_image_bytes_ = Allocator::RoundUp(mt->restart_bytes);
     forget();
     return Status::Ok();
   };
@@ -1502,7 +1521,7 @@ Status LbTree<K>::TryInstantRestart(bool* done) {
   if (off % 8 != 0 || !pool_->InHeap(off, sizeof(RestartImage))) return Untrusted();
   const auto* hdr = pool_->At<RestartImage>(off);
   if (hdr->magic != kRestartMagic || hdr->bytes < sizeof(RestartImage) || !pool_->InHeap(off, hdr->bytes) ||
-      hdr->leaves == 0 || hdr->leaves > pool_->size() / node_size_)
+      (mt->restart_bytes != 0 && hdr->bytes != mt->restart_bytes) || hdr->leaves == 0 || hdr->leaves > pool_->size() / node_size_)
     return Untrusted();
   const uint64_t* w = reinterpret_cast<const uint64_t*>(hdr + 1);
   const uint64_t nw = (hdr->bytes - sizeof(RestartImage)) / 8;

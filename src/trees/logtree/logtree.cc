@@ -430,6 +430,14 @@ Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Recover(Pool* pool, const Tree
   const auto* lh = pool->At<LogHeader>(m->log);
   if (lh->magic != kLogMagic || lh->slots != m->log_slots || lh->slot_size != sizeof(LogRecordHeader) + m->node_size)
     return Status::Corruption("logtree log at offset " + Hex(m->log) + ": bad header (invariant 2)");
+  // A clean close leaves no operation in flight, so its log is empty (as
+  // Verify checks between operations): records in the log of a cleanly
+  // closed pool are damage.  Undoing them would copy damaged bytes into
+  // nodes and rebuild the allocator from what those reach, absorbing
+  // whatever they cut off.
+  if (pool->clean_shutdown() && Pool::Load64(&lh->count) != 0)
+    return Status::Corruption("logtree log at offset " + Hex(m->log) + ": " + std::to_string(lh->count) +
+                              " records after a clean close (invariant 2)");
 
   std::unique_ptr<LogTree> t(new LogTree(pool, meta_off));
   uint64_t undone_records = 0;

@@ -10,6 +10,7 @@
 
 #include "trees/logtree/logtree.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,8 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "pm/pool_format.h"
 #include "pmtree/counters.h"
 #include "pmtree/pool.h"
+#include "trees/logtree/layout.h"
 
 namespace pmtree {
 namespace {
@@ -287,6 +290,41 @@ TEST(LogTreeTest, CleanCloseAndReopenRestartsWithoutUndo) {
   EXPECT_EQ(Contents(*h.tree), model);
   ASSERT_TRUE(*h.tree->Insert(1000000, 1));
   ASSERT_TRUE(h.tree->Verify().ok());
+}
+
+// A clean close leaves the log empty: a record found there after one is
+// damage, refused at open rather than undone into a node (issue 17).
+TEST(LogTreeTest, RecordsInTheLogOfACleanlyClosedPoolAreCorruption) {
+  ShmFile f;
+  {
+    auto h = CreateIn<U64Tree>(f.path());
+    for (uint64_t k = 0; k < 500; k++) ASSERT_TRUE(*h.tree->Insert(k, k));
+    ASSERT_TRUE(h.tree->Close().ok());
+  }
+  // Forge one well-formed record that restores the root node's first word as
+  // it is: harmless in itself, but a clean close never leaves it there.
+  const int fd = open(f.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  PoolHeader ph;
+  ASSERT_EQ(pread(fd, &ph, sizeof(ph), 0), static_cast<ssize_t>(sizeof(ph)));
+  logtree::LogTreeMeta m;
+  ASSERT_EQ(pread(fd, &m, sizeof(m), static_cast<off_t>(ph.root[0])), static_cast<ssize_t>(sizeof(m)));
+  logtree::LogRecordHeader rh{};
+  rh.target = m.root;
+  rh.len = 8;
+  uint64_t word = 0;
+  const uint64_t one = 1;
+  ASSERT_EQ(pread(fd, &word, 8, static_cast<off_t>(m.root)), 8);
+  const off_t rec = static_cast<off_t>(m.log + sizeof(logtree::LogHeader));
+  ASSERT_EQ(pwrite(fd, &rh, sizeof(rh), rec), static_cast<ssize_t>(sizeof(rh)));
+  ASSERT_EQ(pwrite(fd, &word, 8, rec + static_cast<off_t>(sizeof(rh))), 8);
+  ASSERT_EQ(pwrite(fd, &one, 8, static_cast<off_t>(m.log + offsetof(logtree::LogHeader, count))), 8);
+  close(fd);
+  auto pool = Pool::Open(f.path(), "logtree", TestPoolOptions());
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  auto t = U64Tree::Recover(pool->get(), TreeOptions{});
+  ASSERT_FALSE(t.ok()) << "a forged undo record in a cleanly closed pool was undone";
+  EXPECT_EQ(t.status().code(), Status::Code::kCorruption) << t.status().ToString();
 }
 
 TEST(LogTreeTest, CrashBetweenOperationsKeepsEveryAcknowledgedOperation) {
