@@ -778,15 +778,17 @@ class Worker {
 
   std::string Command(const ImageRef& r) const { return ReplayCommand(f_, o_, r); }
 
-  // Lazy search at a point with this plan: at every point with dirty lines
-  // (auto leaves it after the first run when the units that run read have
-  // more images than the bound).  Never in eADR (no dirty lines: the images
-  // are prefixes of the store order).
+  // Lazy search at a point with this plan: with --lazy on at every point
+  // with dirty lines; with auto only in a mutant's run, where the plain plan
+  // would sample (a mutant is "redundant" only when every point where it
+  // differs is proved; a whole exploration stays on the faster plain plan).
+  // auto leaves the search again when it cannot complete within the bound.  Never in eADR (no dirty
+  // lines: the images are prefixes of the store order).
   bool UseLazy(const ImagePlan& plan) const {
     if (o_.mode == Mode::kEadr || o_.lazy == LazyMode::kOff || plan.units().empty() || !ReadTracker::Supported())
       return false;
-    (void)plan;
-    return true;
+    const bool mutant = !o_.drop_site.empty() || !o_.split_site.empty();
+    return o_.lazy == LazyMode::kOn || (mutant && !plan.exhaustive());
   }
 
   // Lazy runs of the current operation, by image hash: the dirty lines
@@ -981,6 +983,8 @@ class Worker {
         // the bound, so the search cannot complete and the structured set is
         // the better sample: leave the lazy search.
         if (i == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read) > o_.lazy_max_runs) break;
+        // auto: likewise as soon as the queue shows the bound cannot hold.
+        if (o_.lazy == LazyMode::kAuto && search.runs_needed_at_least() > o_.lazy_max_runs) break;
       }
       sh_->lazy_runs.fetch_add(search.runs());
       if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);

@@ -94,11 +94,11 @@ struct ImageRef {
 std::string ImageRefString(const ImageRef& r);  // "12:3:40"
 Status ParseImageRef(std::string_view text, ImageRef* r);
 
-// Lazy image search (crash/lazy.h) at every crash point with dirty lines:
-// kAuto leaves it for the plain plan (exhaustive up to max_images, else the
-// structured set and samples) when the dirty units the first run read have
-// more images than lazy_max_runs; kOn never leaves it (runs up to
-// lazy_max_runs); kOff: the plain plan only.
+// Lazy image search (crash/lazy.h).  kAuto: in a mutant's run (drop_site or
+// split_site set), at the crash points whose images exceed max_images (where
+// the plain plan would sample), leaving it again for the structured set and
+// samples as soon as it cannot complete within lazy_max_runs; kOn: at every crash point with dirty lines, never left
+// (runs up to lazy_max_runs); kOff: the plain plan only.
 enum class LazyMode : uint8_t { kOff, kAuto, kOn };
 std::string_view LazyModeName(LazyMode m);
 Status ParseLazyMode(std::string_view text, LazyMode* m);

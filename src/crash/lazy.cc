@@ -24,6 +24,9 @@ constexpr uint64_t kLineBytes = 64;
 // Widest access one instruction makes (an AVX-512 load or store): a fault
 // at address a may touch bytes [a, a + kMaxAccess).
 constexpr uint64_t kMaxAccess = 64;
+// Faults one page may take in one run before all its dirty lines count as
+// read (lazy.h).
+constexpr uint32_t kFaultsPerPage = 4096;
 #if defined(__x86_64__)
 constexpr greg_t kTrapFlag = 0x100;  // EFLAGS.TF: a debug trap after the next instruction
 #endif
@@ -98,6 +101,7 @@ void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread) {
   unread_.assign(pages_.size(), 0);
   for (uint32_t p : line_page_) unread_[p]++;
   protected_.assign(pages_.size(), 0);
+  page_faults_.assign(pages_.size(), 0);
   stepping_.clear();
   stepping_.reserve(pages_.size());
   faults_ = 0;
@@ -151,6 +155,8 @@ bool ReadTracker::HandleFault(uint64_t addr, void* ucontext) {
   faults_++;
   const uint64_t last = std::min(off + kMaxAccess - 1, size_ - 1);
   for (uint64_t l = off & ~(kLineBytes - 1); l <= last; l += kLineBytes) Record(l);
+  if (++page_faults_[p] >= kFaultsPerPage)  // a hot page: every dirty line of it counts as read
+    for (uint64_t l = pages_[p]; l < pages_[p] + kPage && protected_[p]; l += kLineBytes) Record(l);
   if (protected_[p]) {
     // Open the page for this one instruction; the trap closes it again.
     SetAccess(p, true);
@@ -232,6 +238,12 @@ LazyPlan::LazyPlan(std::vector<uint32_t> pending, std::vector<std::vector<uint32
     : pending_(std::move(pending)), unit_lines_(std::move(unit_lines)) {
   by_deviation_.resize(1);
   by_deviation_[0].push_back(Node{});
+}
+
+uint64_t LazyPlan::runs_needed_at_least() const {
+  uint64_t n = runs_;
+  for (const auto& q : by_deviation_) n += q.size();
+  return n;
 }
 
 bool LazyPlan::queue_empty() const {

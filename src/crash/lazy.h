@@ -33,7 +33,10 @@
 // at the fault address can touch (an over-approximation: more branching,
 // never a missed read), unprotects the page and single-steps the faulting
 // instruction (x86-64 trap flag); the trap protects the page again while it
-// still holds unread dirty lines.  Writes count as reads.  The pool header
+// still holds unread dirty lines.  A page that faults kFaultsPerPage times
+// in one run (a hot node beside a dirty line nobody reads) has all its dirty
+// lines recorded and is opened for good: bounded cost, at the price of more
+// branching (still never a missed read).  Writes count as reads.  The pool header
 // is read with pread() before the mapping exists, so dirty lines of the
 // header page are recorded first, always.  The check must be
 // single-threaded (the explorer recovers with one thread in lazy runs).
@@ -88,6 +91,7 @@ class ReadTracker {
   std::vector<uint32_t> unread_;       // per page: dirty lines not read yet
   std::vector<uint8_t> protected_;     // per page
   std::vector<uint32_t> stepping_;     // pages opened for the instruction being single-stepped
+  std::vector<uint32_t> page_faults_;  // per page, this run
   uint64_t faults_ = 0;
 };
 
@@ -125,6 +129,9 @@ class LazyPlan {
   // for an image already checked at an earlier crash point, that check's).
   void Done(const std::vector<uint32_t>& lines_read);
   uint64_t runs() const { return runs_; }
+  // Runs handed out plus runs still queued: above the bound, the search
+  // cannot complete within it.
+  uint64_t runs_needed_at_least() const;
   bool complete() const { return queue_empty() && !nondeterministic_; }
   bool nondeterministic() const { return nondeterministic_; }
 

@@ -463,9 +463,9 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--max-images", a->max_images, "exhaustive bound per crash point");
   sub->add_option("--samples", a->samples, "random images per crash point above the bound");
   sub->add_option("--lazy", a->lazy,
-                  "auto: branch only on the dirty lines recovery and the checks read, back to the plain plan where "
-                  "those alone exceed --max-images "
-                  "(default); on: never back; off: exhaustive up to the bound, else structured set plus samples")
+                  "auto (default): in mutant runs, where the plain plan would sample, branch only on the dirty "
+                  "lines recovery and the checks read (back to the plan when that cannot finish within "
+                  "--lazy-max-runs); on: at every crash point, never back; off: the plain plan only")
       ->capture_default_str();
   sub->add_option("--lazy-max-runs", a->lazy_max_runs, "bound on the lazy search's runs per crash point")
       ->capture_default_str();
