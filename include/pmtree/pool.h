@@ -113,6 +113,10 @@ struct PoolOptions {
   std::function<Status(std::string_view layout, uint64_t layout_flags)> accept;
   // kCustom only.
   BackendFactory backend_factory;
+  // Called with the pool's mapping right after it is mapped, before any byte
+  // of it is read or written (the crash explorer's lazy mode protects pages
+  // there to see which lines recovery reads: src/crash/lazy.h).
+  std::function<void(char* view, uint64_t size)> on_map;
   // Count stores and flushes per line and page, and allocations, into this
   // profile (pmtree/write_profile.h); null = no profiling (the default).
   // The pool keeps a reference while it is open.

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "crash/explorer_internal.h"
+#include "crash/lazy.h"
 #include "crash/shadow.h"
 #include "crash/trace.h"
 
@@ -57,6 +58,18 @@ Status ParseWorkload(std::string_view text, Workload* w) {
   if (text == "small") *w = Workload::kSmall;
   else if (text == "random") *w = Workload::kRandom;
   else return Status::InvalidArgument("unknown workload '" + std::string(text) + "'; valid: small, random");
+  return Status::Ok();
+}
+
+std::string_view LazyModeName(LazyMode m) {
+  return m == LazyMode::kOff ? "off" : m == LazyMode::kOn ? "on" : "auto";
+}
+
+Status ParseLazyMode(std::string_view text, LazyMode* m) {
+  if (text == "off") *m = LazyMode::kOff;
+  else if (text == "auto") *m = LazyMode::kAuto;
+  else if (text == "on") *m = LazyMode::kOn;
+  else return Status::InvalidArgument("unknown lazy mode '" + std::string(text) + "'; valid: off, auto, on");
   return Status::Ok();
 }
 
@@ -392,7 +405,8 @@ struct Shared {
   std::atomic<uint64_t> cur_op{0};
   std::atomic<int64_t> heartbeat_ms{0};
   std::atomic<uint64_t> images{0}, points{0}, points_exhaustive{0}, dedup{0}, continuations{0},
-      recovery_images{0}, scenarios_done{0}, violations{0}, mutant_points{0}, mutant_points_exhaustive{0};
+      recovery_images{0}, scenarios_done{0}, violations{0}, mutant_points{0}, mutant_points_exhaustive{0},
+      lazy_points{0}, lazy_runs{0}, lazy_nondeterministic{0}, lazy_abandoned{0}, lazy_faults{0};
   std::atomic<uint64_t> fault_addr{0}, fault_pc{0};
   std::atomic<int> fault_in_view{0};
   std::atomic<int> budget_hit{0};
@@ -445,6 +459,8 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
   for (const auto& [k, v] : o.tree_options.extra) c += " --tree-option " + k + "=" + v;
   if (o.max_images != 4096) c += " --max-images " + std::to_string(o.max_images);
   if (o.samples != 512) c += " --samples " + std::to_string(o.samples);
+  if (o.lazy != LazyMode::kAuto) c += " --lazy " + std::string(LazyModeName(o.lazy));
+  if (o.lazy_max_runs != 16384) c += " --lazy-max-runs " + std::to_string(o.lazy_max_runs);
   if (o.pool_size != (4ull << 20)) c += " --pool-size " + std::to_string(o.pool_size);
   if (!o.drop_site.empty()) c += " --drop " + o.drop_site + (o.drop_fence ? "@fence" : "@flush");
   if (!o.split_site.empty()) c += " --split-store " + o.split_site;
@@ -610,23 +626,53 @@ class Worker {
     g_view.store(nullptr);
   }
 
-  // Opens image `file` copy-on-write, recovers and checks it.
-  std::string CheckImage(ImageFile& file, const Expect& e, bool continuation, uint64_t seed) {
+  // Opens image `file` copy-on-write, recovers and checks it.  With
+  // `lines` (a lazy run, lazy.h): records which of these dirty lines the
+  // check reads (recovery to the space check; not the continuation) into
+  // *read, in the order of first access.
+  std::string CheckImage(ImageFile& file, const Expect& e, bool continuation, uint64_t seed,
+                         const std::vector<uint64_t>* lines = nullptr, std::vector<uint32_t>* read = nullptr) {
     PoolOptions po;
     po.backend = BackendKind::kDram;
     po.counting = false;
     po.use_env = false;
     po.private_mapping = true;
+    ReadTracker& tracker = ReadTracker::Get();
+    struct StopTracking {
+      ReadTracker* t;
+      ~StopTracking() {
+        if (t) t->Stop();
+      }
+    } stop_tracking{lines ? &tracker : nullptr};
+    ExploreOptions recover_options = o_;
+    if (lines) {
+      // The pool header is read with pread() before the mapping exists.
+      tracker.Arm(*lines, kPoolHeaderSize);
+      po.on_map = [&tracker](char* base, uint64_t size) { tracker.Protect(base, size); };
+      recover_options.tree_options.recovery_threads = 1;  // reads are tracked on this thread only
+    }
+    auto finish_tracking = [&] {
+      if (!lines) return;
+      tracker.Stop();
+      *read = tracker.order();
+      sh_->lazy_faults.fetch_add(tracker.faults());
+    };
     auto pool = Pool::OpenAnonymous(file.fd, file.size, f_.name, po, false);
-    if (!pool.ok()) return "the pool does not open: " + pool.status().ToString();
-    auto tree = RecoverFor(f_, pool->get(), o_);
+    if (!pool.ok()) {
+      finish_tracking();
+      return "the pool does not open: " + pool.status().ToString();
+    }
+    auto tree = RecoverFor(f_, pool->get(), recover_options);
     if (!tree.ok()) {
-      if (e.absent_ok && (*pool)->root(0) == 0) return "";
+      const bool absent = e.absent_ok && (*pool)->root(0) == 0;
+      finish_tracking();
+      if (absent) return "";
       return "recovery failed: " + tree.status().ToString();
     }
     if (o_.inject_leak) (void)(*pool)->allocator().Allocate(kAllocGranule);
     int which = 0;
     std::string failure = CheckTree(pool->get(), tree->get(), e, &which, true);
+    finish_tracking();
     // (No continuation after a partial default bulk load: its model is the
     // recovered prefix, which the scan already checked.)
     if (failure.empty() && continuation && o_.continuation_ops > 0 && which != 3) {
@@ -732,6 +778,38 @@ class Worker {
 
   std::string Command(const ImageRef& r) const { return ReplayCommand(f_, o_, r); }
 
+  // Lazy search at a point with this plan: with --lazy on at every point
+  // with dirty lines; with auto only in a mutant's run, where the plain plan
+  // would sample (a mutant is "redundant" only when every point where it
+  // differs is proved; a whole exploration stays on the faster plain plan).
+  // auto leaves the search again when it cannot complete within the bound.  Never in eADR (no dirty
+  // lines: the images are prefixes of the store order).
+  bool UseLazy(const ImagePlan& plan) const {
+    if (o_.mode == Mode::kEadr || o_.lazy == LazyMode::kOff || plan.units().empty() || !ReadTracker::Supported())
+      return false;
+    const bool mutant = !o_.drop_site.empty() || !o_.split_site.empty();
+    return o_.lazy == LazyMode::kOn || (mutant && !plan.exhaustive());
+  }
+
+  // Lazy runs of the current operation, by image hash: the dirty lines
+  // (offsets) each check read, in order.  An image met again at a later
+  // crash point is not checked again; its recorded reads, mapped onto this
+  // point's dirty lines, continue the search.
+  bool LazySeen(uint64_t h, const std::vector<uint64_t>& lines, std::vector<uint32_t>* read) const {
+    auto it = lazy_seen_.find(h);
+    if (it == lazy_seen_.end()) return false;
+    for (uint64_t off : it->second) {
+      auto l = std::lower_bound(lines.begin(), lines.end(), off);
+      if (l != lines.end() && *l == off) read->push_back(static_cast<uint32_t>(l - lines.begin()));
+    }
+    return true;
+  }
+  void RememberLazy(uint64_t h, const std::vector<uint64_t>& lines, const std::vector<uint32_t>& read) {
+    std::vector<uint64_t>& offs = lazy_seen_[h];
+    offs.clear();
+    for (uint32_t l : read) offs.push_back(lines[l]);
+  }
+
   bool IsDropped(const TraceLog& log, uint32_t site) const {
     return !o_.drop_site.empty() && log.sites.Name(site) == o_.drop_site;
   }
@@ -794,6 +872,7 @@ class Worker {
     uint64_t point = 0;
     uint64_t last_gen = UINT64_MAX;
     std::unordered_set<uint64_t> seen;
+    lazy_seen_.clear();
     bool stop = false;
     bool started = false;  // before the first operation: the pool's own header set-up, not counted
 
@@ -826,48 +905,104 @@ class Worker {
       std::vector<Unit*> units;
       if (o_.mode != Mode::kEadr) units = shadow.DirtyUnits();
       ImagePlan plan(units, img_.map, o_.max_images, o_.samples, seed);
+      const bool lazy = UseLazy(plan);
       sh_->points.fetch_add(1);
-      if (plan.exhaustive()) sh_->points_exhaustive.fetch_add(1);
+      if (lazy) sh_->lazy_points.fetch_add(1);
+      if (!lazy && plan.exhaustive()) sh_->points_exhaustive.fetch_add(1);
       if (mutant_specific) {
         sh_->mutant_points.fetch_add(1);
-        if (plan.exhaustive()) sh_->mutant_points_exhaustive.fetch_add(1);
+        if (!lazy && plan.exhaustive()) sh_->mutant_points_exhaustive.fetch_add(1);
       }
-      std::vector<uint32_t> choice;
+      // The worker died inside this point's lazy search (its ticket is out,
+      // and the search cannot resume without the runs before it).
+      if (lazy && p == start.point && start.image > 0) return;
       const uint64_t first = p == start.point ? start.image : 0;
-      for (uint64_t i = first; i < plan.planned(); i++) {
-        if (o_.replay && i != o_.replay->image) continue;
+      // Checks the image patched into P as image `i` of this point; with
+      // `lines`, a lazy run that reports what it read.  False: leave the point.
+      auto check = [&](uint64_t i, const std::vector<uint32_t>& choice, const std::vector<uint64_t>* lines,
+                       std::vector<uint32_t>* read) -> bool {
         sh_->point.store(p);
         sh_->image.store(i);
         sh_->heartbeat_ms.store(NowMs());
-        plan.Apply(i, &choice);
         const uint64_t h = plan.ImageHash(shadow.p_hash()) ^ (at_end ? 0x5bd1e995ull : 0);
-        if (!o_.replay && !seen.insert(h).second) {
+        if (!o_.replay && lines && LazySeen(h, *lines, read)) {
           sh_->dedup.fetch_add(1);
-          continue;
+          return true;
         }
-        const bool cont = i == first || (o_.continuation_every > 0 && i % o_.continuation_every == 0);
-        std::string failure = CheckImage(img_, e, cont, seed ^ Mix(i));
+        if (!o_.replay && !lines && !seen.insert(h).second) {
+          sh_->dedup.fetch_add(1);
+          return true;
+        }
+        const bool quiet = o_.replay && i != o_.replay->image;  // a lazy replay re-runs the search up to it
+        const bool cont = !quiet && (i == first || (o_.continuation_every > 0 && i % o_.continuation_every == 0));
+        std::string failure = CheckImage(img_, e, cont, seed ^ Mix(i), lines, read);
+        if (lines && !o_.replay) RememberLazy(h, *lines, *read);
         sh_->images.fetch_add(1);
-        const bool recovery_crash = i == 0 || i + 1 == plan.planned() ||
+        const bool recovery_crash = i == 0 || (!lines && i + 1 == plan.planned()) ||
                                     (o_.recovery_crash_every > 0 && i % o_.recovery_crash_every == 0);
-        if (failure.empty() && o_.crash_during_recovery && recovery_crash)
+        if (!quiet && failure.empty() && o_.crash_during_recovery && recovery_crash)
           failure = CrashDuringRecovery(e, std::max(img_.dirty, run.log.high_water), seed ^ Mix(i + 7));
+        if (quiet) return true;
         if (o_.replay)
           std::fprintf(stderr, "replay %s: scenario %s; in flight %s; %s; image %s: %s\n",
                        ImageRefString(ImageRef{s, p, i}).c_str(), sc.name.c_str(), OpString(sc.ops[op]).c_str(),
                        where.c_str(), plan.Describe(choice).c_str(), failure.empty() ? "OK" : "FAILED");
         if (!failure.empty()) {
           Report(ImageRef{s, p, i}, sc, op, where, plan.Describe(choice), failure);
-          if (sh_->stop.load()) {
-            stop = true;
-            return;
-          }
-          break;  // one ticket per crash point is enough
+          if (sh_->stop.load()) stop = true;
+          return false;  // one ticket per crash point is enough
         }
         if (OutOfTime()) {
           stop = true;
-          return;
+          return false;
         }
+        return !(o_.replay && i == o_.replay->image);
+      };
+      std::vector<uint32_t> choice;
+      if (!lazy) {
+        for (uint64_t i = first; i < plan.planned(); i++) {
+          if (o_.replay && i != o_.replay->image) continue;
+          plan.Apply(i, &choice);
+          if (!check(i, choice, nullptr, nullptr)) return;
+        }
+        return;
+      }
+      // Lazy: branch only on the dirty lines the checks read (lazy.h).
+      const LazyUnits lz = MakeLazyUnits(units, img_.map);
+      LazyPlan search(lz.Alternatives(), lz.unit_lines);
+      std::vector<uint32_t> alt, read;
+      uint64_t i = 0;
+      for (; i < o_.lazy_max_runs && search.Next(&alt); i++) {
+        choice = lz.Choice(alt);
+        plan.ApplyChoice(choice);
+        read.clear();
+        const bool go_on = check(i, choice, &lz.lines, &read);
+        search.Done(read);
+        if (!go_on) return;
+        // auto: the images of the units the first run read already exceed
+        // the bound, so the search cannot complete and the structured set is
+        // the better sample: leave the lazy search.
+        if (i == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read) > o_.lazy_max_runs) break;
+        // auto: likewise as soon as the queue shows the bound cannot hold.
+        if (o_.lazy == LazyMode::kAuto && search.runs_needed_at_least() > o_.lazy_max_runs) break;
+      }
+      sh_->lazy_runs.fetch_add(search.runs());
+      if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
+      if (search.complete()) {
+        sh_->points_exhaustive.fetch_add(1);
+        if (mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
+        return;
+      }
+      if (o_.lazy == LazyMode::kOn) return;
+      // auto: the plan after all (its image 0, all old, was run 0).
+      sh_->lazy_abandoned.fetch_add(1);
+      if (plan.exhaustive()) {
+        sh_->points_exhaustive.fetch_add(1);
+        if (mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
+      }
+      for (uint64_t j = 1; j < plan.planned(); j++) {
+        plan.Apply(j, &choice);
+        if (!check(i + j, choice, nullptr, nullptr)) return;
       }
     };
 
@@ -879,6 +1014,7 @@ class Worker {
           started = true;
           focus = op >= sc.check_from;
           seen.clear();
+          lazy_seen_.clear();
           last_gen = UINT64_MAX;
           flushes_since_point.clear();
           break;
@@ -924,8 +1060,9 @@ class Worker {
         }
         case EventKind::kFlush:
           if (base) base->Flush(ev.off, ev.len, ev.site);
-          if (!o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
+          // A dropped site still counts as reached (`--drop` checks it was).
           if (started) cov[{log.sites.Name(ev.site), "flush"}].reached++;
+          if (!o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
           if (focus) {
             flushes_since_point.insert(ev.site);
             if (o_.mode == Mode::kEadr) mark(ev.site, "flush");
@@ -933,11 +1070,11 @@ class Worker {
           shadow.Flush(ev.off, ev.len, ev.site);
           break;
         case EventKind::kFence:
+          if (started) cov[{log.sites.Name(ev.site), "fence"}].reached++;
           if (o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) {
             if (base) base->Fence(ev.site);
             break;
           }
-          if (started) cov[{log.sites.Name(ev.site), "fence"}].reached++;
           if (focus) {
             if (o_.mode != Mode::kEadr) crash_point("before the fence at " + log.sites.Name(ev.site), false, ev.site);
             else mark(ev.site, "fence");
@@ -972,6 +1109,7 @@ class Worker {
   int results_fd_;
   double deadline_;
   ImageFile img_, rec_a_, rec_b_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> lazy_seen_;
 };
 
 void InstallFaultHandlers(Shared* sh) {
@@ -1201,6 +1339,11 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
   rep.scenarios = sh->scenarios_done.load();
   rep.crash_points = sh->points.load();
   rep.crash_points_exhaustive = sh->points_exhaustive.load();
+  rep.lazy_points = sh->lazy_points.load();
+  rep.lazy_runs = sh->lazy_runs.load();
+  rep.lazy_nondeterministic = sh->lazy_nondeterministic.load();
+  rep.lazy_abandoned = sh->lazy_abandoned.load();
+  rep.lazy_faults = sh->lazy_faults.load();
   rep.mutant_points = sh->mutant_points.load();
   rep.mutant_points_exhaustive = sh->mutant_points_exhaustive.load();
   rep.images_checked = sh->images.load();

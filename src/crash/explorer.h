@@ -94,6 +94,15 @@ struct ImageRef {
 std::string ImageRefString(const ImageRef& r);  // "12:3:40"
 Status ParseImageRef(std::string_view text, ImageRef* r);
 
+// Lazy image search (crash/lazy.h).  kAuto: in a mutant's run (drop_site or
+// split_site set), at the crash points whose images exceed max_images (where
+// the plain plan would sample), leaving it again for the structured set and
+// samples as soon as it cannot complete within lazy_max_runs; kOn: at every crash point with dirty lines, never left
+// (runs up to lazy_max_runs); kOff: the plain plan only.
+enum class LazyMode : uint8_t { kOff, kAuto, kOn };
+std::string_view LazyModeName(LazyMode m);
+Status ParseLazyMode(std::string_view text, LazyMode* m);
+
 struct ExploreOptions {
   Mode mode = Mode::kAdr;
   Workload workload = Workload::kSmall;
@@ -105,6 +114,11 @@ struct ExploreOptions {
   bool bulk_load = true;         // small workload: bulk-load scenarios and bulk-loaded pre-states
   uint64_t max_images = 4096;    // exhaustive bound per crash point
   uint64_t samples = 512;        // random images added above the bound
+  // Lazy search, and its bound on runs per crash point (kAuto leaves the
+  // search for the plain plan when the first run's read units alone have
+  // more images than this).
+  LazyMode lazy = LazyMode::kAuto;
+  uint64_t lazy_max_runs = 16384;
   double budget_seconds = 0;     // 0: no limit
   uint64_t pool_size = 4ull << 20;
   TreeOptions tree_options;
@@ -183,6 +197,17 @@ struct ExploreReport {
   // the unmutated program's; only these are checked.
   uint64_t mutant_points = 0;
   uint64_t mutant_points_exhaustive = 0;
+  // Crash points searched lazily, the runs they took (counted in
+  // images_checked), and points where a run did not read its fixed prefix
+  // first (a nondeterministic check: such a point is not exhaustive).
+  uint64_t lazy_points = 0;
+  uint64_t lazy_runs = 0;
+  uint64_t lazy_nondeterministic = 0;
+  // kAuto: points whose first run read more units than the bound allows
+  // (the structured set and samples were checked instead), and the page
+  // faults the lazy runs took to record their reads.
+  uint64_t lazy_abandoned = 0;
+  uint64_t lazy_faults = 0;
   uint64_t images_checked = 0;
   uint64_t images_deduplicated = 0;
   uint64_t continuation_runs = 0;

@@ -256,10 +256,14 @@ void ImagePlan::Revert() {
 
 void ImagePlan::Apply(uint64_t index, std::vector<uint32_t>* choice) {
   Choice(index, choice);
+  ApplyChoice(*choice);
+}
+
+void ImagePlan::ApplyChoice(const std::vector<uint32_t>& choice) {
   Revert();
   for (size_t i = 0; i < units_.size(); i++) {
     const auto& p = units_[i]->pending;
-    for (uint32_t j = 0; j < (*choice)[i]; j++) std::memcpy(image_ + p[j].off, p[j].data, p[j].len);
+    for (uint32_t j = 0; j < choice[i]; j++) std::memcpy(image_ + p[j].off, p[j].data, p[j].len);
   }
 }
 

@@ -139,6 +139,9 @@ class ImagePlan {
   // Patches image `index` (0 <= index < planned()) into P; returns its
   // choice vector via *choice.  Images are visited in index order.
   void Apply(uint64_t index, std::vector<uint32_t>* choice);
+  // Patches an arbitrary choice vector (one entry per unit, each at most
+  // that unit's pending count) into P: the lazy mode's images (lazy.h).
+  void ApplyChoice(const std::vector<uint32_t>& choice);
   // Restores P.
   void Revert();
   // Hash of the bytes of every dirty line as currently patched, combined with

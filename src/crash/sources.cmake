@@ -7,6 +7,7 @@ add_library(pmtree_crash
   src/crash/check.cc
   src/crash/key_shapes.cc
   src/crash/explorer.cc
+  src/crash/lazy.cc
   src/crash/kill.cc
   src/crash/kv_explore.cc)
 target_include_directories(pmtree_crash PUBLIC include src)
@@ -14,6 +15,7 @@ target_link_libraries(pmtree_crash PUBLIC pmtree_trees pmtree_kv PRIVATE nlohman
 list(APPEND PMTREE_TOOL_LIBS pmtree_crash)
 
 pmtree_test(crash_test src/crash/crash_test.cc src/crash/test_trees.cc)
+pmtree_test(lazy_test src/crash/lazy_test.cc)
 # Every registered persistent tree, bounded (a few minutes in all).
 pmtree_test(crash_all_trees_test tests/crash_all_trees_test.cc)
 

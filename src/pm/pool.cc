@@ -224,6 +224,7 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
   pool->base_ = pool->map_->view;
   pool->size_ = pool->map_->size;
   pool->memfd_ = pool->map_->anonymous ? pool->map_->fd : -1;
+  if (options.on_map) options.on_map(pool->base_, pool->size_);
   if (pool->map_->map != nullptr) {
     switch (pmem2_map_get_store_granularity(pool->map_->map)) {
       case PMEM2_GRANULARITY_BYTE: pool->granularity_ = "byte"; break;

@@ -45,6 +45,8 @@ struct CrashArgs {
   std::vector<std::string> tree_options;
   uint64_t max_images = 4096;
   uint64_t samples = 512;
+  std::string lazy = "auto";
+  uint64_t lazy_max_runs = 16384;
   uint64_t pool_size = 4ull << 20;
   std::string drop;
   std::string split_store;
@@ -222,6 +224,7 @@ std::string RangeError(const CrashArgs& a) {
   if (a.ops < 1 || a.ops > 1'000'000) return out("--ops", "1..1000000");
   if (a.max_images < 1 || a.max_images > (1u << 24)) return out("--max-images", "1..16777216");
   if (a.samples > 1'000'000) return out("--samples", "0..1000000");
+  if (a.lazy_max_runs < 1 || a.lazy_max_runs > (1u << 24)) return out("--lazy-max-runs", "1..16777216");
   if (a.pool_size < kMinPoolSize || a.pool_size > (4ull << 30) || a.pool_size % 4096 != 0)
     return out("--pool-size", std::to_string(kMinPoolSize) + "..4294967296 bytes, a multiple of 4096");
   if (!(a.budget_seconds >= 0 && a.budget_seconds <= 604800)) return out("--budget-seconds", "0..604800");
@@ -262,6 +265,7 @@ int Run(const CrashArgs& a) {
   Status s = crash::ParseMode(a.mode, &o.mode);
   if (s.ok()) s = crash::ParseWorkload(a.workload, &o.workload);
   if (s.ok()) s = crash::ParseKeyShape(a.keys, &o.keys);
+  if (s.ok()) s = crash::ParseLazyMode(a.lazy, &o.lazy);
   if (!s.ok()) {
     std::fprintf(stderr, "pmtree crash: %s\n", s.ToString().c_str());
     return 2;
@@ -273,6 +277,7 @@ int Run(const CrashArgs& a) {
   o.budget_seconds = a.budget_seconds;
   o.max_images = a.max_images;
   o.samples = a.samples;
+  o.lazy_max_runs = a.lazy_max_runs;
   o.pool_size = a.pool_size;
   o.tree_options = to;
   o.max_tickets = a.max_tickets;
@@ -344,6 +349,12 @@ int Run(const CrashArgs& a) {
     j["scenarios_total"] = rep.scenarios_total;
     j["crash_points"] = rep.crash_points;
     j["crash_points_exhaustive"] = rep.crash_points_exhaustive;
+    j["lazy"] = a.lazy;
+    j["lazy_points"] = rep.lazy_points;
+    j["lazy_runs"] = rep.lazy_runs;
+    j["lazy_nondeterministic"] = rep.lazy_nondeterministic;
+    j["lazy_abandoned"] = rep.lazy_abandoned;
+    j["lazy_faults"] = rep.lazy_faults;
     j["images_checked"] = rep.images_checked;
     j["images_deduplicated"] = rep.images_deduplicated;
     j["recovery_crash_images"] = rep.recovery_crash_images;
@@ -389,6 +400,13 @@ int Run(const CrashArgs& a) {
                 100 * rep.exhaustive_fraction, (unsigned long long)rep.images_checked,
                 (unsigned long long)rep.images_deduplicated, (unsigned long long)rep.recovery_crash_images,
                 rep.images_per_s, rep.images_per_cpu_s, rep.seconds, rep.budget_exhausted ? " (budget exhausted)" : "");
+    if (rep.lazy_points > 0)
+      std::printf("lazy search at %llu crash points (%llu left for the plain plan): %llu runs, %llu faults%s\n",
+                  (unsigned long long)rep.lazy_points, (unsigned long long)rep.lazy_abandoned,
+                  (unsigned long long)rep.lazy_runs, (unsigned long long)rep.lazy_faults,
+                  rep.lazy_nondeterministic > 0
+                      ? (", " + std::to_string(rep.lazy_nondeterministic) + " points with a nondeterministic check").c_str()
+                      : "");
     if (a.replay.empty()) {  // a replay checks one image: coverage and lints mean nothing there
       std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
                   (unsigned long long)rep.sites_total);
@@ -444,6 +462,13 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--tree-option", a->tree_options, "design-specific option KEY=VALUE (repeatable)");
   sub->add_option("--max-images", a->max_images, "exhaustive bound per crash point");
   sub->add_option("--samples", a->samples, "random images per crash point above the bound");
+  sub->add_option("--lazy", a->lazy,
+                  "auto (default): in mutant runs, where the plain plan would sample, branch only on the dirty "
+                  "lines recovery and the checks read (back to the plan when that cannot finish within "
+                  "--lazy-max-runs); on: at every crash point, never back; off: the plain plan only")
+      ->capture_default_str();
+  sub->add_option("--lazy-max-runs", a->lazy_max_runs, "bound on the lazy search's runs per crash point")
+      ->capture_default_str();
   sub->add_option("--pool-size", a->pool_size, "bytes of the explorer's anonymous pool");
   sub->add_option("--drop", a->drop, "explore a mutant: drop SITE@flush or SITE@fence");
   sub->add_option("--split-store", a->split_store, "explore a mutant: 8-byte stores at SITE reach memory as two 4-byte halves");

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Lazy image exploration: read tracking by page protection and single
+// steps, and the search over runs (lazy.h).
+
+#include "crash/lazy.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "crash/shadow.h"
+
+namespace pmtree::crash {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kLineBytes = 64;
+// Widest access one instruction makes (an AVX-512 load or store): a fault
+// at address a may touch bytes [a, a + kMaxAccess).
+constexpr uint64_t kMaxAccess = 64;
+// Faults one page may take in one run before all its dirty lines count as
+// read (lazy.h).
+constexpr uint32_t kFaultsPerPage = 4096;
+#if defined(__x86_64__)
+constexpr greg_t kTrapFlag = 0x100;  // EFLAGS.TF: a debug trap after the next instruction
+#endif
+
+struct sigaction g_old_segv, g_old_trap;
+
+void Chain(const struct sigaction& old, int sig, siginfo_t* si, void* uc) {
+  if (old.sa_flags & SA_SIGINFO) {
+    if (old.sa_sigaction != nullptr) old.sa_sigaction(sig, si, uc);
+    return;
+  }
+  if (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN) {
+    // Returning re-executes the instruction with the default action.
+    signal(sig, SIG_DFL);
+    return;
+  }
+  old.sa_handler(sig);
+}
+
+void OnSegv(int sig, siginfo_t* si, void* uc) {
+  if (ReadTracker::Get().HandleFault(reinterpret_cast<uint64_t>(si->si_addr), uc)) return;
+  Chain(g_old_segv, sig, si, uc);
+}
+
+void OnTrap(int sig, siginfo_t* si, void* uc) {
+  if (ReadTracker::Get().HandleTrap(uc)) return;
+  Chain(g_old_trap, sig, si, uc);
+}
+
+// Installs `fn` for `sig` unless it is already there, keeping the handler
+// it replaces for chaining.
+void Install(int sig, void (*fn)(int, siginfo_t*, void*), struct sigaction* old) {
+  struct sigaction cur;
+  sigaction(sig, nullptr, &cur);
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == fn) return;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = fn;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, old);
+}
+
+}  // namespace
+
+ReadTracker& ReadTracker::Get() {
+  static ReadTracker t;
+  return t;
+}
+
+bool ReadTracker::Supported() {
+#if defined(__x86_64__) && defined(__linux__)
+  return sysconf(_SC_PAGESIZE) == static_cast<long>(kPage);
+#else
+  return false;
+#endif
+}
+
+void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread) {
+  Stop();
+  lines_ = lines;
+  read_.assign(lines_.size(), 0);
+  line_page_.assign(lines_.size(), 0);
+  order_.clear();
+  order_.reserve(lines_.size());  // the handlers append without allocating
+  pages_.clear();
+  for (size_t i = 0; i < lines_.size(); i++) {
+    const uint64_t page = lines_[i] & ~(kPage - 1);
+    if (pages_.empty() || pages_.back() != page) pages_.push_back(page);
+    line_page_[i] = static_cast<uint32_t>(pages_.size() - 1);
+  }
+  unread_.assign(pages_.size(), 0);
+  for (uint32_t p : line_page_) unread_[p]++;
+  protected_.assign(pages_.size(), 0);
+  page_faults_.assign(pages_.size(), 0);
+  stepping_.clear();
+  stepping_.reserve(pages_.size());
+  faults_ = 0;
+  for (size_t i = 0; i < lines_.size() && lines_[i] < preread; i++) Record(lines_[i]);
+  Install(SIGSEGV, OnSegv, &g_old_segv);
+  Install(SIGTRAP, OnTrap, &g_old_trap);
+}
+
+void ReadTracker::Protect(char* base, uint64_t size) {
+  base_ = reinterpret_cast<uint64_t>(base);
+  size_ = size;
+  for (size_t p = 0; p < pages_.size(); p++)
+    if (unread_[p] > 0 && pages_[p] < size_) SetAccess(p, false);
+  active_ = true;
+}
+
+void ReadTracker::Stop() {
+  if (!active_) return;
+  active_ = false;
+  for (size_t p = 0; p < pages_.size(); p++)
+    if (protected_[p]) SetAccess(p, true);
+  stepping_.clear();
+}
+
+void ReadTracker::SetAccess(size_t page, bool accessible) {
+  mprotect(reinterpret_cast<void*>(base_ + pages_[page]), kPage, accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
+  protected_[page] = !accessible;
+}
+
+// Records dirty line `off` (if it is one) as read.
+void ReadTracker::Record(uint64_t off) {
+  auto it = std::lower_bound(lines_.begin(), lines_.end(), off);
+  if (it == lines_.end() || *it != off) return;
+  const size_t i = static_cast<size_t>(it - lines_.begin());
+  if (read_[i]) return;
+  read_[i] = 1;
+  order_.push_back(static_cast<uint32_t>(i));
+  const uint32_t p = line_page_[i];
+  // A page whose dirty lines were all read needs no more faults.
+  if (--unread_[p] == 0 && protected_[p] && active_) SetAccess(p, true);
+}
+
+bool ReadTracker::HandleFault(uint64_t addr, void* ucontext) {
+#if defined(__x86_64__)
+  if (!active_ || addr < base_ || addr >= base_ + size_) return false;
+  const uint64_t off = addr - base_;
+  auto it = std::lower_bound(pages_.begin(), pages_.end(), off & ~(kPage - 1));
+  if (it == pages_.end() || *it != (off & ~(kPage - 1))) return false;
+  const size_t p = static_cast<size_t>(it - pages_.begin());
+  if (!protected_[p]) return false;
+  faults_++;
+  const uint64_t last = std::min(off + kMaxAccess - 1, size_ - 1);
+  for (uint64_t l = off & ~(kLineBytes - 1); l <= last; l += kLineBytes) Record(l);
+  if (++page_faults_[p] >= kFaultsPerPage)  // a hot page: every dirty line of it counts as read
+    for (uint64_t l = pages_[p]; l < pages_[p] + kPage && protected_[p]; l += kLineBytes) Record(l);
+  if (protected_[p]) {
+    // Open the page for this one instruction; the trap closes it again.
+    SetAccess(p, true);
+    stepping_.push_back(static_cast<uint32_t>(p));
+    static_cast<ucontext_t*>(ucontext)->uc_mcontext.gregs[REG_EFL] |= kTrapFlag;
+  }
+  return true;
+#else
+  (void)addr;
+  (void)ucontext;
+  return false;
+#endif
+}
+
+bool ReadTracker::HandleTrap(void* ucontext) {
+#if defined(__x86_64__)
+  auto* uc = static_cast<ucontext_t*>(ucontext);
+  if (stepping_.empty()) return false;  // not a step of ours
+  uc->uc_mcontext.gregs[REG_EFL] &= ~kTrapFlag;
+  if (active_)
+    for (uint32_t p : stepping_)
+      if (unread_[p] > 0 && !protected_[p]) SetAccess(p, false);
+  stepping_.clear();
+  return true;
+#else
+  (void)ucontext;
+  return false;
+#endif
+}
+
+LazyUnits MakeLazyUnits(const std::vector<Unit*>& units, const char* p) {
+  LazyUnits z;
+  char buf[kLineBytes];
+  for (uint32_t u = 0; u < units.size(); u++) {
+    const Unit& unit = *units[u];
+    const uint64_t line = unit.off & ~(kLineBytes - 1);
+    if (z.lines.empty() || z.lines.back() != line) {
+      z.lines.push_back(line);
+      z.unit_lines.emplace_back();
+    }
+    z.unit_lines.back().push_back(u);
+    // Replay the unit's pieces on its bytes in P; a piece that changes
+    // nothing gives the same image as the choice before it.
+    std::memcpy(buf, p + unit.off, unit.size);
+    std::vector<uint32_t> alts = {0};
+    for (uint32_t j = 0; j < unit.pending.size(); j++) {
+      const Piece& piece = unit.pending[j];
+      char* at = buf + (piece.off - unit.off);
+      if (std::memcmp(at, piece.data, piece.len) == 0) continue;
+      std::memcpy(at, piece.data, piece.len);
+      alts.push_back(j + 1);
+    }
+    z.alts.push_back(std::move(alts));
+  }
+  return z;
+}
+
+std::vector<uint32_t> LazyUnits::Choice(const std::vector<uint32_t>& alt_index) const {
+  std::vector<uint32_t> c(alts.size());
+  for (size_t u = 0; u < alts.size(); u++) c[u] = alts[u][alt_index[u]];
+  return c;
+}
+
+uint64_t LazyUnits::ImagesOf(const std::vector<uint32_t>& line_indexes) const {
+  constexpr uint64_t kCap = uint64_t{1} << 62;
+  uint64_t n = 1;
+  for (uint32_t l : line_indexes)
+    for (uint32_t u : unit_lines[l]) n = std::min<uint64_t>(n * alts[u].size(), kCap);
+  return n;
+}
+
+std::vector<uint32_t> LazyUnits::Alternatives() const {
+  std::vector<uint32_t> a;
+  for (const auto& v : alts) a.push_back(static_cast<uint32_t>(v.size() - 1));
+  return a;
+}
+
+LazyPlan::LazyPlan(std::vector<uint32_t> pending, std::vector<std::vector<uint32_t>> unit_lines)
+    : pending_(std::move(pending)), unit_lines_(std::move(unit_lines)) {
+  by_deviation_.resize(1);
+  by_deviation_[0].push_back(Node{});
+}
+
+uint64_t LazyPlan::runs_needed_at_least() const {
+  uint64_t n = runs_;
+  for (const auto& q : by_deviation_) n += q.size();
+  return n;
+}
+
+bool LazyPlan::queue_empty() const {
+  for (const auto& q : by_deviation_)
+    if (!q.empty()) return false;
+  return true;
+}
+
+bool LazyPlan::Next(std::vector<uint32_t>* choice) {
+  for (uint32_t d = 0; d < by_deviation_.size(); d++) {
+    auto& q = by_deviation_[d];
+    if (q.empty()) continue;
+    const Node n = q.front();
+    q.pop_front();
+    current_deviation_ = d;
+    current_prefix_.clear();
+    choice->assign(pending_.size(), 0);
+    if (n.parent) {
+      current_prefix_.assign(n.parent->begin(), n.parent->begin() + n.at);
+      current_prefix_.emplace_back((*n.parent)[n.at].first, n.choice);
+      for (const auto& [u, c] : current_prefix_) (*choice)[u] = c;
+    }
+    current_choice_ = *choice;
+    runs_++;
+    return true;
+  }
+  return false;
+}
+
+void LazyPlan::Done(const std::vector<uint32_t>& lines_read) {
+  auto seq = std::make_shared<Seq>();
+  for (uint32_t l : lines_read)
+    for (uint32_t u : unit_lines_[l]) seq->emplace_back(u, current_choice_[u]);
+  // The run must have read its fixed prefix first, in the same order.
+  bool same = seq->size() >= current_prefix_.size();
+  for (size_t k = 0; same && k < current_prefix_.size(); k++) same = (*seq)[k].first == current_prefix_[k].first;
+  if (!same) nondeterministic_ = true;
+  if (by_deviation_.size() <= current_deviation_ + 1) by_deviation_.resize(current_deviation_ + 2);
+  auto& q = by_deviation_[current_deviation_ + 1];
+  for (size_t j = current_prefix_.size(); j < seq->size(); j++) {
+    const uint32_t u = (*seq)[j].first;
+    for (uint32_t c = 1; c <= pending_[u]; c++) q.push_back(Node{seq, static_cast<uint32_t>(j), c});
+  }
+}
+
+}  // namespace pmtree::crash
