@@ -2,83 +2,13 @@
 //
 // Checks of a recovered tree against the reference model (CRASH_MODEL.md §4).
 
+#include "crash/check.h"
+
 #include <algorithm>
 #include <random>
 #include <vector>
 
-#include "crash/explorer_internal.h"
-
 namespace pmtree::crash {
-
-std::vector<Tree::InputEntry> BulkLoadEntries(const Op& op) {
-  std::vector<Tree::InputEntry> v;
-  v.reserve(op.key);
-  // Values as the explorer's ValueFor(k, 3).
-  for (uint64_t i = 1; i <= op.key; i++) v.emplace_back(10 * i, (uint64_t{4} << 40) | (10 * i * 1000 + 3));
-  return v;
-}
-
-Effect EffectOf(const Model& m, const Op& op) {
-  Effect e;
-  e.key = op.key;
-  auto it = m.find(op.key);
-  const bool present = it != m.end();
-  switch (op.kind) {
-    case OpKind::kCreate:
-    case OpKind::kReopen:
-      e.expected = true;
-      break;
-    case OpKind::kInsert:
-      e.expected = !present;
-      e.changes = !present;
-      e.present_after = true;
-      e.value_after = op.value;
-      break;
-    case OpKind::kUpdate:
-      e.expected = present;
-      e.changes = present && it->second != op.value;
-      e.present_after = true;
-      e.value_after = op.value;
-      break;
-    case OpKind::kUpsert:
-      e.expected = !present;
-      e.changes = !present || it->second != op.value;
-      e.present_after = true;
-      e.value_after = op.value;
-      break;
-    case OpKind::kRemove:
-      e.expected = present;
-      e.changes = present;
-      e.present_after = false;
-      break;
-    case OpKind::kBulkLoad: {
-      // Only ever issued on an empty tree.
-      auto bulk = std::make_shared<Model>();
-      for (const auto& [k, v] : BulkLoadEntries(op)) bulk->emplace(k, v);
-      e.expected = m.empty();
-      e.changes = !bulk->empty();
-      if (e.changes) {
-        auto mid = std::next(bulk->begin(), static_cast<long>(bulk->size() / 2));
-        e.key = mid->first;
-        e.present_after = true;
-        e.value_after = mid->second;
-      }
-      e.bulk = std::move(bulk);
-      break;
-    }
-  }
-  return e;
-}
-
-void ApplyEffect(Model* m, const Effect& e) {
-  if (!e.changes) return;
-  if (e.bulk) {
-    *m = *e.bulk;
-    return;
-  }
-  if (e.present_after) (*m)[e.key] = e.value_after;
-  else m->erase(e.key);
-}
 
 namespace {
 

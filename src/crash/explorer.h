@@ -39,26 +39,13 @@
 #include <string>
 #include <vector>
 
+#include "crash/model.h"
 #include "crash/shadow.h"
 #include "pmtree/registry.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 
 namespace pmtree::crash {
-
-// kReopen: Close() the tree (a clean shutdown), open the pool again and
-// recover (instant restart where the tree supports it); the contents do not
-// change.
-// kBulkLoad: BulkLoad() of `key` entries (keys 10, 20, ..., 10 * key, values
-// ValueFor(k, 3)) at fill `value` percent into the empty tree.
-enum class OpKind : uint8_t { kCreate, kInsert, kUpdate, kUpsert, kRemove, kReopen, kBulkLoad };
-
-struct Op {
-  OpKind kind = OpKind::kInsert;
-  uint64_t key = 0;
-  uint64_t value = 0;
-};
-std::string OpString(const Op& op);
 
 struct Scenario {
   std::string name;         // "leaf-full: insert(205) remove(200)"

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Internals of the explorer shared by explorer.cc and kill.cc: the reference
-// model and the checks of a recovered tree against it.
+// Internals shared by the explorer's files (scenarios.cc, worker.cc,
+// supervisor.cc, mutation.cc), the kill harness and the key-value explorer:
+// the key shapes, crash image files, clocks and the seed mixer.  The
+// reference model is model.h, its checks check.h.
 
 #ifndef PMTREE_CRASH_EXPLORER_INTERNAL_H_
 #define PMTREE_CRASH_EXPLORER_INTERNAL_H_
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -18,54 +22,44 @@
 #include <string>
 #include <vector>
 
+#include "crash/check.h"
 #include "crash/explorer.h"
+#include "crash/model.h"
 #include "pmtree/pool.h"
 #include "pmtree/registry.h"
 #include "pmtree/tree.h"
 
 namespace pmtree::crash {
 
-using Model = std::map<uint64_t, uint64_t>;
+// Seconds on the monotonic clock.
+inline double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
-// What an operation does to the model.
-struct Effect {
-  bool expected = false;     // the result the operation must return
-  bool changes = false;      // M1 differs from M0
-  uint64_t key = 0;
-  bool present_after = false;
-  uint64_t value_after = 0;
-  // A bulk load: M1 is exactly this (M0 is empty); key/value_after name
-  // one loaded entry (the lookup checked first).
-  std::shared_ptr<const Model> bulk;
-  // The tree has no bulk load of its own (no kCapBulkLoadFill): the
-  // interface's default inserts one by one, so a crash may leave a prefix.
-  bool bulk_prefix_ok = false;
-};
-// The entries of a kBulkLoad operation (explorer.h), ascending.
-std::vector<Tree::InputEntry> BulkLoadEntries(const Op& op);
-Effect EffectOf(const Model& m, const Op& op);
-void ApplyEffect(Model* m, const Effect& e);
+// CPU seconds (user + system) of this process and of its waited-for
+// children.
+inline double CpuSeconds() {
+  double t = 0;
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage ru;
+    getrusage(who, &ru);
+    t += static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  }
+  return t;
+}
 
-// The states a crash image may recover to.
-struct Expect {
-  const Model* m0 = nullptr;
-  bool m0_ok = true;       // false at the end of an operation: only M1
-  bool absent_ok = false;  // a crash inside Create: "no tree yet" is fine
-  Effect effect;           // M1 = M0 + effect
-  uint64_t focus_key = 0;  // key of the in-flight operation
-};
+// A 64-bit mixer (splitmix64's finaliser): the seed of each crash point and
+// image from the run's seed.
+inline uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
-// Compares a full scan with M0 / M1.  Returns 1 (M0), 2 (M1), 3 (a strict
-// prefix of a bulk load with bulk_prefix_ok) or 0 with *why.
-int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::string* why);
-
-// Checks an open tree: Verify (which counts the allocator's bytes against
-// what the tree reaches and holds in reserve), scan, lookups, allocator
-// consistency, and with `reachable_check` (right after recovery, when no
-// reservation is held) bytes in use == Stats().pm_bytes: fewer is double
-// use, more a leak; both are violations.  Returns "" or the failure;
-// *which = MatchContents' answer.
-std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true);
+// The command line that replays image `r` of an exploration of `f` with `o`.
+std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const ImageRef& r);
 
 // The tree of `f` on `pool` with the key shape of `o` (key_shapes.cc): the
 // tree itself for KeyShape::kU64, else a Tree facade over its BytesTree.
@@ -100,10 +94,6 @@ struct ImageFile {
     if (fd >= 0) close(fd);
   }
 };
-
-// Runs `n` deterministic operations around `center` on a recovered tree and
-// checks every result and the final state against `model` (updated).
-std::string RunContinuation(Pool* pool, Tree* tree, Model* model, uint64_t center, uint32_t n, uint64_t seed);
 
 }  // namespace pmtree::crash
 

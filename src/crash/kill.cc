@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -28,10 +27,6 @@ struct Record {
 };
 static_assert(sizeof(Record) == 32);
 enum : uint32_t { kReady = 1, kIntent = 2, kAck = 3, kError = 4 };
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Opens and recovers the tree in `path` with `f` itself (not through the
 // registry, so test-local factories work).

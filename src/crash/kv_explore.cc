@@ -261,27 +261,6 @@ std::string Continue(kv::Store& s, KvModel m) {
   return e.empty() ? e : "after the continuation writes: " + e;
 }
 
-// CPU time of this process and of its waited-for workers (user + system).
-double CpuSeconds() {
-  double t = 0;
-  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
-    rusage ru;
-    getrusage(who, &ru);
-    t += static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  }
-  return t;
-}
-
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 std::string ReplayCommand(const KvExploreOptions& o, const ImageRef& r) {
   std::string c = "pmtree crash --kv --tree " + o.engine + " --mode " + std::string(ModeName(o.mode));
   if (o.seed != 1) c += " --seed " + std::to_string(o.seed);

@@ -4,9 +4,14 @@
 add_library(pmtree_crash
   src/crash/trace.cc
   src/crash/shadow.cc
+  src/crash/model.cc
   src/crash/check.cc
   src/crash/key_shapes.cc
   src/crash/explorer.cc
+  src/crash/scenarios.cc
+  src/crash/worker.cc
+  src/crash/supervisor.cc
+  src/crash/mutation.cc
   src/crash/lazy.cc
   src/crash/kill.cc
   src/crash/kv_explore.cc)

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Mutate() (explorer.h): one exploration per mutant of the covered flush,
+// fence and 8-byte store sites, and one leaked block, each scored caught,
+// redundant or survived.
+
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "crash/explorer.h"
+
+namespace pmtree::crash {
+namespace {
+
+// One mutant exploration: `mo` carries the mutation; stops at the first
+// violation.  Caught, redundant (every crash point where its images differ
+// from the correct program's enumerated exhaustively, no violation) or
+// survived.
+Status RunMutant(const TreeFactory& f, ExploreOptions mo, Mutant mu, const ExploreOptions& options,
+                 MutationReport* m) {
+  mo.stop_at_first_violation = true;
+  mo.max_tickets = 1;
+  PMTREE_ASSIGN_OR_RETURN(ExploreReport r, Explore(f, mo));
+  if (r.violations > 0) {
+    mu.outcome = "caught";
+    if (!r.tickets.empty()) mu.evidence = r.tickets[0].failure;
+    m->caught++;
+  } else if (!r.budget_exhausted && r.mutant_points_exhaustive == r.mutant_points) {
+    mu.outcome = "redundant";
+    m->redundant++;
+  } else {
+    mu.outcome = "survived";
+    m->survived++;
+  }
+  m->mutants++;
+  if (options.progress)
+    std::fprintf(stderr, "mutant: %s at %s: %s\n", mu.kind.c_str(), mu.site.c_str(), mu.outcome.c_str());
+  m->list.push_back(std::move(mu));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<MutationReport> Mutate(const TreeFactory& f, const ExploreOptions& options, ExploreReport* base_out) {
+  ExploreOptions o = options;
+  o.drop_site.clear();
+  o.split_site.clear();
+  o.inject_leak = false;
+  PMTREE_ASSIGN_OR_RETURN(ExploreReport base, Explore(f, o));
+  MutationReport m;
+  // Dropped flushes and fences (the key-blob persist and the bulk load's
+  // fences among them when the workload reaches them).
+  for (const SiteReport& s : base.sites) {
+    if (!s.covered) continue;
+    ExploreOptions mo = o;
+    mo.drop_site = s.name;
+    mo.drop_fence = s.kind == "fence";
+    PMTREE_RETURN_IF_ERROR(RunMutant(f, mo, Mutant{s.name, s.kind == "fence" ? "drop fence" : "drop flush", "", ""},
+                                     options, &m));
+  }
+  // Torn commit stores: each aligned 8-byte store site, split in two.
+  if (options.mutate_stores) {
+    for (const SiteReport& s : base.store_sites) {
+      ExploreOptions mo = o;
+      mo.split_site = s.name;
+      PMTREE_RETURN_IF_ERROR(RunMutant(f, mo, Mutant{s.name, "split store", "", ""}, options, &m));
+    }
+  }
+  // A leaked block after recovery.
+  {
+    ExploreOptions mo = o;
+    mo.inject_leak = true;
+    PMTREE_RETURN_IF_ERROR(RunMutant(f, mo, Mutant{"(after recovery)", "leak a block", "", ""}, options, &m));
+  }
+  m.score = m.caught + m.survived == 0 ? 1.0 : static_cast<double>(m.caught) / static_cast<double>(m.caught + m.survived);
+  if (base_out) *base_out = std::move(base);
+  return m;
+}
+
+
+}  // namespace pmtree::crash

@@ -1,0 +1,719 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The explorer's worker (worker.h): traces each scenario, replays the trace
+// on the shadow model, builds the crash images of every crash point and
+// checks each (recovery, Verify, model, space, continuation, crash during
+// recovery).  Results go to the supervisor as JSON lines.
+
+#include "crash/worker.h"
+
+#include <signal.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "crash/lazy.h"
+#include "crash/shadow.h"
+#include "crash/trace.h"
+
+namespace pmtree::crash {
+namespace {
+
+using json = nlohmann::json;
+
+// Fault bookkeeping for the worker's signal handler.
+Shared* g_shared = nullptr;
+std::atomic<const char*> g_view{nullptr};
+std::atomic<uint64_t> g_view_size{0};
+
+void OnFault(int sig, siginfo_t* si, void* ucv) {
+  if (g_shared != nullptr) {
+    const auto addr = reinterpret_cast<uint64_t>(si->si_addr);
+    g_shared->fault_addr.store(addr);
+#if defined(__x86_64__)
+    auto* uc = static_cast<ucontext_t*>(ucv);
+    g_shared->fault_pc.store(static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RIP]));
+#else
+    (void)ucv;
+#endif
+    const char* v = g_view.load();
+    if (v != nullptr && addr >= reinterpret_cast<uint64_t>(v) && addr < reinterpret_cast<uint64_t>(v) + g_view_size.load())
+      g_shared->fault_in_view.store(1);
+  }
+  // Returning re-executes the faulting instruction with the default action:
+  // the worker dies and the parent reports the position.
+  signal(sig, SIG_DFL);
+}
+
+struct TraceRun {
+  TraceLog log;
+  std::vector<Effect> effects;  // per operation
+  std::string failure;          // the workload itself failed
+  uint64_t failed_op = 0;
+};
+
+class Worker {
+ public:
+  Worker(const TreeFactory& f, const ExploreOptions& o, const std::vector<Scenario>& scenarios, Shared* sh,
+         int results_fd, double deadline)
+      : f_(f), o_(o), scenarios_(scenarios), sh_(sh), results_fd_(results_fd), deadline_(deadline) {}
+
+  Status Init() {
+    PMTREE_RETURN_IF_ERROR(img_.Open(o_.pool_size));
+    PMTREE_RETURN_IF_ERROR(rec_a_.Open(o_.pool_size));
+    PMTREE_RETURN_IF_ERROR(rec_b_.Open(o_.pool_size));
+    return Status::Ok();
+  }
+
+  // Runs scenarios from `from` on.
+  void Run(const ImageRef& from) {
+    for (uint64_t s = from.scenario; s < scenarios_.size(); s++) {
+      if (o_.replay && s != o_.replay->scenario) continue;
+      if (OutOfTime()) return;
+      ImageRef start = s == from.scenario ? from : ImageRef{s, 0, 0};
+      RunScenario(s, start);
+      sh_->scenarios_done.store(s + 1);
+      if (sh_->stop.load()) return;
+    }
+  }
+
+ private:
+  bool OutOfTime() {
+    if (deadline_ > 0 && Now() > deadline_) {
+      sh_->budget_hit.store(1);
+      return true;
+    }
+    return false;
+  }
+
+  void Emit(const json& j) {
+    std::string line = j.dump() + "\n";
+    const char* p = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+      ssize_t w = write(results_fd_, p, left);
+      if (w <= 0) return;
+      p += w;
+      left -= static_cast<size_t>(w);
+    }
+  }
+
+  void Trace(const Scenario& sc, TraceRun* run) {
+    sh_->phase.store(kPhaseTrace);
+    TracingBackend* tb = nullptr;
+    PoolOptions po;
+    po.backend = BackendKind::kCustom;
+    po.backend_factory = TracingFactory(&run->log, &tb);
+    po.counting = false;
+    po.use_env = false;
+    auto created = Pool::CreateAnonymous(o_.pool_size, f_.name, PoolLayoutFlags(o_.keys), po, /*read_only_view=*/true);
+    if (!created.ok()) {
+      run->failure = "cannot create the traced pool: " + created.status().ToString();
+      return;
+    }
+    std::unique_ptr<Pool> pool = std::move(*created);
+    g_view.store(pool->base());
+    g_view_size.store(pool->size());
+    Model m;
+    std::unique_ptr<Tree> tree;
+    for (size_t i = 0; i < sc.ops.size(); i++) {
+      const Op& op = sc.ops[i];
+      sh_->cur_op.store(i);
+      Effect e = EffectOf(m, op);
+      e.bulk_prefix_ok = op.kind == OpKind::kBulkLoad && !(f_.capabilities & kCapBulkLoadFill);
+      run->effects.push_back(e);
+      tb->BeginOp(i);
+      Result<bool> r = false;
+      switch (op.kind) {
+        case OpKind::kCreate: {
+          auto t = CreateFor(f_, pool.get(), o_);
+          if (!t.ok()) {
+            run->failure = "create failed: " + t.status().ToString();
+          } else {
+            tree = std::move(*t);
+            r = true;
+          }
+          break;
+        }
+        case OpKind::kInsert: r = tree->Insert(op.key, op.value); break;
+        case OpKind::kUpdate: r = tree->Update(op.key, op.value); break;
+        case OpKind::kUpsert: r = tree->Upsert(op.key, op.value); break;
+        case OpKind::kRemove: r = tree->Remove(op.key); break;
+        case OpKind::kBulkLoad: {
+          const auto entries = BulkLoadEntries(op);
+          Status st = tree->BulkLoad(entries, static_cast<double>(op.value) / 100);
+          if (st.ok()) r = true;
+          else r = st;
+          break;
+        }
+        case OpKind::kReopen: {
+          // A clean shutdown and the next session's open, traced as one
+          // operation: Close writes what instant restart needs, the new pool
+          // object opens the same bytes and the tree recovers from them.
+          // Pool::Close releases the memfd: keep a descriptor of the bytes.
+          const int fd = dup(pool->memfd());
+          if (fd < 0) {
+            run->failure = "dup of the traced pool's memfd failed";
+            break;
+          }
+          Status cs = tree->Close();
+          tree.reset();
+          if (!cs.ok()) {
+            close(fd);
+            run->failure = "close failed: " + cs.ToString();
+            break;
+          }
+          auto reopened = Pool::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
+          close(fd);  // OpenAnonymous duplicated it
+          if (!reopened.ok()) {
+            run->failure = "reopening the closed pool failed: " + reopened.status().ToString();
+            break;
+          }
+          pool = std::move(*reopened);  // tb now names the new pool's backend
+          g_view.store(pool->base());
+          g_view_size.store(pool->size());
+          auto t = RecoverFor(f_, pool.get(), o_);
+          if (!t.ok()) {
+            run->failure = "recovery after a clean close failed: " + t.status().ToString();
+          } else {
+            tree = std::move(*t);
+            r = true;
+          }
+          break;
+        }
+      }
+      tb->EndOp(i);
+      if (run->failure.empty() && !r.ok()) run->failure = OpString(op) + " failed: " + r.status().ToString();
+      if (run->failure.empty() && *r != e.expected)
+        run->failure = OpString(op) + " returned " + (*r ? "true" : "false") + " but the model expects " +
+                       (e.expected ? "true" : "false");
+      if (!run->failure.empty()) {
+        run->failed_op = i;
+        break;
+      }
+      ApplyEffect(&m, e);
+    }
+    tree.reset();  // a crash: no Close()
+    pool.reset();
+    g_view.store(nullptr);
+  }
+
+  // Opens image `file` copy-on-write, recovers and checks it.  With
+  // `lines` (a lazy run, lazy.h): records which of these dirty lines the
+  // check reads (recovery to the space check; not the continuation) into
+  // *read, in the order of first access.
+  std::string CheckImage(ImageFile& file, const Expect& e, bool continuation, uint64_t seed,
+                         const std::vector<uint64_t>* lines = nullptr, std::vector<uint32_t>* read = nullptr) {
+    PoolOptions po;
+    po.backend = BackendKind::kDram;
+    po.counting = false;
+    po.use_env = false;
+    po.private_mapping = true;
+    ReadTracker& tracker = ReadTracker::Get();
+    struct StopTracking {
+      ReadTracker* t;
+      ~StopTracking() {
+        if (t) t->Stop();
+      }
+    } stop_tracking{lines ? &tracker : nullptr};
+    ExploreOptions recover_options = o_;
+    if (lines) {
+      // The pool header is read with pread() before the mapping exists.
+      tracker.Arm(*lines, kPoolHeaderSize);
+      po.on_map = [&tracker](char* base, uint64_t size) { tracker.Protect(base, size); };
+      recover_options.tree_options.recovery_threads = 1;  // reads are tracked on this thread only
+    }
+    auto finish_tracking = [&] {
+      if (!lines) return;
+      tracker.Stop();
+      *read = tracker.order();
+      sh_->lazy_faults.fetch_add(tracker.faults());
+    };
+    auto pool = Pool::OpenAnonymous(file.fd, file.size, f_.name, po, false);
+    if (!pool.ok()) {
+      finish_tracking();
+      return "the pool does not open: " + pool.status().ToString();
+    }
+    auto tree = RecoverFor(f_, pool->get(), recover_options);
+    if (!tree.ok()) {
+      const bool absent = e.absent_ok && (*pool)->root(0) == 0;
+      finish_tracking();
+      if (absent) return "";
+      return "recovery failed: " + tree.status().ToString();
+    }
+    if (o_.inject_leak) (void)(*pool)->allocator().Allocate(kAllocGranule);
+    int which = 0;
+    std::string failure = CheckTree(pool->get(), tree->get(), e, &which, true);
+    finish_tracking();
+    // (No continuation after a partial default bulk load: its model is the
+    // recovered prefix, which the scan already checked.)
+    if (failure.empty() && continuation && o_.continuation_ops > 0 && which != 3) {
+      sh_->continuations.fetch_add(1);
+      Model m = *e.m0;
+      if (which == 2) ApplyEffect(&m, e.effect);
+      failure = RunContinuation(pool->get(), tree->get(), &m, e.focus_key, o_.continuation_ops, seed);
+    }
+    tree->reset();
+    return failure;
+  }
+
+  // Traces recovery of the image in `img_` and checks every crash image of
+  // it (bounded).  Returns "" or the failure.
+  std::string CrashDuringRecovery(const Expect& e, uint64_t extent, uint64_t seed) {
+    sh_->phase.store(kPhaseRecoveryCrash);
+    rec_a_.Reset(extent);
+    std::memcpy(rec_a_.map, img_.map, extent);
+    TraceLog rlog;
+    TracingBackend* tb = nullptr;
+    PoolOptions po;
+    po.backend = BackendKind::kCustom;
+    po.backend_factory = TracingFactory(&rlog, &tb);
+    po.counting = false;
+    po.use_env = false;
+    {
+      auto pool = Pool::OpenAnonymous(rec_a_.fd, rec_a_.size, f_.name, po, /*read_only_view=*/true);
+      if (!pool.ok()) return "";  // reported by the plain check
+      tb->BeginOp(0);
+      auto tree = RecoverFor(f_, pool->get(), o_);
+      tb->EndOp(0);
+      if (!tree.ok()) return "";
+      tree->reset();
+    }
+    rec_a_.dirty = std::max(rec_a_.dirty, rlog.high_water);
+    bool writes = false;
+    bool inside = false;
+    for (const Event& ev : rlog.events) {
+      if (ev.kind == EventKind::kOpBegin) inside = true;
+      if (inside && (ev.kind == EventKind::kStore || ev.kind == EventKind::kNtStore)) writes = true;
+    }
+    if (!writes) {
+      sh_->phase.store(kPhaseCheck);
+      return "";
+    }
+    rec_b_.Reset(std::max(extent, rlog.high_water));
+    std::memcpy(rec_b_.map, img_.map, extent);
+    Shadow shadow(rec_b_.map, rec_b_.size, o_.mode);
+    inside = false;
+    uint64_t q = 0;
+    std::string failure;
+    auto point = [&](const std::string& where) -> bool {
+      std::vector<Unit*> units = shadow.DirtyUnits();
+      ImagePlan plan(units, rec_b_.map, o_.recovery_images, 16, seed ^ Mix(q));
+      std::vector<uint32_t> choice;
+      for (uint64_t j = 0; j < plan.planned(); j++) {
+        plan.Apply(j, &choice);
+        sh_->recovery_images.fetch_add(1);
+        std::string f = CheckImage(rec_b_, e, false, seed);
+        if (!f.empty()) {
+          failure = "crash during recovery (" + where + ", recovery image " + std::to_string(q) + ":" +
+                    std::to_string(j) + ", " + plan.Describe(choice) + "), then recovery again: " + f;
+          return false;
+        }
+      }
+      q++;
+      return true;
+    };
+    for (const Event& ev : rlog.events) {
+      switch (ev.kind) {
+        case EventKind::kOpBegin: inside = true; break;
+        case EventKind::kOpEnd:
+          if (!point("end of recovery")) return failure;
+          break;
+        case EventKind::kStore:
+        case EventKind::kNtStore:
+          if (o_.mode == Mode::kEadr) {
+            for (uint64_t off = 0; off < ev.len;) {
+              uint64_t n = std::min<uint64_t>(ev.len - off, 8 - ((ev.off + off) & 7));
+              shadow.Store(ev.off + off, &rlog.bytes[ev.data + off], n, ev.site, false);
+              off += n;
+              if (inside && !point("after a store at " + rlog.sites.Name(ev.site))) return failure;
+            }
+          } else {
+            shadow.Store(ev.off, &rlog.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+          }
+          break;
+        case EventKind::kFlush:
+          if (!o_.drop_fence && IsDropped(rlog, ev.site)) break;
+          shadow.Flush(ev.off, ev.len, ev.site);
+          break;
+        case EventKind::kFence:
+          if (o_.drop_fence && IsDropped(rlog, ev.site)) break;
+          if (inside && o_.mode != Mode::kEadr && !point("before the fence at " + rlog.sites.Name(ev.site)))
+            return failure;
+          shadow.Fence(ev.site);
+          break;
+      }
+    }
+    sh_->phase.store(kPhaseCheck);
+    return "";
+  }
+
+  std::string Command(const ImageRef& r) const { return ReplayCommand(f_, o_, r); }
+
+  // Lazy search at a point with this plan: with --lazy on at every point
+  // with dirty lines; with auto only in a mutant's run, where the plain plan
+  // would sample (a mutant is "redundant" only when every point where it
+  // differs is proved; a whole exploration stays on the faster plain plan).
+  // auto leaves the search again when it cannot complete within the bound.  Never in eADR (no dirty
+  // lines: the images are prefixes of the store order).
+  bool UseLazy(const ImagePlan& plan) const {
+    if (o_.mode == Mode::kEadr || o_.lazy == LazyMode::kOff || plan.units().empty() || !ReadTracker::Supported())
+      return false;
+    const bool mutant = !o_.drop_site.empty() || !o_.split_site.empty();
+    return o_.lazy == LazyMode::kOn || (mutant && !plan.exhaustive());
+  }
+
+  // Lazy runs of the current operation, by image hash: the dirty lines
+  // (offsets) each check read, in order.  An image met again at a later
+  // crash point is not checked again; its recorded reads, mapped onto this
+  // point's dirty lines, continue the search.
+  bool LazySeen(uint64_t h, const std::vector<uint64_t>& lines, std::vector<uint32_t>* read) const {
+    auto it = lazy_seen_.find(h);
+    if (it == lazy_seen_.end()) return false;
+    for (uint64_t off : it->second) {
+      auto l = std::lower_bound(lines.begin(), lines.end(), off);
+      if (l != lines.end() && *l == off) read->push_back(static_cast<uint32_t>(l - lines.begin()));
+    }
+    return true;
+  }
+  void RememberLazy(uint64_t h, const std::vector<uint64_t>& lines, const std::vector<uint32_t>& read) {
+    std::vector<uint64_t>& offs = lazy_seen_[h];
+    offs.clear();
+    for (uint32_t l : read) offs.push_back(lines[l]);
+  }
+
+  bool IsDropped(const TraceLog& log, uint32_t site) const {
+    return !o_.drop_site.empty() && log.sites.Name(site) == o_.drop_site;
+  }
+
+  void Report(const ImageRef& r, const Scenario& sc, uint64_t op, const std::string& point,
+              const std::string& image, const std::string& failure) {
+    sh_->violations.fetch_add(1);
+    json j;
+    j["ticket"] = {{"scenario_index", r.scenario}, {"point", r.point}, {"image_index", r.image},
+                   {"scenario", sc.name}, {"op", op < sc.ops.size() ? OpString(sc.ops[op]) : "?"},
+                   {"point_desc", point}, {"image", image}, {"failure", failure}, {"command", Command(r)}};
+    Emit(j);
+    if (o_.replay) std::fprintf(stderr, "replay %s: FAILED: %s\n", ImageRefString(r).c_str(), failure.c_str());
+    if (o_.stop_at_first_violation) sh_->stop.store(1);
+  }
+
+  void RunScenario(uint64_t s, const ImageRef& start) {
+    const Scenario& sc = scenarios_[s];
+    TraceRun run;
+    sh_->scenario.store(s);
+    sh_->point.store(0);
+    sh_->image.store(0);
+    sh_->heartbeat_ms.store(NowMs());
+    Trace(sc, &run);
+    if (!run.failure.empty()) {
+      if (start.point == 0 && start.image == 0)
+        Report(ImageRef{s, 0, 0}, sc, run.failed_op, "while running the workload (no crash)", "-", run.failure);
+      return;
+    }
+    sh_->phase.store(kPhaseCheck);
+    img_.Reset(run.log.high_water);
+    Shadow shadow(img_.map, img_.size, o_.mode);
+    const TraceLog& log = run.log;
+    int64_t drop_id = -1;
+    int64_t split_id = -1;
+    for (uint32_t i = 0; i < log.sites.size(); i++) {
+      if (!o_.drop_site.empty() && log.sites.Name(i) == o_.drop_site) drop_id = i;
+      if (!o_.split_site.empty() && log.sites.Name(i) == o_.split_site) split_id = i;
+    }
+    // A mutant run replays the unmutated trace alongside, to check only the
+    // crash points whose images differ from the correct program's.
+    std::vector<char> base_img;
+    std::unique_ptr<Shadow> base;
+    if (!o_.drop_site.empty() || !o_.split_site.empty()) {
+      base_img.assign(log.high_water + kLine, 0);
+      base = std::make_unique<Shadow>(base_img.data(), base_img.size(), o_.mode);
+    }
+    // Coverage, per (site, kind) name.
+    struct SiteCov {
+      uint64_t reached = 0;
+      bool covered = false;
+      bool in_bulk_load = false;  // covered by a crash point of a bulk load
+      uint64_t upper_nonzero = 0;  // store8: stores writing a nonzero upper half
+    };
+    std::map<std::pair<std::string, std::string>, SiteCov> cov;
+    std::set<uint32_t> flushes_since_point;
+    Model model;
+    uint64_t op = 0;
+    bool focus = false;
+    uint64_t point = 0;
+    uint64_t last_gen = UINT64_MAX;
+    std::unordered_set<uint64_t> seen;
+    lazy_seen_.clear();
+    bool stop = false;
+    bool started = false;  // before the first operation: the pool's own header set-up, not counted
+
+    auto mark = [&](uint32_t site, const char* kind) {
+      SiteCov& c = cov[{log.sites.Name(site), kind}];
+      c.covered = true;
+      c.in_bulk_load = c.in_bulk_load || sc.ops[op].kind == OpKind::kBulkLoad;
+    };
+    auto crash_point = [&](const std::string& where, bool at_end, uint32_t fence_site) {
+      if (!at_end && shadow.generation() == last_gen) return;  // same images as the last point
+      last_gen = at_end ? UINT64_MAX : shadow.generation();
+      const uint64_t p = point++;
+      for (uint32_t fs : flushes_since_point) mark(fs, "flush");
+      flushes_since_point.clear();
+      if (fence_site != UINT32_MAX) mark(fence_site, "fence");
+      if (p < start.point) return;
+      if (o_.replay && p != o_.replay->point) return;
+      bool mutant_specific = false;
+      if (base) {
+        if (base->Signature() == shadow.Signature()) return;  // checked by the base run
+        mutant_specific = true;
+      }
+      Expect e;
+      e.m0 = &model;
+      e.m0_ok = !at_end;
+      e.absent_ok = sc.ops[op].kind == OpKind::kCreate && !at_end;
+      e.effect = run.effects[op];
+      e.focus_key = run.effects[op].key;
+      const uint64_t seed = Mix(o_.seed ^ Mix(s * 1000003 + p));
+      std::vector<Unit*> units;
+      if (o_.mode != Mode::kEadr) units = shadow.DirtyUnits();
+      ImagePlan plan(units, img_.map, o_.max_images, o_.samples, seed);
+      const bool lazy = UseLazy(plan);
+      sh_->points.fetch_add(1);
+      if (lazy) sh_->lazy_points.fetch_add(1);
+      if (!lazy && plan.exhaustive()) sh_->points_exhaustive.fetch_add(1);
+      if (mutant_specific) {
+        sh_->mutant_points.fetch_add(1);
+        if (!lazy && plan.exhaustive()) sh_->mutant_points_exhaustive.fetch_add(1);
+      }
+      // The worker died inside this point's lazy search (its ticket is out,
+      // and the search cannot resume without the runs before it).
+      if (lazy && p == start.point && start.image > 0) return;
+      const uint64_t first = p == start.point ? start.image : 0;
+      // Checks the image patched into P as image `i` of this point; with
+      // `lines`, a lazy run that reports what it read.  False: leave the point.
+      auto check = [&](uint64_t i, const std::vector<uint32_t>& choice, const std::vector<uint64_t>* lines,
+                       std::vector<uint32_t>* read) -> bool {
+        sh_->point.store(p);
+        sh_->image.store(i);
+        sh_->heartbeat_ms.store(NowMs());
+        const uint64_t h = plan.ImageHash(shadow.p_hash()) ^ (at_end ? 0x5bd1e995ull : 0);
+        if (!o_.replay && lines && LazySeen(h, *lines, read)) {
+          sh_->dedup.fetch_add(1);
+          return true;
+        }
+        if (!o_.replay && !lines && !seen.insert(h).second) {
+          sh_->dedup.fetch_add(1);
+          return true;
+        }
+        const bool quiet = o_.replay && i != o_.replay->image;  // a lazy replay re-runs the search up to it
+        const bool cont = !quiet && (i == first || (o_.continuation_every > 0 && i % o_.continuation_every == 0));
+        std::string failure = CheckImage(img_, e, cont, seed ^ Mix(i), lines, read);
+        if (lines && !o_.replay) RememberLazy(h, *lines, *read);
+        sh_->images.fetch_add(1);
+        const bool recovery_crash = i == 0 || (!lines && i + 1 == plan.planned()) ||
+                                    (o_.recovery_crash_every > 0 && i % o_.recovery_crash_every == 0);
+        if (!quiet && failure.empty() && o_.crash_during_recovery && recovery_crash)
+          failure = CrashDuringRecovery(e, std::max(img_.dirty, run.log.high_water), seed ^ Mix(i + 7));
+        if (quiet) return true;
+        if (o_.replay)
+          std::fprintf(stderr, "replay %s: scenario %s; in flight %s; %s; image %s: %s\n",
+                       ImageRefString(ImageRef{s, p, i}).c_str(), sc.name.c_str(), OpString(sc.ops[op]).c_str(),
+                       where.c_str(), plan.Describe(choice).c_str(), failure.empty() ? "OK" : "FAILED");
+        if (!failure.empty()) {
+          Report(ImageRef{s, p, i}, sc, op, where, plan.Describe(choice), failure);
+          if (sh_->stop.load()) stop = true;
+          return false;  // one ticket per crash point is enough
+        }
+        if (OutOfTime()) {
+          stop = true;
+          return false;
+        }
+        return !(o_.replay && i == o_.replay->image);
+      };
+      std::vector<uint32_t> choice;
+      if (!lazy) {
+        for (uint64_t i = first; i < plan.planned(); i++) {
+          if (o_.replay && i != o_.replay->image) continue;
+          plan.Apply(i, &choice);
+          if (!check(i, choice, nullptr, nullptr)) return;
+        }
+        return;
+      }
+      // Lazy: branch only on the dirty lines the checks read (lazy.h).
+      const LazyUnits lz = MakeLazyUnits(units, img_.map);
+      LazyPlan search(lz.Alternatives(), lz.unit_lines);
+      std::vector<uint32_t> alt, read;
+      uint64_t i = 0;
+      for (; i < o_.lazy_max_runs && search.Next(&alt); i++) {
+        choice = lz.Choice(alt);
+        plan.ApplyChoice(choice);
+        read.clear();
+        const bool go_on = check(i, choice, &lz.lines, &read);
+        search.Done(read);
+        if (!go_on) return;
+        // auto: the images of the units the first run read already exceed
+        // the bound, so the search cannot complete and the structured set is
+        // the better sample: leave the lazy search.
+        if (i == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read) > o_.lazy_max_runs) break;
+        // auto: likewise as soon as the queue shows the bound cannot hold.
+        if (o_.lazy == LazyMode::kAuto && search.runs_needed_at_least() > o_.lazy_max_runs) break;
+      }
+      sh_->lazy_runs.fetch_add(search.runs());
+      if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
+      if (search.complete()) {
+        sh_->points_exhaustive.fetch_add(1);
+        if (mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
+        return;
+      }
+      if (o_.lazy == LazyMode::kOn) return;
+      // auto: the plan after all (its image 0, all old, was run 0).
+      sh_->lazy_abandoned.fetch_add(1);
+      if (plan.exhaustive()) {
+        sh_->points_exhaustive.fetch_add(1);
+        if (mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
+      }
+      for (uint64_t j = 1; j < plan.planned(); j++) {
+        plan.Apply(j, &choice);
+        if (!check(i + j, choice, nullptr, nullptr)) return;
+      }
+    };
+
+    for (const Event& ev : log.events) {
+      if (stop) break;
+      switch (ev.kind) {
+        case EventKind::kOpBegin:
+          op = ev.off;
+          started = true;
+          focus = op >= sc.check_from;
+          seen.clear();
+          lazy_seen_.clear();
+          last_gen = UINT64_MAX;
+          flushes_since_point.clear();
+          break;
+        case EventKind::kOpEnd:
+          if (focus) shadow.OpEnd();
+          if (focus) crash_point("end of " + OpString(sc.ops[op]), true, UINT32_MAX);
+          ApplyEffect(&model, run.effects[op]);
+          break;
+        case EventKind::kStore:
+        case EventKind::kNtStore: {
+          // An aligned 8-byte store is a commit candidate: its site is
+          // listed for the split-store mutants when a checked operation
+          // made it.
+          const bool store8 = ev.len == 8 && (ev.off & 7) == 0;
+          if (store8 && focus) cov[{log.sites.Name(ev.site), "store8"}].covered = true;
+          if (store8 && started) {
+            SiteCov& c = cov[{log.sites.Name(ev.site), "store8"}];
+            c.reached++;
+            uint32_t upper;
+            std::memcpy(&upper, &log.bytes[ev.data + 4], 4);
+            c.upper_nonzero += upper != 0;
+          }
+          // The split-store mutant: the store reaches memory as two 4-byte
+          // halves, in order (a torn commit).
+          const uint64_t piece = store8 && split_id == static_cast<int64_t>(ev.site) ? 4 : 8;
+          if (o_.mode == Mode::kEadr) {
+            for (uint64_t off = 0; off < ev.len && !stop;) {
+              uint64_t n = std::min<uint64_t>(ev.len - off, piece - ((ev.off + off) & (piece - 1)));
+              shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
+              if (base) base->Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
+              off += n;
+              if (focus) crash_point("after the store at " + log.sites.Name(ev.site), false, UINT32_MAX);
+            }
+          } else if (piece == 4) {
+            shadow.Store(ev.off, &log.bytes[ev.data], 4, ev.site, ev.kind == EventKind::kNtStore);
+            shadow.Store(ev.off + 4, &log.bytes[ev.data + 4], 4, ev.site, ev.kind == EventKind::kNtStore);
+            base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+          } else {
+            shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+            if (base) base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
+          }
+          break;
+        }
+        case EventKind::kFlush:
+          if (base) base->Flush(ev.off, ev.len, ev.site);
+          // A dropped site still counts as reached (`--drop` checks it was).
+          if (started) cov[{log.sites.Name(ev.site), "flush"}].reached++;
+          if (!o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
+          if (focus) {
+            flushes_since_point.insert(ev.site);
+            if (o_.mode == Mode::kEadr) mark(ev.site, "flush");
+          }
+          shadow.Flush(ev.off, ev.len, ev.site);
+          break;
+        case EventKind::kFence:
+          if (started) cov[{log.sites.Name(ev.site), "fence"}].reached++;
+          if (o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) {
+            if (base) base->Fence(ev.site);
+            break;
+          }
+          if (focus) {
+            if (o_.mode != Mode::kEadr) crash_point("before the fence at " + log.sites.Name(ev.site), false, ev.site);
+            else mark(ev.site, "fence");
+          }
+          shadow.Fence(ev.site);
+          if (base) base->Fence(ev.site);
+          break;
+      }
+    }
+    // Coverage and lints of this scenario, for the parent to sum.
+    json sites = json::array();
+    std::map<std::string, std::string> function_of;
+    for (uint32_t i = 0; i < log.sites.size(); i++) function_of[log.sites.Name(i)] = log.sites.Function(i);
+    for (const auto& [key, val] : cov)
+      sites.push_back(
+          {key.first, key.second, val.reached, val.covered, function_of[key.first], val.in_bulk_load, val.upper_nonzero});
+    json lints = json::array();
+    auto add = [&](const char* kind, const std::map<uint32_t, uint64_t>& m) {
+      for (const auto& [site, n] : m) lints.push_back({kind, log.sites.Name(site), n});
+    };
+    add("redundant flush", shadow.lints().redundant_flushes);
+    add("empty fence", shadow.lints().empty_fences);
+    add("store after flush, before fence", shadow.lints().store_after_flush);
+    add("store still pending at operation end", shadow.lints().pending_at_op_end);
+    Emit(json{{"sites", sites}, {"lints", lints}});
+  }
+
+  const TreeFactory& f_;
+  const ExploreOptions& o_;
+  const std::vector<Scenario>& scenarios_;
+  Shared* sh_;
+  int results_fd_;
+  double deadline_;
+  ImageFile img_, rec_a_, rec_b_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> lazy_seen_;
+};
+
+
+
+}  // namespace
+
+void InstallFaultHandlers(Shared* sh) {
+  g_shared = sh;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = OnFault;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
+Status RunWorker(const TreeFactory& f, const ExploreOptions& o, const std::vector<Scenario>& scenarios, Shared* sh,
+                 int results_fd, double deadline, const ImageRef& from) {
+  Worker w(f, o, scenarios, sh, results_fd, deadline);
+  PMTREE_RETURN_IF_ERROR(w.Init());
+  w.Run(from);
+  return Status::Ok();
+}
+
+}  // namespace pmtree::crash
