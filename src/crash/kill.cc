@@ -10,7 +10,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "crash/explorer_internal.h"
 
@@ -84,6 +88,141 @@ void WriteAll(int fd, const Record& r) {
   _exit(0);  // no Close(): also a crash
 }
 
+// The records a child sends, read without blocking it.
+class RecordReader {
+ public:
+  explicit RecordReader(int fd) : fd_(fd) {}
+  // Reads what arrives within `timeout_ms`; false at EOF.
+  bool Drain(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return true;
+    char buf[4096];
+    ssize_t n = read(fd_, buf, sizeof(buf));
+    if (n <= 0) return false;  // EOF
+    partial_.append(buf, static_cast<size_t>(n));
+    while (partial_.size() >= sizeof(Record)) {
+      Record r;
+      std::memcpy(&r, partial_.data(), sizeof(r));
+      records_.push_back(r);
+      partial_.erase(0, sizeof(r));
+    }
+    return true;
+  }
+  std::vector<Record>& records() { return records_; }
+
+ private:
+  int fd_;
+  std::string partial_;
+  std::vector<Record> records_;
+};
+
+// Creates the pool file at `path` with an empty tree, closed cleanly.
+Status CreateKillPool(const TreeFactory& f, const KillOptions& o, const std::string& path) {
+  auto pool = Pool::Create(path, o.pool_size, f.name, 0, o.pool_options);
+  if (!pool.ok()) return pool.status().Annotate("kill harness: creating " + path);
+  auto tree = f.create(pool->get(), o.tree_options);
+  if (!tree.ok()) {
+    unlink(path.c_str());
+    return tree.status().Annotate("kill harness: creating the tree");
+  }
+  return (*tree)->Close();
+}
+
+// Iteration `it`: forks a child that runs operations on the pool at `path`
+// and SIGKILLs it, after `draw` picks when; returns every record it sent.
+Result<std::vector<Record>> KillOnce(const TreeFactory& f, const KillOptions& o, const std::string& path, uint64_t it,
+                                     uint64_t draw, KillReport* rep) {
+  int fds[2];
+  if (pipe(fds) != 0) return Status::IoError("pipe failed");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return Status::IoError("fork failed");
+  if (pid == 0) {
+    close(fds[0]);
+    Child(f, o, path, it, fds[1]);
+  }
+  close(fds[1]);
+  // Drain the pipe while waiting, so the child never blocks on it.
+  RecordReader reader(fds[0]);
+  const double kill_at = Now() + static_cast<double>(draw % (o.max_delay_us + 1)) / 1e6;
+  const uint64_t kill_after = o.max_records > 0 ? draw % (o.max_records + 1) : 0;
+  if (o.max_records > 0) {
+    // Work-bounded: exactly when `kill_after` records have arrived (the
+    // child may have sent more by then; they are read below).
+    while (reader.records().size() < kill_after) {
+      if (!reader.Drain(100)) break;
+    }
+    if (kill_after > 0) rep->guaranteed_acks += (kill_after - 1) / 2;
+  } else {
+    while (Now() < kill_at) {
+      if (!reader.Drain(1)) break;
+    }
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  while (reader.Drain(0)) {
+  }
+  close(fds[0]);
+  return std::move(reader.records());
+}
+
+// What a killed child's records say.
+struct Replayed {
+  bool ready = false;           // the child opened the tree
+  std::optional<Op> in_flight;  // announced, not acknowledged
+  std::string failure;
+};
+
+// Applies the acknowledged operations of `recs` to `model`, checking each
+// result against it.
+Replayed ReplayRecords(const std::vector<Record>& recs, Model* model, KillReport* rep) {
+  Replayed out;
+  for (const Record& r : recs) {
+    if (r.type == kReady) out.ready = true;
+    if (r.type == kError) out.failure = "the child failed (see its stderr)";
+    if (r.type == kIntent) out.in_flight = Op{static_cast<OpKind>(r.kind), r.key, r.value};
+    if (r.type == kAck && out.in_flight) {
+      Effect e = EffectOf(*model, *out.in_flight);
+      if (e.expected != (r.result != 0))
+        out.failure = OpString(*out.in_flight) + " returned " + (r.result ? "true" : "false") +
+                      " in the child, the model expects " + (e.expected ? "true" : "false");
+      ApplyEffect(model, e);
+      rep->acked_ops++;
+      out.in_flight.reset();
+    }
+  }
+  return out;
+}
+
+// Reopens and recovers the pool after the kill of iteration `it` and checks
+// it against `model` (plus `in_flight`, which may or may not have applied;
+// the model follows the tree).  Closes cleanly on even iterations.  Returns
+// "" or the failure.
+std::string CheckRecovered(const TreeFactory& f, const KillOptions& o, const std::string& path, uint64_t it,
+                           const std::optional<Op>& in_flight, Model* model, KillReport* rep) {
+  auto h = Open(f, path, o);
+  if (!h.ok()) return "reopen/recovery failed: " + h.status().ToString();
+  Expect e;
+  e.m0 = model;
+  if (in_flight) {
+    e.effect = EffectOf(*model, *in_flight);
+    e.focus_key = in_flight->key;
+  }
+  int which = 0;
+  std::string failure = CheckTree(h->pool.get(), h->tree.get(), e, &which);
+  if (failure.empty() && which == 2 && in_flight) {
+    if (e.effect.changes) rep->in_flight_survived++;
+    ApplyEffect(model, e.effect);
+  }
+  if (failure.empty() && it % 2 == 0) {
+    Status c = h->tree->Close();
+    if (!c.ok()) failure = "clean close failed: " + c.ToString();
+  }
+  return failure;
+}
+
 }  // namespace
 
 Result<KillReport> RunKillHarness(const TreeFactory& f, const KillOptions& o) {
@@ -93,16 +232,7 @@ Result<KillReport> RunKillHarness(const TreeFactory& f, const KillOptions& o) {
   const std::string path = o.dir + "/pmtree-kill-" + std::string(f.name) + "-" + std::to_string(getpid()) + "-" +
                            std::to_string(o.seed) + ".pool";
   unlink(path.c_str());
-  {
-    auto pool = Pool::Create(path, o.pool_size, f.name, 0, o.pool_options);
-    if (!pool.ok()) return pool.status().Annotate("kill harness: creating " + path);
-    auto tree = f.create(pool->get(), o.tree_options);
-    if (!tree.ok()) {
-      unlink(path.c_str());
-      return tree.status().Annotate("kill harness: creating the tree");
-    }
-    PMTREE_RETURN_IF_ERROR((*tree)->Close());
-  }
+  PMTREE_RETURN_IF_ERROR(CreateKillPool(f, o, path));
   auto command = [&](uint64_t it) {
     return "pmtree crash --tree " + std::string(f.name) + " --kill " + std::to_string(it + 1) + " --seed " +
            std::to_string(o.seed);
@@ -110,103 +240,15 @@ Result<KillReport> RunKillHarness(const TreeFactory& f, const KillOptions& o) {
   Model model;
   std::mt19937_64 rng(o.seed);
   for (uint64_t it = 0; it < o.iterations; it++) {
-    int fds[2];
-    if (pipe(fds) != 0) return Status::IoError("pipe failed");
-    std::fflush(stdout);
-    std::fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return Status::IoError("fork failed");
-    if (pid == 0) {
-      close(fds[0]);
-      Child(f, o, path, it, fds[1]);
-    }
-    close(fds[1]);
-    // Drain the pipe while waiting, so the child never blocks on it.
-    std::vector<Record> recs;
-    std::string partial;
-    const uint64_t draw = rng();
-    const double kill_at = Now() + static_cast<double>(draw % (o.max_delay_us + 1)) / 1e6;
-    const uint64_t kill_after = o.max_records > 0 ? draw % (o.max_records + 1) : 0;
-    auto drain = [&](int timeout_ms) -> bool {
-      pollfd p{fds[0], POLLIN, 0};
-      if (poll(&p, 1, timeout_ms) <= 0) return true;
-      char buf[4096];
-      ssize_t n = read(fds[0], buf, sizeof(buf));
-      if (n <= 0) return false;  // EOF
-      partial.append(buf, static_cast<size_t>(n));
-      while (partial.size() >= sizeof(Record)) {
-        Record r;
-        std::memcpy(&r, partial.data(), sizeof(r));
-        recs.push_back(r);
-        partial.erase(0, sizeof(r));
-      }
-      return true;
-    };
-    if (o.max_records > 0) {
-      // Work-bounded: exactly when `kill_after` records have arrived (the
-      // child may have sent more by then; they are read below).
-      while (recs.size() < kill_after) {
-        if (!drain(100)) break;
-      }
-      if (kill_after > 0) rep.guaranteed_acks += (kill_after - 1) / 2;
-    } else {
-      while (Now() < kill_at) {
-        if (!drain(1)) break;
-      }
-    }
-    kill(pid, SIGKILL);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    while (drain(0)) {
-    }
-    close(fds[0]);
-    // Replay the child's records on the model.
-    bool ready = false;
-    std::optional<Op> in_flight;
-    std::string failure;
-    for (const Record& r : recs) {
-      if (r.type == kReady) ready = true;
-      if (r.type == kError) failure = "the child failed (see its stderr)";
-      if (r.type == kIntent) in_flight = Op{static_cast<OpKind>(r.kind), r.key, r.value};
-      if (r.type == kAck && in_flight) {
-        Effect e = EffectOf(model, *in_flight);
-        if (e.expected != (r.result != 0))
-          failure = OpString(*in_flight) + " returned " + (r.result ? "true" : "false") + " in the child, the model expects " +
-                    (e.expected ? "true" : "false");
-        ApplyEffect(&model, e);
-        rep.acked_ops++;
-        in_flight.reset();
-      }
-    }
-    if (!ready) rep.kills_during_open++;
-    if (failure.empty()) {
-      auto h = Open(f, path, o);
-      if (!h.ok()) {
-        failure = "reopen/recovery failed: " + h.status().ToString();
-      } else {
-        Expect e;
-        e.m0 = &model;
-        if (in_flight) {
-          e.effect = EffectOf(model, *in_flight);
-          e.focus_key = in_flight->key;
-        }
-        int which = 0;
-        failure = CheckTree(h->pool.get(), h->tree.get(), e, &which);
-        if (failure.empty() && which == 2 && in_flight) {
-          if (e.effect.changes) rep.in_flight_survived++;
-          ApplyEffect(&model, e.effect);
-        }
-        if (failure.empty() && it % 2 == 0) {
-          Status c = h->tree->Close();
-          if (!c.ok()) failure = "clean close failed: " + c.ToString();
-        }
-      }
-    }
+    PMTREE_ASSIGN_OR_RETURN(std::vector<Record> recs, KillOnce(f, o, path, it, rng(), &rep));
+    Replayed r = ReplayRecords(recs, &model, &rep);
+    if (!r.ready) rep.kills_during_open++;
+    if (r.failure.empty()) r.failure = CheckRecovered(f, o, path, it, r.in_flight, &model, &rep);
     rep.iterations++;
-    if (!failure.empty()) {
+    if (!r.failure.empty()) {
       rep.failures.push_back("iteration " + std::to_string(it) + " (" + std::to_string(recs.size()) +
-                             " records, in flight: " + (in_flight ? OpString(*in_flight) : std::string("none")) +
-                             "): " + failure + "; replay: " + command(it));
+                             " records, in flight: " + (r.in_flight ? OpString(*r.in_flight) : std::string("none")) +
+                             "): " + r.failure + "; replay: " + command(it));
       break;  // the pool no longer matches the model
     }
     if (o.progress && it % 20 == 19)

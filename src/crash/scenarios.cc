@@ -42,30 +42,31 @@ struct PreState {
   std::vector<Op> letters;  // operations this pre-state adds to the alphabet
 };
 
-// Pre-states found by watching Stats() while a probe tree grows: the
-// moments just before its first leaf split, a non-root leaf split, a new
-// level, a merge, and the first change of each design counter of
-// Stats().extra (LB+-Tree's first entry move, its first hint record, ...);
-// the moment before the second split of the first leaf when keys arrive in
-// descending order (a node that splits again after a split); plus an empty
-// tree and a churned one.
 // Insert counts at which a probe tree first splits its root leaf (s1), a
-// non-root leaf (s2) and gains a third level (s3); 0: not seen.
+// non-root leaf (s2) and gains a third level (s3); 0: not seen.  And the
+// first insert that changed each design counter of Stats().extra, in order
+// of appearance.
 struct Growth {
   uint64_t s1 = 0, s2 = 0, s3 = 0;
+  std::vector<std::pair<std::string, uint64_t>> first_change;
 };
 
-Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreOptions& o, Growth* growth) {
-  std::vector<PreState> out;
-  out.push_back({"empty", {}});
+// Keys 10, 20, ..., 10 * kMaxProbe at most: enough for three levels.
+constexpr uint64_t kMaxProbe = 3000;
+
+std::vector<Op> Inserts(uint64_t n) {
+  std::vector<Op> v;
+  for (uint64_t i = 1; i <= n; i++) v.push_back(Insert(10 * i, ValueFor(10 * i, 0)));
+  return v;
+}
+
+// Watches Stats() while a probe tree grows by ascending inserts.
+Result<Growth> WatchGrowth(const TreeFactory& f, const ExploreOptions& o) {
   PMTREE_ASSIGN_OR_RETURN(Probe p, OpenProbe(f, o));
-  const uint64_t kMax = 3000;
+  Growth g;
   std::vector<TreeStats> st(1, p.tree->Stats());
-  uint64_t s1 = 0, s2 = 0, s3 = 0;
-  // Design counters: name -> the first insert that changed it.
-  std::vector<std::pair<std::string, uint64_t>> first_change;
   std::set<std::string> seen_counters;
-  for (uint64_t n = 1; n <= kMax; n++) {
+  for (uint64_t n = 1; n <= kMaxProbe; n++) {
     auto r = p.tree->Insert(10 * n, ValueFor(10 * n, 0));
     if (!r.ok()) break;  // out of space: enough
     st.push_back(p.tree->Stats());
@@ -73,9 +74,9 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
     const TreeStats& b = st[n];
     // The one-key tree is the base: some trees count a DRAM root above their
     // single leaf as a level (LB+-Tree: height 2 from the start).
-    if (n >= 2 && s1 == 0 && (b.leaf_nodes > st[1].leaf_nodes || b.height > st[1].height)) s1 = n;
-    else if (s1 != 0 && s2 == 0 && b.leaf_nodes > a.leaf_nodes) s2 = n;
-    if (s3 == 0 && b.height >= 3 && a.height < 3) s3 = n;
+    if (n >= 2 && g.s1 == 0 && (b.leaf_nodes > st[1].leaf_nodes || b.height > st[1].height)) g.s1 = n;
+    else if (g.s1 != 0 && g.s2 == 0 && b.leaf_nodes > a.leaf_nodes) g.s2 = n;
+    if (g.s3 == 0 && b.height >= 3 && a.height < 3) g.s3 = n;
     for (const auto& [name, value] : b.extra) {
       if (seen_counters.count(name)) continue;
       double before = 0;
@@ -83,100 +84,113 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
         if (an == name) before = av;
       if (value != before) {
         seen_counters.insert(name);
-        first_change.emplace_back(name, n);
+        g.first_change.emplace_back(name, n);
       }
     }
-    if (s3 != 0 && s2 != 0) break;
+    if (g.s3 != 0 && g.s2 != 0) break;
   }
-  *growth = Growth{s1, s2, s3};
-  auto inserts = [](uint64_t n) {
-    std::vector<Op> v;
-    for (uint64_t i = 1; i <= n; i++) v.push_back(Insert(10 * i, ValueFor(10 * i, 0)));
-    return v;
-  };
-  if (s1 == 0) {
+  return g;
+}
+
+// Merge threshold: from the first two-leaf state, remove the smallest keys
+// until the leaf count drops.  The same for a node with a left neighbour
+// (trees that merge only): from the first three-leaf state, remove keys
+// upward from the median.
+Status AddMergeThresholds(const TreeFactory& f, const ExploreOptions& o, const Growth& g, std::vector<PreState>* out) {
+  {
+    PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
+    for (const Op& op : Inserts(g.s1)) (void)q.tree->Insert(op.key, op.value);
+    const uint64_t leaves = q.tree->Stats().leaf_nodes;
+    for (uint64_t i = 1; i < g.s1; i++) {
+      (void)q.tree->Remove(10 * i);
+      if (q.tree->Stats().leaf_nodes < leaves) {
+        auto pre = Inserts(g.s1);
+        for (uint64_t j = 1; j < i; j++) pre.push_back(Remove(10 * j));
+        out->push_back({"merge-threshold", pre, {Remove(10 * i)}});
+        break;
+      }
+    }
+  }
+  if (g.s2 == 0 || out->empty() || out->back().name != "merge-threshold") return Status::Ok();
+  PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
+  for (const Op& op : Inserts(g.s2)) (void)q.tree->Insert(op.key, op.value);
+  const uint64_t leaves = q.tree->Stats().leaf_nodes;
+  for (uint64_t i = g.s2 / 2; i <= g.s2; i++) {
+    (void)q.tree->Remove(10 * i);
+    if (q.tree->Stats().leaf_nodes < leaves) {
+      auto pre = Inserts(g.s2);
+      for (uint64_t j = g.s2 / 2; j < i; j++) pre.push_back(Remove(10 * j));
+      out->push_back({"merge-threshold-middle", pre, {Remove(10 * i)}});
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+// Descending keys: every insert lands in the first leaf, every split keeps
+// the new key in the old (left) node, and the second split splits a node
+// that has split before (LB+-Tree flips its alt bit back).  The state just
+// before that second split.
+Status AddDescending(const TreeFactory& f, const ExploreOptions& o, std::vector<PreState>* out) {
+  PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
+  const uint64_t top = 10 * (kMaxProbe + 1);
+  const uint64_t leaves0 = q.tree->Stats().leaf_nodes;
+  std::vector<Op> pre;
+  int splits = 0;
+  for (uint64_t i = 0; i < kMaxProbe && splits < 2; i++) {
+    const Op op = Insert(top - 10 * i, ValueFor(top - 10 * i, 0));
+    if (!q.tree->Insert(op.key, op.value).ok()) break;
+    const uint64_t leaves = q.tree->Stats().leaf_nodes;
+    if (leaves > leaves0 + static_cast<uint64_t>(splits)) splits++;
+    if (splits == 2) out->push_back({"descending-leaf-full", pre});
+    pre.push_back(op);
+  }
+  return Status::Ok();
+}
+
+// Pre-states found by watching Stats() while a probe tree grows: the
+// moments just before its first leaf split, a non-root leaf split, a new
+// level, a merge, and the first change of each design counter of
+// Stats().extra (LB+-Tree's first entry move, its first hint record, ...);
+// the moment before the second split of the first leaf when keys arrive in
+// descending order (a node that splits again after a split); plus an empty
+// tree and a churned one.
+Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreOptions& o, Growth* growth) {
+  std::vector<PreState> out;
+  out.push_back({"empty", {}});
+  PMTREE_ASSIGN_OR_RETURN(*growth, WatchGrowth(f, o));
+  const Growth& g = *growth;
+  if (g.s1 == 0) {
     // Stats() tells nothing about nodes: fall back to fixed sizes.
-    for (uint64_t n : {1, 16, 64}) out.push_back({std::to_string(n) + "-keys", inserts(n)});
+    for (uint64_t n : {1, 16, 64}) out.push_back({std::to_string(n) + "-keys", Inserts(n)});
     return out;
   }
   std::set<uint64_t> sizes{0};  // insert-only pre-states already present, by key count
   auto add_inserts = [&](const std::string& name, uint64_t n) {
-    if (sizes.insert(n).second) out.push_back({name, inserts(n)});
+    if (sizes.insert(n).second) out.push_back({name, Inserts(n)});
   };
-  if (s1 >= 3) add_inserts("root-leaf-one-short", s1 - 2);
-  add_inserts("root-leaf-full", s1 - 1);
-  if (s2 != 0) add_inserts("leaf-full", s2 - 1);
-  if (s3 != 0) add_inserts("inner-full", s3 - 1);
+  if (g.s1 >= 3) add_inserts("root-leaf-one-short", g.s1 - 2);
+  add_inserts("root-leaf-full", g.s1 - 1);
+  if (g.s2 != 0) add_inserts("leaf-full", g.s2 - 1);
+  if (g.s3 != 0) add_inserts("inner-full", g.s3 - 1);
   // A counter that first changes at the n-th insert names a path the
   // workload's operations reach from the state before it (the first change
   // at insert 1 is the empty pre-state).  At most 8, in order of appearance.
   size_t counters = 0;
-  for (const auto& [name, n] : first_change) {
+  for (const auto& [name, n] : g.first_change) {
     if (n < 2 || counters >= 8) continue;
     if (sizes.count(n - 1)) continue;
     add_inserts("before-first-" + name, n - 1);
     counters++;
   }
-  // Merge threshold: from the first two-leaf state, remove the smallest keys
-  // until the leaf count drops.
-  {
-    PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
-    auto ops = inserts(s1);
-    for (const Op& op : ops) (void)q.tree->Insert(op.key, op.value);
-    const uint64_t leaves = q.tree->Stats().leaf_nodes;
-    for (uint64_t i = 1; i < s1; i++) {
-      (void)q.tree->Remove(10 * i);
-      if (q.tree->Stats().leaf_nodes < leaves) {
-        auto pre = inserts(s1);
-        for (uint64_t j = 1; j < i; j++) pre.push_back(Remove(10 * j));
-        out.push_back({"merge-threshold", pre, {Remove(10 * i)}});
-        break;
-      }
-    }
-  }
-  // The same for a node with a left neighbour (trees that merge only): from
-  // the first three-leaf state, remove keys upward from the median.
-  if (s2 != 0 && !out.empty() && out.back().name == "merge-threshold") {
-    PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
-    for (const Op& op : inserts(s2)) (void)q.tree->Insert(op.key, op.value);
-    const uint64_t leaves = q.tree->Stats().leaf_nodes;
-    for (uint64_t i = s2 / 2; i <= s2; i++) {
-      (void)q.tree->Remove(10 * i);
-      if (q.tree->Stats().leaf_nodes < leaves) {
-        auto pre = inserts(s2);
-        for (uint64_t j = s2 / 2; j < i; j++) pre.push_back(Remove(10 * j));
-        out.push_back({"merge-threshold-middle", pre, {Remove(10 * i)}});
-        break;
-      }
-    }
-  }
-  // Descending keys: every insert lands in the first leaf, every split keeps
-  // the new key in the old (left) node, and the second split splits a node
-  // that has split before (LB+-Tree flips its alt bit back).  The state just
-  // before that second split.
-  {
-    PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
-    const uint64_t top = 10 * (kMax + 1);
-    const uint64_t leaves0 = q.tree->Stats().leaf_nodes;
-    std::vector<Op> pre;
-    int splits = 0;
-    for (uint64_t i = 0; i < kMax && splits < 2; i++) {
-      const Op op = Insert(top - 10 * i, ValueFor(top - 10 * i, 0));
-      if (!q.tree->Insert(op.key, op.value).ok()) break;
-      const uint64_t leaves = q.tree->Stats().leaf_nodes;
-      if (leaves > leaves0 + static_cast<uint64_t>(splits)) splits++;
-      if (splits == 2) out.push_back({"descending-leaf-full", pre});
-      pre.push_back(op);
-    }
-  }
+  PMTREE_RETURN_IF_ERROR(AddMergeThresholds(f, o, g, &out));
+  PMTREE_RETURN_IF_ERROR(AddDescending(f, o, &out));
   // Churn: a full-ish tree with every other key of its first half removed
   // (dead slots, reusable entries, rings that wrap).
-  {
-    uint64_t n = s2 != 0 ? s2 : 2 * s1;
-    auto pre = inserts(n);
-    for (uint64_t i = 1; i <= n / 2; i += 2) pre.push_back(Remove(10 * i));
-    out.push_back({"churn", pre});
-  }
+  const uint64_t n = g.s2 != 0 ? g.s2 : 2 * g.s1;
+  auto pre = Inserts(n);
+  for (uint64_t i = 1; i <= n / 2; i += 2) pre.push_back(Remove(10 * i));
+  out.push_back({"churn", pre});
   return out;
 }
 

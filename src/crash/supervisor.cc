@@ -31,56 +31,151 @@ std::string SignalName(int sig) {
   return std::string(d ? d : "signal") + " (signal " + std::to_string(sig) + ")";
 }
 
-}  // namespace
-
-Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
-  const double t0 = Now();
-  // CPU time of this process (scenario building, supervision) and of its
-  // waited-for workers.
-  const double cpu0 = CpuSeconds();
-  PMTREE_ASSIGN_OR_RETURN(std::vector<Scenario> scenarios, BuildScenarios(f, o));
-  if (o.replay && o.replay->scenario >= scenarios.size())
-    return Status::InvalidArgument("replay: scenario " + std::to_string(o.replay->scenario) + " does not exist (" +
-                                   std::to_string(scenarios.size()) + " scenarios)");
-  const double deadline = o.budget_seconds > 0 ? t0 + o.budget_seconds : 0;
-  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return Status::IoError("mmap of the explorer's shared state failed");
-  Shared* sh = new (mem) Shared();
-  int results = memfd_create("pmtree-crash-results", MFD_CLOEXEC);
-  if (results < 0) {
-    munmap(mem, sizeof(Shared));
-    return Status::IoError("memfd_create for explorer results failed");
-  }
-  ExploreReport rep;
-  rep.tree = std::string(f.name);
-  rep.mode = o.mode;
-  rep.workload = o.workload;
-  rep.scenarios_total = scenarios.size();
-  std::vector<json> parent_tickets;
-  Status worker_status;
-
-  auto ticket_for_death = [&](int status) {
-    const ImageRef r{sh->scenario.load(), sh->point.load(), sh->image.load()};
-    const uint32_t phase = sh->phase.load();
-    std::string why;
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
-      why = "no progress for " + std::to_string(static_cast<int>(o.hang_seconds)) + " s: killed (a hang)";
-    } else if (WIFSIGNALED(status)) {
-      why = "died of " + SignalName(WTERMSIG(status));
-      if (sh->fault_addr.load() != 0) {
-        char buf[96];
-        std::snprintf(buf, sizeof(buf), ", fault address 0x%llx, pc 0x%llx",
-                      static_cast<unsigned long long>(sh->fault_addr.load()),
-                      static_cast<unsigned long long>(sh->fault_pc.load()));
-        why += buf;
-      }
-    } else {
-      why = "exited with status " + std::to_string(WEXITSTATUS(status));
+// The page the supervisor shares with its workers and the memfd they write
+// their results to; both released on destruction.
+class SharedState {
+ public:
+  SharedState() = default;
+  SharedState(const SharedState&) = delete;
+  SharedState& operator=(const SharedState&) = delete;
+  ~SharedState() {
+    if (results_ >= 0) close(results_);
+    if (sh_ != nullptr) {
+      sh_->~Shared();
+      munmap(sh_, sizeof(Shared));
     }
-    const Scenario& sc = scenarios[std::min<uint64_t>(r.scenario, scenarios.size() - 1)];
+  }
+
+  Status Open() {
+    void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return Status::IoError("mmap of the explorer's shared state failed");
+    sh_ = new (mem) Shared();
+    results_ = memfd_create("pmtree-crash-results", MFD_CLOEXEC);
+    if (results_ < 0) return Status::IoError("memfd_create for explorer results failed");
+    return Status::Ok();
+  }
+
+  Shared* shared() const { return sh_; }
+  int results() const { return results_; }
+
+  // Everything the workers wrote; closes the memfd.
+  std::string TakeResults() {
+    std::string text;
+    char buf[65536];
+    lseek(results_, 0, SEEK_SET);
+    ssize_t n;
+    while ((n = read(results_, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+    close(results_);
+    results_ = -1;
+    return text;
+  }
+
+ private:
+  Shared* sh_ = nullptr;
+  int results_ = -1;
+};
+
+// Runs the worker over the scenarios: in this process (isolate = false), or
+// forked, restarted after the image that killed or hung it.
+class Supervisor {
+ public:
+  Supervisor(const TreeFactory& f, const ExploreOptions& o, const std::vector<Scenario>& scenarios, Shared* sh,
+             int results, double t0)
+      : f_(f), o_(o), scenarios_(scenarios), sh_(sh), results_(results), t0_(t0),
+        deadline_(o.budget_seconds > 0 ? t0 + o.budget_seconds : 0) {}
+
+  // An error: the worker could not start (or fork).
+  Status Run() {
+    if (!o_.isolate) return RunWorker(f_, o_, scenarios_, sh_, results_, deadline_, ImageRef{});
+    ImageRef from{};
+    int restarts = 0;
+    last_progress_ = Now();
+    while (true) {
+      sh_->phase.store(kPhaseIdle);
+      sh_->fault_addr.store(0);
+      sh_->fault_in_view.store(0);
+      sh_->heartbeat_ms.store(NowMs());
+      std::fflush(stderr);
+      std::fflush(stdout);
+      pid_t pid = fork();
+      if (pid < 0) return Status::IoError("fork of the explorer worker failed");
+      if (pid == 0) {
+        InstallFaultHandlers(sh_);
+        Status s = RunWorker(f_, o_, scenarios_, sh_, results_, deadline_, from);
+        if (!s.ok()) {
+          std::fprintf(stderr, "pmtree crash worker: %s\n", s.ToString().c_str());
+          _exit(3);
+        }
+        _exit(0);
+      }
+      const int status = Wait(pid);
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+        return Status::IoError("the explorer worker could not start (see stderr)");
+      const uint32_t phase = sh_->phase.load();
+      ImageRef where = TicketForDeath(status);
+      if (o_.replay || o_.stop_at_first_violation || ++restarts > 1000) return Status::Ok();
+      from = phase == kPhaseTrace ? ImageRef{where.scenario + 1, 0, 0}
+                                  : ImageRef{where.scenario, where.point, where.image + 1};
+      if (from.scenario >= scenarios_.size()) return Status::Ok();
+    }
+  }
+
+  // The tickets of workers that died (as the worker writes them).
+  const std::vector<json>& tickets() const { return tickets_; }
+
+ private:
+  // Waits for worker `pid`, killing it when its heartbeat is older than
+  // hang_seconds; progress lines every 2 s.  Returns its wait status.
+  int Wait(pid_t pid) {
+    int status = 0;
+    while (true) {
+      pid_t r = waitpid(pid, &status, WNOHANG);
+      if (r == pid) return status;
+      const int64_t silent = NowMs() - sh_->heartbeat_ms.load();
+      if (silent > static_cast<int64_t>(o_.hang_seconds * 1000)) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return status;
+      }
+      if (o_.progress && Now() - last_progress_ >= 2) {
+        last_progress_ = Now();
+        std::fprintf(stderr, "crash %s %s: scenario %llu/%zu, %llu crash points, %llu images, %.0f s, %llu violations\n",
+                     std::string(f_.name).c_str(), std::string(ModeName(o_.mode)).c_str(),
+                     static_cast<unsigned long long>(sh_->scenario.load()), scenarios_.size(),
+                     static_cast<unsigned long long>(sh_->points.load()),
+                     static_cast<unsigned long long>(sh_->images.load()), Now() - t0_,
+                     static_cast<unsigned long long>(sh_->violations.load()));
+      }
+      usleep(2000);
+    }
+  }
+
+  // Why a worker with wait status `status` died.
+  std::string Why(int status) const {
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      return "no progress for " + std::to_string(static_cast<int>(o_.hang_seconds)) + " s: killed (a hang)";
+    if (!WIFSIGNALED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    std::string why = "died of " + SignalName(WTERMSIG(status));
+    if (sh_->fault_addr.load() != 0) {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), ", fault address 0x%llx, pc 0x%llx",
+                    static_cast<unsigned long long>(sh_->fault_addr.load()),
+                    static_cast<unsigned long long>(sh_->fault_pc.load()));
+      why += buf;
+    }
+    return why;
+  }
+
+  // A ticket for the image the worker was at when it died; returns that image.
+  ImageRef TicketForDeath(int status) {
+    const ImageRef r{sh_->scenario.load(), sh_->point.load(), sh_->image.load()};
+    const uint32_t phase = sh_->phase.load();
+    const std::string why = Why(status);
+    const Scenario& sc = scenarios_[std::min<uint64_t>(r.scenario, scenarios_.size() - 1)];
     std::string failure, point = "-";
     if (phase == kPhaseTrace) {
-      if (sh->fault_in_view.load())
+      if (sh_->fault_in_view.load())
         failure = "instrumentation gap: a raw store to the read-only pool view bypassed the persistence layer (" +
                   why + ")";
       else
@@ -96,86 +191,31 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
     t["point"] = r.point;
     t["image_index"] = r.image;
     t["scenario"] = sc.name;
-    t["op"] = phase == kPhaseTrace ? OpString(sc.ops[std::min<uint64_t>(sh->cur_op.load(), sc.ops.size() - 1)]) : "-";
+    t["op"] = phase == kPhaseTrace ? OpString(sc.ops[std::min<uint64_t>(sh_->cur_op.load(), sc.ops.size() - 1)]) : "-";
     t["point_desc"] = point;
     t["image"] = "-";
     t["failure"] = failure;
-    t["command"] = ReplayCommand(f, o, r);
-    parent_tickets.push_back(t);
-    sh->violations.fetch_add(1);
+    t["command"] = ReplayCommand(f_, o_, r);
+    tickets_.push_back(t);
+    sh_->violations.fetch_add(1);
     return r;
-  };
-
-  if (!o.isolate) {
-    worker_status = RunWorker(f, o, scenarios, sh, results, deadline, ImageRef{});
-  } else {
-    ImageRef from{};
-    int restarts = 0;
-    double last_progress = Now();
-    while (true) {
-      sh->phase.store(kPhaseIdle);
-      sh->fault_addr.store(0);
-      sh->fault_in_view.store(0);
-      sh->heartbeat_ms.store(NowMs());
-      std::fflush(stderr);
-      std::fflush(stdout);
-      pid_t pid = fork();
-      if (pid < 0) {
-        worker_status = Status::IoError("fork of the explorer worker failed");
-        break;
-      }
-      if (pid == 0) {
-        InstallFaultHandlers(sh);
-        Status s = RunWorker(f, o, scenarios, sh, results, deadline, from);
-        if (!s.ok()) {
-          std::fprintf(stderr, "pmtree crash worker: %s\n", s.ToString().c_str());
-          _exit(3);
-        }
-        _exit(0);
-      }
-      int status = 0;
-      while (true) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) break;
-        const int64_t silent = NowMs() - sh->heartbeat_ms.load();
-        if (silent > static_cast<int64_t>(o.hang_seconds * 1000)) {
-          kill(pid, SIGKILL);
-          waitpid(pid, &status, 0);
-          break;
-        }
-        if (o.progress && Now() - last_progress >= 2) {
-          last_progress = Now();
-          std::fprintf(stderr, "crash %s %s: scenario %llu/%zu, %llu crash points, %llu images, %.0f s, %llu violations\n",
-                       std::string(f.name).c_str(), std::string(ModeName(o.mode)).c_str(),
-                       static_cast<unsigned long long>(sh->scenario.load()), scenarios.size(),
-                       static_cast<unsigned long long>(sh->points.load()),
-                       static_cast<unsigned long long>(sh->images.load()), Now() - t0,
-                       static_cast<unsigned long long>(sh->violations.load()));
-        }
-        usleep(2000);
-      }
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) break;
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
-        worker_status = Status::IoError("the explorer worker could not start (see stderr)");
-        break;
-      }
-      const uint32_t phase = sh->phase.load();
-      ImageRef where = ticket_for_death(status);
-      if (o.replay || o.stop_at_first_violation || ++restarts > 1000) break;
-      from = phase == kPhaseTrace ? ImageRef{where.scenario + 1, 0, 0} : ImageRef{where.scenario, where.point, where.image + 1};
-      if (from.scenario >= scenarios.size()) break;
-    }
   }
 
-  // Collect the worker's results.
-  std::string text;
-  {
-    char buf[65536];
-    lseek(results, 0, SEEK_SET);
-    ssize_t n;
-    while ((n = read(results, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
-    close(results);
-  }
+  const TreeFactory& f_;
+  const ExploreOptions& o_;
+  const std::vector<Scenario>& scenarios_;
+  Shared* sh_;
+  int results_;
+  double t0_;
+  double deadline_;
+  double last_progress_ = 0;
+  std::vector<json> tickets_;
+};
+
+// Sums the workers' JSON lines (`text`) and the supervisor's own tickets
+// into `rep`: tickets (at most max_tickets), sites and lints.
+void SumResults(const std::string& text, const std::vector<json>& parent_tickets, const ExploreOptions& o,
+                ExploreReport* rep) {
   std::map<std::pair<std::string, std::string>, SiteReport> sites;
   std::map<std::pair<std::string, std::string>, uint64_t> lints;
   std::vector<json> tickets;
@@ -203,7 +243,7 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
   }
   for (auto& t : parent_tickets) tickets.push_back(t);
   for (const auto& t : tickets) {
-    if (rep.tickets.size() >= o.max_tickets) break;
+    if (rep->tickets.size() >= o.max_tickets) break;
     Ticket k;
     k.where = ImageRef{t["scenario_index"], t["point"], t["image_index"]};
     k.scenario = t["scenario"];
@@ -212,43 +252,69 @@ Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
     k.image = t["image"];
     k.failure = t["failure"];
     k.command = t["command"];
-    rep.tickets.push_back(k);
+    rep->tickets.push_back(k);
   }
   for (auto& [key, s] : sites) {
     if (s.kind == "store8") {
-      if (s.covered) rep.store_sites.push_back(s);
+      if (s.covered) rep->store_sites.push_back(s);
       continue;
     }
-    rep.sites_total++;
-    if (s.covered) rep.sites_covered++;
-    rep.sites.push_back(s);
+    rep->sites_total++;
+    if (s.covered) rep->sites_covered++;
+    rep->sites.push_back(s);
   }
-  for (auto& [key, n] : lints) rep.lints.push_back(LintFinding{key.first, key.second, n});
-  rep.scenarios = sh->scenarios_done.load();
-  rep.crash_points = sh->points.load();
-  rep.crash_points_exhaustive = sh->points_exhaustive.load();
-  rep.lazy_points = sh->lazy_points.load();
-  rep.lazy_runs = sh->lazy_runs.load();
-  rep.lazy_nondeterministic = sh->lazy_nondeterministic.load();
-  rep.lazy_abandoned = sh->lazy_abandoned.load();
-  rep.lazy_faults = sh->lazy_faults.load();
-  rep.mutant_points = sh->mutant_points.load();
-  rep.mutant_points_exhaustive = sh->mutant_points_exhaustive.load();
-  rep.images_checked = sh->images.load();
-  rep.images_deduplicated = sh->dedup.load();
-  rep.continuation_runs = sh->continuations.load();
-  rep.recovery_crash_images = sh->recovery_images.load();
-  rep.violations = sh->violations.load();
-  rep.budget_exhausted = sh->budget_hit.load() != 0;
+  for (auto& [key, n] : lints) rep->lints.push_back(LintFinding{key.first, key.second, n});
+}
+
+// The counters the workers kept in `sh`.
+void CopyCounters(const Shared& sh, ExploreReport* rep) {
+  rep->scenarios = sh.scenarios_done.load();
+  rep->crash_points = sh.points.load();
+  rep->crash_points_exhaustive = sh.points_exhaustive.load();
+  rep->lazy_points = sh.lazy_points.load();
+  rep->lazy_runs = sh.lazy_runs.load();
+  rep->lazy_nondeterministic = sh.lazy_nondeterministic.load();
+  rep->lazy_abandoned = sh.lazy_abandoned.load();
+  rep->lazy_faults = sh.lazy_faults.load();
+  rep->mutant_points = sh.mutant_points.load();
+  rep->mutant_points_exhaustive = sh.mutant_points_exhaustive.load();
+  rep->images_checked = sh.images.load();
+  rep->images_deduplicated = sh.dedup.load();
+  rep->continuation_runs = sh.continuations.load();
+  rep->recovery_crash_images = sh.recovery_images.load();
+  rep->violations = sh.violations.load();
+  rep->budget_exhausted = sh.budget_hit.load() != 0;
+}
+
+}  // namespace
+
+Result<ExploreReport> Explore(const TreeFactory& f, const ExploreOptions& o) {
+  const double t0 = Now();
+  // CPU time of this process (scenario building, supervision) and of its
+  // waited-for workers.
+  const double cpu0 = CpuSeconds();
+  PMTREE_ASSIGN_OR_RETURN(std::vector<Scenario> scenarios, BuildScenarios(f, o));
+  if (o.replay && o.replay->scenario >= scenarios.size())
+    return Status::InvalidArgument("replay: scenario " + std::to_string(o.replay->scenario) + " does not exist (" +
+                                   std::to_string(scenarios.size()) + " scenarios)");
+  SharedState state;
+  PMTREE_RETURN_IF_ERROR(state.Open());
+  ExploreReport rep;
+  rep.tree = std::string(f.name);
+  rep.mode = o.mode;
+  rep.workload = o.workload;
+  rep.scenarios_total = scenarios.size();
+  Supervisor supervisor(f, o, scenarios, state.shared(), state.results(), t0);
+  const Status worker_status = supervisor.Run();
+  SumResults(state.TakeResults(), supervisor.tickets(), o, &rep);
+  CopyCounters(*state.shared(), &rep);
   rep.seconds = Now() - t0;
   rep.cpu_seconds = CpuSeconds() - cpu0;
-  rep.images_per_cpu_s =
-      rep.cpu_seconds > 0 ? static_cast<double>(rep.images_checked + rep.recovery_crash_images) / rep.cpu_seconds : 0;
-  rep.images_per_s = rep.seconds > 0 ? static_cast<double>(rep.images_checked + rep.recovery_crash_images) / rep.seconds : 0;
+  const auto images = static_cast<double>(rep.images_checked + rep.recovery_crash_images);
+  rep.images_per_cpu_s = rep.cpu_seconds > 0 ? images / rep.cpu_seconds : 0;
+  rep.images_per_s = rep.seconds > 0 ? images / rep.seconds : 0;
   rep.exhaustive_fraction =
       rep.crash_points > 0 ? static_cast<double>(rep.crash_points_exhaustive) / static_cast<double>(rep.crash_points) : 1;
-  sh->~Shared();
-  munmap(mem, sizeof(Shared));
   if (!worker_status.ok()) return worker_status;
   return rep;
 }

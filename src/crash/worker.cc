@@ -61,6 +61,54 @@ struct TraceRun {
   uint64_t failed_op = 0;
 };
 
+// Coverage of one site, per (site, kind) name.
+struct SiteCov {
+  uint64_t reached = 0;
+  bool covered = false;
+  bool in_bulk_load = false;   // covered by a crash point of a bulk load
+  uint64_t upper_nonzero = 0;  // store8: stores writing a nonzero upper half
+};
+
+// One scenario's trace replayed on the shadow model (Worker::RunScenario).
+struct ScenarioReplay {
+  ScenarioReplay(const Scenario& scenario, uint64_t index, const ImageRef& from, const TraceRun& traced, ImageFile& img,
+              Mode mode)
+      : sc(scenario), s(index), start(from), run(traced), log(traced.log), shadow(img.map, img.size, mode) {}
+  const Scenario& sc;
+  const uint64_t s;      // the scenario's index
+  const ImageRef start;  // check from this image on (a restarted worker)
+  const TraceRun& run;
+  const TraceLog& log;
+  Shadow shadow;
+  int64_t drop_id = -1;  // the mutated sites' ids in `log`
+  int64_t split_id = -1;
+  // A mutant run replays the unmutated trace alongside, to check only the
+  // crash points whose images differ from the correct program's.
+  std::vector<char> base_img;
+  std::unique_ptr<Shadow> base;
+  std::map<std::pair<std::string, std::string>, SiteCov> cov;
+  std::set<uint32_t> flushes_since_point;
+  Model model;
+  uint64_t op = 0;
+  bool focus = false;
+  uint64_t point = 0;
+  uint64_t last_gen = UINT64_MAX;
+  std::unordered_set<uint64_t> seen;
+  bool stop = false;
+  bool started = false;  // before the first operation: the pool's own header set-up, not counted
+};
+
+// One crash point of a ScenarioReplay: what its images may recover to.
+struct CrashPoint {
+  uint64_t p = 0;
+  std::string where;
+  bool at_end = false;
+  bool mutant_specific = false;
+  Expect e;
+  uint64_t seed = 0;
+  uint64_t first = 0;  // the first image to check
+};
+
 class Worker {
  public:
   Worker(const TreeFactory& f, const ExploreOptions& o, const std::vector<Scenario>& scenarios, Shared* sh,
@@ -155,41 +203,9 @@ class Worker {
           else r = st;
           break;
         }
-        case OpKind::kReopen: {
-          // A clean shutdown and the next session's open, traced as one
-          // operation: Close writes what instant restart needs, the new pool
-          // object opens the same bytes and the tree recovers from them.
-          // Pool::Close releases the memfd: keep a descriptor of the bytes.
-          const int fd = dup(pool->memfd());
-          if (fd < 0) {
-            run->failure = "dup of the traced pool's memfd failed";
-            break;
-          }
-          Status cs = tree->Close();
-          tree.reset();
-          if (!cs.ok()) {
-            close(fd);
-            run->failure = "close failed: " + cs.ToString();
-            break;
-          }
-          auto reopened = Pool::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
-          close(fd);  // OpenAnonymous duplicated it
-          if (!reopened.ok()) {
-            run->failure = "reopening the closed pool failed: " + reopened.status().ToString();
-            break;
-          }
-          pool = std::move(*reopened);  // tb now names the new pool's backend
-          g_view.store(pool->base());
-          g_view_size.store(pool->size());
-          auto t = RecoverFor(f_, pool.get(), o_);
-          if (!t.ok()) {
-            run->failure = "recovery after a clean close failed: " + t.status().ToString();
-          } else {
-            tree = std::move(*t);
-            r = true;
-          }
+        case OpKind::kReopen:
+          if (Reopen(po, &pool, &tree, run)) r = true;
           break;
-        }
       }
       tb->EndOp(i);
       if (run->failure.empty() && !r.ok()) run->failure = OpString(op) + " failed: " + r.status().ToString();
@@ -205,6 +221,42 @@ class Worker {
     tree.reset();  // a crash: no Close()
     pool.reset();
     g_view.store(nullptr);
+  }
+
+  // A clean shutdown and the next session's open, traced as one operation:
+  // Close writes what instant restart needs, the new pool object opens the
+  // same bytes and the tree recovers from them.  The new pool's backend
+  // reports to the same trace (`po`'s factory).  False: run->failure says why.
+  bool Reopen(const PoolOptions& po, std::unique_ptr<Pool>* pool, std::unique_ptr<Tree>* tree, TraceRun* run) {
+    // Pool::Close releases the memfd: keep a descriptor of the bytes.
+    const int fd = dup((*pool)->memfd());
+    if (fd < 0) {
+      run->failure = "dup of the traced pool's memfd failed";
+      return false;
+    }
+    Status cs = (*tree)->Close();
+    tree->reset();
+    if (!cs.ok()) {
+      close(fd);
+      run->failure = "close failed: " + cs.ToString();
+      return false;
+    }
+    auto reopened = Pool::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
+    close(fd);  // OpenAnonymous duplicated it
+    if (!reopened.ok()) {
+      run->failure = "reopening the closed pool failed: " + reopened.status().ToString();
+      return false;
+    }
+    *pool = std::move(*reopened);
+    g_view.store((*pool)->base());
+    g_view_size.store((*pool)->size());
+    auto t = RecoverFor(f_, pool->get(), o_);
+    if (!t.ok()) {
+      run->failure = "recovery after a clean close failed: " + t.status().ToString();
+      return false;
+    }
+    *tree = std::move(*t);
+    return true;
   }
 
   // Opens image `file` copy-on-write, recovers and checks it.  With
@@ -266,35 +318,43 @@ class Worker {
     return failure;
   }
 
-  // Traces recovery of the image in `img_` and checks every crash image of
-  // it (bounded).  Returns "" or the failure.
-  std::string CrashDuringRecovery(const Expect& e, uint64_t extent, uint64_t seed) {
-    sh_->phase.store(kPhaseRecoveryCrash);
+  // Recovers a copy (rec_a_) of the image in `img_` on a tracing backend,
+  // into *rlog; *writes: recovery stored to the pool.  False: the copy does
+  // not open or recover.
+  bool TraceRecovery(uint64_t extent, TraceLog* rlog, bool* writes) {
     rec_a_.Reset(extent);
     std::memcpy(rec_a_.map, img_.map, extent);
-    TraceLog rlog;
     TracingBackend* tb = nullptr;
     PoolOptions po;
     po.backend = BackendKind::kCustom;
-    po.backend_factory = TracingFactory(&rlog, &tb);
+    po.backend_factory = TracingFactory(rlog, &tb);
     po.counting = false;
     po.use_env = false;
     {
       auto pool = Pool::OpenAnonymous(rec_a_.fd, rec_a_.size, f_.name, po, /*read_only_view=*/true);
-      if (!pool.ok()) return "";  // reported by the plain check
+      if (!pool.ok()) return false;
       tb->BeginOp(0);
       auto tree = RecoverFor(f_, pool->get(), o_);
       tb->EndOp(0);
-      if (!tree.ok()) return "";
+      if (!tree.ok()) return false;
       tree->reset();
     }
-    rec_a_.dirty = std::max(rec_a_.dirty, rlog.high_water);
-    bool writes = false;
+    rec_a_.dirty = std::max(rec_a_.dirty, rlog->high_water);
     bool inside = false;
-    for (const Event& ev : rlog.events) {
+    for (const Event& ev : rlog->events) {
       if (ev.kind == EventKind::kOpBegin) inside = true;
-      if (inside && (ev.kind == EventKind::kStore || ev.kind == EventKind::kNtStore)) writes = true;
+      if (inside && (ev.kind == EventKind::kStore || ev.kind == EventKind::kNtStore)) *writes = true;
     }
+    return true;
+  }
+
+  // Traces recovery of the image in `img_` and checks every crash image of
+  // it (bounded).  Returns "" or the failure.
+  std::string CrashDuringRecovery(const Expect& e, uint64_t extent, uint64_t seed) {
+    sh_->phase.store(kPhaseRecoveryCrash);
+    TraceLog rlog;
+    bool writes = false;
+    if (!TraceRecovery(extent, &rlog, &writes)) return "";  // reported by the plain check
     if (!writes) {
       sh_->phase.store(kPhaseCheck);
       return "";
@@ -302,7 +362,7 @@ class Worker {
     rec_b_.Reset(std::max(extent, rlog.high_water));
     std::memcpy(rec_b_.map, img_.map, extent);
     Shadow shadow(rec_b_.map, rec_b_.size, o_.mode);
-    inside = false;
+    bool inside = false;
     uint64_t q = 0;
     std::string failure;
     auto point = [&](const std::string& where) -> bool {
@@ -422,264 +482,259 @@ class Worker {
     }
     sh_->phase.store(kPhaseCheck);
     img_.Reset(run.log.high_water);
-    Shadow shadow(img_.map, img_.size, o_.mode);
+    ScenarioReplay sr(sc, s, start, run, img_, o_.mode);
     const TraceLog& log = run.log;
-    int64_t drop_id = -1;
-    int64_t split_id = -1;
     for (uint32_t i = 0; i < log.sites.size(); i++) {
-      if (!o_.drop_site.empty() && log.sites.Name(i) == o_.drop_site) drop_id = i;
-      if (!o_.split_site.empty() && log.sites.Name(i) == o_.split_site) split_id = i;
+      if (!o_.drop_site.empty() && log.sites.Name(i) == o_.drop_site) sr.drop_id = i;
+      if (!o_.split_site.empty() && log.sites.Name(i) == o_.split_site) sr.split_id = i;
     }
-    // A mutant run replays the unmutated trace alongside, to check only the
-    // crash points whose images differ from the correct program's.
-    std::vector<char> base_img;
-    std::unique_ptr<Shadow> base;
     if (!o_.drop_site.empty() || !o_.split_site.empty()) {
-      base_img.assign(log.high_water + kLine, 0);
-      base = std::make_unique<Shadow>(base_img.data(), base_img.size(), o_.mode);
+      sr.base_img.assign(log.high_water + kLine, 0);
+      sr.base = std::make_unique<Shadow>(sr.base_img.data(), sr.base_img.size(), o_.mode);
     }
-    // Coverage, per (site, kind) name.
-    struct SiteCov {
-      uint64_t reached = 0;
-      bool covered = false;
-      bool in_bulk_load = false;  // covered by a crash point of a bulk load
-      uint64_t upper_nonzero = 0;  // store8: stores writing a nonzero upper half
-    };
-    std::map<std::pair<std::string, std::string>, SiteCov> cov;
-    std::set<uint32_t> flushes_since_point;
-    Model model;
-    uint64_t op = 0;
-    bool focus = false;
-    uint64_t point = 0;
-    uint64_t last_gen = UINT64_MAX;
-    std::unordered_set<uint64_t> seen;
     lazy_seen_.clear();
-    bool stop = false;
-    bool started = false;  // before the first operation: the pool's own header set-up, not counted
-
-    auto mark = [&](uint32_t site, const char* kind) {
-      SiteCov& c = cov[{log.sites.Name(site), kind}];
-      c.covered = true;
-      c.in_bulk_load = c.in_bulk_load || sc.ops[op].kind == OpKind::kBulkLoad;
-    };
-    auto crash_point = [&](const std::string& where, bool at_end, uint32_t fence_site) {
-      if (!at_end && shadow.generation() == last_gen) return;  // same images as the last point
-      last_gen = at_end ? UINT64_MAX : shadow.generation();
-      const uint64_t p = point++;
-      for (uint32_t fs : flushes_since_point) mark(fs, "flush");
-      flushes_since_point.clear();
-      if (fence_site != UINT32_MAX) mark(fence_site, "fence");
-      if (p < start.point) return;
-      if (o_.replay && p != o_.replay->point) return;
-      bool mutant_specific = false;
-      if (base) {
-        if (base->Signature() == shadow.Signature()) return;  // checked by the base run
-        mutant_specific = true;
-      }
-      Expect e;
-      e.m0 = &model;
-      e.m0_ok = !at_end;
-      e.absent_ok = sc.ops[op].kind == OpKind::kCreate && !at_end;
-      e.effect = run.effects[op];
-      e.focus_key = run.effects[op].key;
-      const uint64_t seed = Mix(o_.seed ^ Mix(s * 1000003 + p));
-      std::vector<Unit*> units;
-      if (o_.mode != Mode::kEadr) units = shadow.DirtyUnits();
-      ImagePlan plan(units, img_.map, o_.max_images, o_.samples, seed);
-      const bool lazy = UseLazy(plan);
-      sh_->points.fetch_add(1);
-      if (lazy) sh_->lazy_points.fetch_add(1);
-      if (!lazy && plan.exhaustive()) sh_->points_exhaustive.fetch_add(1);
-      if (mutant_specific) {
-        sh_->mutant_points.fetch_add(1);
-        if (!lazy && plan.exhaustive()) sh_->mutant_points_exhaustive.fetch_add(1);
-      }
-      // The worker died inside this point's lazy search (its ticket is out,
-      // and the search cannot resume without the runs before it).
-      if (lazy && p == start.point && start.image > 0) return;
-      const uint64_t first = p == start.point ? start.image : 0;
-      // Checks the image patched into P as image `i` of this point; with
-      // `lines`, a lazy run that reports what it read.  False: leave the point.
-      auto check = [&](uint64_t i, const std::vector<uint32_t>& choice, const std::vector<uint64_t>* lines,
-                       std::vector<uint32_t>* read) -> bool {
-        sh_->point.store(p);
-        sh_->image.store(i);
-        sh_->heartbeat_ms.store(NowMs());
-        const uint64_t h = plan.ImageHash(shadow.p_hash()) ^ (at_end ? 0x5bd1e995ull : 0);
-        if (!o_.replay && lines && LazySeen(h, *lines, read)) {
-          sh_->dedup.fetch_add(1);
-          return true;
-        }
-        if (!o_.replay && !lines && !seen.insert(h).second) {
-          sh_->dedup.fetch_add(1);
-          return true;
-        }
-        const bool quiet = o_.replay && i != o_.replay->image;  // a lazy replay re-runs the search up to it
-        const bool cont = !quiet && (i == first || (o_.continuation_every > 0 && i % o_.continuation_every == 0));
-        std::string failure = CheckImage(img_, e, cont, seed ^ Mix(i), lines, read);
-        if (lines && !o_.replay) RememberLazy(h, *lines, *read);
-        sh_->images.fetch_add(1);
-        const bool recovery_crash = i == 0 || (!lines && i + 1 == plan.planned()) ||
-                                    (o_.recovery_crash_every > 0 && i % o_.recovery_crash_every == 0);
-        if (!quiet && failure.empty() && o_.crash_during_recovery && recovery_crash)
-          failure = CrashDuringRecovery(e, std::max(img_.dirty, run.log.high_water), seed ^ Mix(i + 7));
-        if (quiet) return true;
-        if (o_.replay)
-          std::fprintf(stderr, "replay %s: scenario %s; in flight %s; %s; image %s: %s\n",
-                       ImageRefString(ImageRef{s, p, i}).c_str(), sc.name.c_str(), OpString(sc.ops[op]).c_str(),
-                       where.c_str(), plan.Describe(choice).c_str(), failure.empty() ? "OK" : "FAILED");
-        if (!failure.empty()) {
-          Report(ImageRef{s, p, i}, sc, op, where, plan.Describe(choice), failure);
-          if (sh_->stop.load()) stop = true;
-          return false;  // one ticket per crash point is enough
-        }
-        if (OutOfTime()) {
-          stop = true;
-          return false;
-        }
-        return !(o_.replay && i == o_.replay->image);
-      };
-      std::vector<uint32_t> choice;
-      if (!lazy) {
-        for (uint64_t i = first; i < plan.planned(); i++) {
-          if (o_.replay && i != o_.replay->image) continue;
-          plan.Apply(i, &choice);
-          if (!check(i, choice, nullptr, nullptr)) return;
-        }
-        return;
-      }
-      // Lazy: branch only on the dirty lines the checks read (lazy.h).
-      const LazyUnits lz = MakeLazyUnits(units, img_.map);
-      LazyPlan search(lz.Alternatives(), lz.unit_lines);
-      std::vector<uint32_t> alt, read;
-      uint64_t i = 0;
-      for (; i < o_.lazy_max_runs && search.Next(&alt); i++) {
-        choice = lz.Choice(alt);
-        plan.ApplyChoice(choice);
-        read.clear();
-        const bool go_on = check(i, choice, &lz.lines, &read);
-        search.Done(read);
-        if (!go_on) return;
-        // auto: the images of the units the first run read already exceed
-        // the bound, so the search cannot complete and the structured set is
-        // the better sample: leave the lazy search.
-        if (i == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read) > o_.lazy_max_runs) break;
-        // auto: likewise as soon as the queue shows the bound cannot hold.
-        if (o_.lazy == LazyMode::kAuto && search.runs_needed_at_least() > o_.lazy_max_runs) break;
-      }
-      sh_->lazy_runs.fetch_add(search.runs());
-      if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
-      if (search.complete()) {
-        sh_->points_exhaustive.fetch_add(1);
-        if (mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
-        return;
-      }
-      if (o_.lazy == LazyMode::kOn) return;
-      // auto: the plan after all (its image 0, all old, was run 0).
-      sh_->lazy_abandoned.fetch_add(1);
-      if (plan.exhaustive()) {
-        sh_->points_exhaustive.fetch_add(1);
-        if (mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
-      }
-      for (uint64_t j = 1; j < plan.planned(); j++) {
-        plan.Apply(j, &choice);
-        if (!check(i + j, choice, nullptr, nullptr)) return;
-      }
-    };
-
     for (const Event& ev : log.events) {
-      if (stop) break;
+      if (sr.stop) break;
       switch (ev.kind) {
         case EventKind::kOpBegin:
-          op = ev.off;
-          started = true;
-          focus = op >= sc.check_from;
-          seen.clear();
+          sr.op = ev.off;
+          sr.started = true;
+          sr.focus = sr.op >= sc.check_from;
+          sr.seen.clear();
           lazy_seen_.clear();
-          last_gen = UINT64_MAX;
-          flushes_since_point.clear();
+          sr.last_gen = UINT64_MAX;
+          sr.flushes_since_point.clear();
           break;
         case EventKind::kOpEnd:
-          if (focus) shadow.OpEnd();
-          if (focus) crash_point("end of " + OpString(sc.ops[op]), true, UINT32_MAX);
-          ApplyEffect(&model, run.effects[op]);
+          if (sr.focus) sr.shadow.OpEnd();
+          if (sr.focus) AtCrashPoint(sr, "end of " + OpString(sc.ops[sr.op]), true, UINT32_MAX);
+          ApplyEffect(&sr.model, run.effects[sr.op]);
           break;
         case EventKind::kStore:
-        case EventKind::kNtStore: {
-          // An aligned 8-byte store is a commit candidate: its site is
-          // listed for the split-store mutants when a checked operation
-          // made it.
-          const bool store8 = ev.len == 8 && (ev.off & 7) == 0;
-          if (store8 && focus) cov[{log.sites.Name(ev.site), "store8"}].covered = true;
-          if (store8 && started) {
-            SiteCov& c = cov[{log.sites.Name(ev.site), "store8"}];
-            c.reached++;
-            uint32_t upper;
-            std::memcpy(&upper, &log.bytes[ev.data + 4], 4);
-            c.upper_nonzero += upper != 0;
-          }
-          // The split-store mutant: the store reaches memory as two 4-byte
-          // halves, in order (a torn commit).
-          const uint64_t piece = store8 && split_id == static_cast<int64_t>(ev.site) ? 4 : 8;
-          if (o_.mode == Mode::kEadr) {
-            for (uint64_t off = 0; off < ev.len && !stop;) {
-              uint64_t n = std::min<uint64_t>(ev.len - off, piece - ((ev.off + off) & (piece - 1)));
-              shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
-              if (base) base->Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
-              off += n;
-              if (focus) crash_point("after the store at " + log.sites.Name(ev.site), false, UINT32_MAX);
-            }
-          } else if (piece == 4) {
-            shadow.Store(ev.off, &log.bytes[ev.data], 4, ev.site, ev.kind == EventKind::kNtStore);
-            shadow.Store(ev.off + 4, &log.bytes[ev.data + 4], 4, ev.site, ev.kind == EventKind::kNtStore);
-            base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
-          } else {
-            shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
-            if (base) base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, ev.kind == EventKind::kNtStore);
-          }
-          break;
-        }
-        case EventKind::kFlush:
-          if (base) base->Flush(ev.off, ev.len, ev.site);
-          // A dropped site still counts as reached (`--drop` checks it was).
-          if (started) cov[{log.sites.Name(ev.site), "flush"}].reached++;
-          if (!o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) break;
-          if (focus) {
-            flushes_since_point.insert(ev.site);
-            if (o_.mode == Mode::kEadr) mark(ev.site, "flush");
-          }
-          shadow.Flush(ev.off, ev.len, ev.site);
-          break;
-        case EventKind::kFence:
-          if (started) cov[{log.sites.Name(ev.site), "fence"}].reached++;
-          if (o_.drop_fence && drop_id == static_cast<int64_t>(ev.site)) {
-            if (base) base->Fence(ev.site);
-            break;
-          }
-          if (focus) {
-            if (o_.mode != Mode::kEadr) crash_point("before the fence at " + log.sites.Name(ev.site), false, ev.site);
-            else mark(ev.site, "fence");
-          }
-          shadow.Fence(ev.site);
-          if (base) base->Fence(ev.site);
-          break;
+        case EventKind::kNtStore: ReplayStore(sr, ev); break;
+        case EventKind::kFlush: ReplayFlush(sr, ev); break;
+        case EventKind::kFence: ReplayFence(sr, ev); break;
       }
     }
-    // Coverage and lints of this scenario, for the parent to sum.
+    EmitCoverage(sr);
+  }
+
+  void Mark(ScenarioReplay& sr, uint32_t site, const char* kind) {
+    SiteCov& c = sr.cov[{sr.log.sites.Name(site), kind}];
+    c.covered = true;
+    c.in_bulk_load = c.in_bulk_load || sr.sc.ops[sr.op].kind == OpKind::kBulkLoad;
+  }
+
+  void ReplayStore(ScenarioReplay& sr, const Event& ev) {
+    const TraceLog& log = sr.log;
+    // An aligned 8-byte store is a commit candidate: its site is listed for
+    // the split-store mutants when a checked operation made it.
+    const bool store8 = ev.len == 8 && (ev.off & 7) == 0;
+    if (store8 && sr.focus) sr.cov[{log.sites.Name(ev.site), "store8"}].covered = true;
+    if (store8 && sr.started) {
+      SiteCov& c = sr.cov[{log.sites.Name(ev.site), "store8"}];
+      c.reached++;
+      uint32_t upper;
+      std::memcpy(&upper, &log.bytes[ev.data + 4], 4);
+      c.upper_nonzero += upper != 0;
+    }
+    // The split-store mutant: the store reaches memory as two 4-byte
+    // halves, in order (a torn commit).
+    const uint64_t piece = store8 && sr.split_id == static_cast<int64_t>(ev.site) ? 4 : 8;
+    const bool nt = ev.kind == EventKind::kNtStore;
+    if (o_.mode == Mode::kEadr) {
+      for (uint64_t off = 0; off < ev.len && !sr.stop;) {
+        uint64_t n = std::min<uint64_t>(ev.len - off, piece - ((ev.off + off) & (piece - 1)));
+        sr.shadow.Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
+        if (sr.base) sr.base->Store(ev.off + off, &log.bytes[ev.data + off], n, ev.site, false);
+        off += n;
+        if (sr.focus) AtCrashPoint(sr, "after the store at " + log.sites.Name(ev.site), false, UINT32_MAX);
+      }
+    } else if (piece == 4) {
+      sr.shadow.Store(ev.off, &log.bytes[ev.data], 4, ev.site, nt);
+      sr.shadow.Store(ev.off + 4, &log.bytes[ev.data + 4], 4, ev.site, nt);
+      sr.base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, nt);
+    } else {
+      sr.shadow.Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, nt);
+      if (sr.base) sr.base->Store(ev.off, &log.bytes[ev.data], ev.len, ev.site, nt);
+    }
+  }
+
+  void ReplayFlush(ScenarioReplay& sr, const Event& ev) {
+    if (sr.base) sr.base->Flush(ev.off, ev.len, ev.site);
+    // A dropped site still counts as reached (`--drop` checks it was).
+    if (sr.started) sr.cov[{sr.log.sites.Name(ev.site), "flush"}].reached++;
+    if (!o_.drop_fence && sr.drop_id == static_cast<int64_t>(ev.site)) return;
+    if (sr.focus) {
+      sr.flushes_since_point.insert(ev.site);
+      if (o_.mode == Mode::kEadr) Mark(sr, ev.site, "flush");
+    }
+    sr.shadow.Flush(ev.off, ev.len, ev.site);
+  }
+
+  void ReplayFence(ScenarioReplay& sr, const Event& ev) {
+    if (sr.started) sr.cov[{sr.log.sites.Name(ev.site), "fence"}].reached++;
+    if (o_.drop_fence && sr.drop_id == static_cast<int64_t>(ev.site)) {
+      if (sr.base) sr.base->Fence(ev.site);
+      return;
+    }
+    if (sr.focus) {
+      if (o_.mode != Mode::kEadr) AtCrashPoint(sr, "before the fence at " + sr.log.sites.Name(ev.site), false, ev.site);
+      else Mark(sr, ev.site, "fence");
+    }
+    sr.shadow.Fence(ev.site);
+    if (sr.base) sr.base->Fence(ev.site);
+  }
+
+  // A crash point (before a fence, at an operation's end, after a store in
+  // eADR): marks the sites it depends on, then checks its images, lazily
+  // or by the plan.
+  void AtCrashPoint(ScenarioReplay& sr, const std::string& where, bool at_end, uint32_t fence_site) {
+    if (!at_end && sr.shadow.generation() == sr.last_gen) return;  // same images as the last point
+    sr.last_gen = at_end ? UINT64_MAX : sr.shadow.generation();
+    CrashPoint cp{sr.point++, where, at_end};
+    for (uint32_t fs : sr.flushes_since_point) Mark(sr, fs, "flush");
+    sr.flushes_since_point.clear();
+    if (fence_site != UINT32_MAX) Mark(sr, fence_site, "fence");
+    if (cp.p < sr.start.point) return;
+    if (o_.replay && cp.p != o_.replay->point) return;
+    if (sr.base) {
+      if (sr.base->Signature() == sr.shadow.Signature()) return;  // checked by the base run
+      cp.mutant_specific = true;
+    }
+    cp.e.m0 = &sr.model;
+    cp.e.m0_ok = !at_end;
+    cp.e.absent_ok = sr.sc.ops[sr.op].kind == OpKind::kCreate && !at_end;
+    cp.e.effect = sr.run.effects[sr.op];
+    cp.e.focus_key = sr.run.effects[sr.op].key;
+    cp.seed = Mix(o_.seed ^ Mix(sr.s * 1000003 + cp.p));
+    std::vector<Unit*> units;
+    if (o_.mode != Mode::kEadr) units = sr.shadow.DirtyUnits();
+    ImagePlan plan(units, img_.map, o_.max_images, o_.samples, cp.seed);
+    const bool lazy = UseLazy(plan);
+    sh_->points.fetch_add(1);
+    if (lazy) sh_->lazy_points.fetch_add(1);
+    if (!lazy && plan.exhaustive()) sh_->points_exhaustive.fetch_add(1);
+    if (cp.mutant_specific) {
+      sh_->mutant_points.fetch_add(1);
+      if (!lazy && plan.exhaustive()) sh_->mutant_points_exhaustive.fetch_add(1);
+    }
+    // The worker died inside this point's lazy search (its ticket is out,
+    // and the search cannot resume without the runs before it).
+    if (lazy && cp.p == sr.start.point && sr.start.image > 0) return;
+    cp.first = cp.p == sr.start.point ? sr.start.image : 0;
+    if (lazy) {
+      LazySearch(sr, cp, plan, units);
+      return;
+    }
+    std::vector<uint32_t> choice;
+    for (uint64_t i = cp.first; i < plan.planned(); i++) {
+      if (o_.replay && i != o_.replay->image) continue;
+      plan.Apply(i, &choice);
+      if (!CheckAt(sr, cp, plan, i, choice, nullptr, nullptr)) return;
+    }
+  }
+
+  // Lazy: branch only on the dirty lines the checks read (lazy.h).
+  void LazySearch(ScenarioReplay& sr, const CrashPoint& cp, ImagePlan& plan, const std::vector<Unit*>& units) {
+    const LazyUnits lz = MakeLazyUnits(units, img_.map);
+    LazyPlan search(lz.Alternatives(), lz.unit_lines);
+    std::vector<uint32_t> alt, read, choice;
+    uint64_t i = 0;
+    for (; i < o_.lazy_max_runs && search.Next(&alt); i++) {
+      choice = lz.Choice(alt);
+      plan.ApplyChoice(choice);
+      read.clear();
+      const bool go_on = CheckAt(sr, cp, plan, i, choice, &lz.lines, &read);
+      search.Done(read);
+      if (!go_on) return;
+      // auto: the images of the units the first run read already exceed
+      // the bound, so the search cannot complete and the structured set is
+      // the better sample: leave the lazy search.
+      if (i == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read) > o_.lazy_max_runs) break;
+      // auto: likewise as soon as the queue shows the bound cannot hold.
+      if (o_.lazy == LazyMode::kAuto && search.runs_needed_at_least() > o_.lazy_max_runs) break;
+    }
+    sh_->lazy_runs.fetch_add(search.runs());
+    if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
+    if (search.complete()) {
+      sh_->points_exhaustive.fetch_add(1);
+      if (cp.mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
+      return;
+    }
+    if (o_.lazy == LazyMode::kOn) return;
+    // auto: the plan after all (its image 0, all old, was run 0).
+    sh_->lazy_abandoned.fetch_add(1);
+    if (plan.exhaustive()) {
+      sh_->points_exhaustive.fetch_add(1);
+      if (cp.mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
+    }
+    for (uint64_t j = 1; j < plan.planned(); j++) {
+      plan.Apply(j, &choice);
+      if (!CheckAt(sr, cp, plan, i + j, choice, nullptr, nullptr)) return;
+    }
+  }
+
+  // Checks the image patched into P as image `i` of crash point `cp`; with
+  // `lines`, a lazy run that reports what it read.  False: leave the point.
+  bool CheckAt(ScenarioReplay& sr, const CrashPoint& cp, const ImagePlan& plan, uint64_t i,
+               const std::vector<uint32_t>& choice, const std::vector<uint64_t>* lines, std::vector<uint32_t>* read) {
+    sh_->point.store(cp.p);
+    sh_->image.store(i);
+    sh_->heartbeat_ms.store(NowMs());
+    const uint64_t h = plan.ImageHash(sr.shadow.p_hash()) ^ (cp.at_end ? 0x5bd1e995ull : 0);
+    if (!o_.replay && lines && LazySeen(h, *lines, read)) {
+      sh_->dedup.fetch_add(1);
+      return true;
+    }
+    if (!o_.replay && !lines && !sr.seen.insert(h).second) {
+      sh_->dedup.fetch_add(1);
+      return true;
+    }
+    const bool quiet = o_.replay && i != o_.replay->image;  // a lazy replay re-runs the search up to it
+    const bool cont = !quiet && (i == cp.first || (o_.continuation_every > 0 && i % o_.continuation_every == 0));
+    std::string failure = CheckImage(img_, cp.e, cont, cp.seed ^ Mix(i), lines, read);
+    if (lines && !o_.replay) RememberLazy(h, *lines, *read);
+    sh_->images.fetch_add(1);
+    const bool recovery_crash = i == 0 || (!lines && i + 1 == plan.planned()) ||
+                                (o_.recovery_crash_every > 0 && i % o_.recovery_crash_every == 0);
+    if (!quiet && failure.empty() && o_.crash_during_recovery && recovery_crash)
+      failure = CrashDuringRecovery(cp.e, std::max(img_.dirty, sr.run.log.high_water), cp.seed ^ Mix(i + 7));
+    if (quiet) return true;
+    if (o_.replay)
+      std::fprintf(stderr, "replay %s: scenario %s; in flight %s; %s; image %s: %s\n",
+                   ImageRefString(ImageRef{sr.s, cp.p, i}).c_str(), sr.sc.name.c_str(),
+                   OpString(sr.sc.ops[sr.op]).c_str(), cp.where.c_str(), plan.Describe(choice).c_str(),
+                   failure.empty() ? "OK" : "FAILED");
+    if (!failure.empty()) {
+      Report(ImageRef{sr.s, cp.p, i}, sr.sc, sr.op, cp.where, plan.Describe(choice), failure);
+      if (sh_->stop.load()) sr.stop = true;
+      return false;  // one ticket per crash point is enough
+    }
+    if (OutOfTime()) {
+      sr.stop = true;
+      return false;
+    }
+    return !(o_.replay && i == o_.replay->image);
+  }
+
+  // Coverage and lints of the scenario, for the parent to sum.
+  void EmitCoverage(ScenarioReplay& sr) {
+    const TraceLog& log = sr.log;
     json sites = json::array();
     std::map<std::string, std::string> function_of;
     for (uint32_t i = 0; i < log.sites.size(); i++) function_of[log.sites.Name(i)] = log.sites.Function(i);
-    for (const auto& [key, val] : cov)
+    for (const auto& [key, val] : sr.cov)
       sites.push_back(
           {key.first, key.second, val.reached, val.covered, function_of[key.first], val.in_bulk_load, val.upper_nonzero});
     json lints = json::array();
     auto add = [&](const char* kind, const std::map<uint32_t, uint64_t>& m) {
       for (const auto& [site, n] : m) lints.push_back({kind, log.sites.Name(site), n});
     };
-    add("redundant flush", shadow.lints().redundant_flushes);
-    add("empty fence", shadow.lints().empty_fences);
-    add("store after flush, before fence", shadow.lints().store_after_flush);
-    add("store still pending at operation end", shadow.lints().pending_at_op_end);
+    add("redundant flush", sr.shadow.lints().redundant_flushes);
+    add("empty fence", sr.shadow.lints().empty_fences);
+    add("store after flush, before fence", sr.shadow.lints().store_after_flush);
+    add("store still pending at operation end", sr.shadow.lints().pending_at_op_end);
     Emit(json{{"sites", sites}, {"lints", lints}});
   }
 
@@ -692,8 +747,6 @@ class Worker {
   ImageFile img_, rec_a_, rec_b_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> lazy_seen_;
 };
-
-
 
 }  // namespace
 

@@ -75,6 +75,19 @@ nlohmann::json TicketJson(const crash::Ticket& t) {
           {"command", t.command}};
 }
 
+nlohmann::json MutantsJson(const crash::MutationReport& mut) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& m : mut.list)
+    list.push_back({{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}});
+  return list;
+}
+
+void PrintMutants(const crash::MutationReport& mut) {
+  for (const auto& m : mut.list)
+    std::printf("  mutant: %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
+                m.evidence.empty() ? "" : " — ", m.evidence.c_str());
+}
+
 int RunKill(const CrashArgs& a, const TreeFactory& f, const TreeOptions& to) {
   crash::KillOptions ko;
   ko.iterations = a.kill;
@@ -192,15 +205,11 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
       j["mutants"] = mut.mutants;
       j["mutants_caught"] = mut.caught;
       j["mutation_score"] = mut.score;
-      j["mutant_list"] = nlohmann::json::array();
-      for (const auto& m : mut.list)
-        j["mutant_list"].push_back({{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}});
+      j["mutant_list"] = MutantsJson(mut);
     }
     std::cout << j.dump(2) << "\n";
   } else {
-    for (const auto& m : mut.list)
-      std::printf("  mutant: %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
-                  m.evidence.empty() ? "" : " — ", m.evidence.c_str());
+    PrintMutants(mut);
     if (a.mutate)
       std::printf("store mutants: %llu, caught %llu, survived %llu\n", (unsigned long long)mut.mutants,
                   (unsigned long long)mut.caught, (unsigned long long)mut.survived);
@@ -234,42 +243,25 @@ std::string RangeError(const CrashArgs& a) {
   return "";
 }
 
-int Run(const CrashArgs& a) {
-  if (std::string e = RangeError(a); !e.empty()) {
-    std::fprintf(stderr, "pmtree crash: %s\n", e.c_str());
-    return 2;
-  }
-  const TreeFactory* f = FindTree(a.tree);
-  if (f == nullptr) {
-    std::fprintf(stderr, "pmtree crash: unknown tree '%s'; valid: %s\n", a.tree.c_str(), TreeNames(true).c_str());
-    return 2;
-  }
-  if (!f->persistent()) {
-    std::fprintf(stderr, "pmtree crash: '%s' is not persistent; nothing to crash\n", a.tree.c_str());
-    return 2;
-  }
-  TreeOptions to;
-  to.node_size = a.node_size;
+// Parses --tree-option KEY=VALUE into `to`; "" or the error.
+std::string ParseTreeOptions(const CrashArgs& a, TreeOptions* to) {
+  to->node_size = a.node_size;
   for (const std::string& kv : a.tree_options) {
     size_t eq = kv.find('=');
-    if (eq == std::string::npos) {
-      std::fprintf(stderr, "pmtree crash: --tree-option wants KEY=VALUE, got '%s'\n", kv.c_str());
-      return 2;
-    }
-    to.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (eq == std::string::npos) return "--tree-option wants KEY=VALUE, got '" + kv + "'";
+    to->extra[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  if (a.kill > 0) return RunKill(a, *f, to);
-  if (a.kv) return RunKv(a, to);
+  return "";
+}
 
-  crash::ExploreOptions o;
+// The explorer's options from the command line; "" or the error.
+std::string ExploreOptionsOf(const CrashArgs& a, const TreeOptions& to, crash::ExploreOptions* out) {
+  crash::ExploreOptions& o = *out;
   Status s = crash::ParseMode(a.mode, &o.mode);
   if (s.ok()) s = crash::ParseWorkload(a.workload, &o.workload);
   if (s.ok()) s = crash::ParseKeyShape(a.keys, &o.keys);
   if (s.ok()) s = crash::ParseLazyMode(a.lazy, &o.lazy);
-  if (!s.ok()) {
-    std::fprintf(stderr, "pmtree crash: %s\n", s.ToString().c_str());
-    return 2;
-  }
+  if (!s.ok()) return s.ToString();
   o.ops = a.ops;
   o.seed = a.seed;
   o.depth = a.depth;
@@ -287,10 +279,7 @@ int Run(const CrashArgs& a) {
   if (!a.drop.empty()) {
     size_t at = a.drop.rfind('@');
     std::string kind = at == std::string::npos ? "" : a.drop.substr(at + 1);
-    if (kind != "flush" && kind != "fence") {
-      std::fprintf(stderr, "pmtree crash: --drop wants SITE@flush or SITE@fence, got '%s'\n", a.drop.c_str());
-      return 2;
-    }
+    if (kind != "flush" && kind != "fence") return "--drop wants SITE@flush or SITE@fence, got '" + a.drop + "'";
     o.drop_site = a.drop.substr(0, at);
     o.drop_fence = kind == "fence";
   }
@@ -304,133 +293,147 @@ int Run(const CrashArgs& a) {
   if (!a.replay.empty()) {
     crash::ImageRef r;
     s = crash::ParseImageRef(a.replay, &r);
-    if (!s.ok()) {
-      std::fprintf(stderr, "pmtree crash: %s\n", s.ToString().c_str());
-      return 2;
-    }
+    if (!s.ok()) return s.ToString();
     o.replay = r;
   }
+  return "";
+}
 
+// Explores (or mutates, --mutate) `f`; "" or the error.
+std::string ExploreOrMutate(const CrashArgs& a, const TreeFactory& f, const crash::ExploreOptions& o,
+                            crash::ExploreReport* rep, crash::MutationReport* mut) {
+  if (a.mutate) {
+    auto m = crash::Mutate(f, o, rep);
+    if (!m.ok()) return m.status().ToString();
+    *mut = std::move(*m);
+    return "";
+  }
+  auto r = crash::Explore(f, o);
+  if (!r.ok()) return r.status().ToString();
+  *rep = std::move(*r);
+  if (!o.drop_site.empty() && !DropSiteReached(rep->sites, o.drop_site, o.drop_fence))
+    return "--drop " + a.drop + ": no such " + (o.drop_fence ? "fence" : "flush") +
+           " site was reached by this workload, so nothing was dropped; run without --drop to list the sites";
+  return "";
+}
+
+void PrintJson(const CrashArgs& a, const crash::ExploreReport& rep, const crash::MutationReport& mut,
+               const std::vector<std::string>& uncovered) {
+  nlohmann::json j;
+  j["tree"] = rep.tree;
+  j["mode"] = std::string(crash::ModeName(rep.mode));
+  j["workload"] = std::string(crash::WorkloadName(rep.workload));
+  j["keys"] = a.keys;
+  j["seed"] = a.seed;
+  j["scenarios"] = rep.scenarios;
+  j["scenarios_total"] = rep.scenarios_total;
+  j["crash_points"] = rep.crash_points;
+  j["crash_points_exhaustive"] = rep.crash_points_exhaustive;
+  j["lazy"] = a.lazy;
+  j["lazy_points"] = rep.lazy_points;
+  j["lazy_runs"] = rep.lazy_runs;
+  j["lazy_nondeterministic"] = rep.lazy_nondeterministic;
+  j["lazy_abandoned"] = rep.lazy_abandoned;
+  j["lazy_faults"] = rep.lazy_faults;
+  j["images_checked"] = rep.images_checked;
+  j["images_deduplicated"] = rep.images_deduplicated;
+  j["recovery_crash_images"] = rep.recovery_crash_images;
+  j["continuation_runs"] = rep.continuation_runs;
+  j["seconds"] = rep.seconds;
+  j["images_per_s"] = rep.images_per_s;
+  j["cpu_seconds"] = rep.cpu_seconds;
+  j["images_per_cpu_s"] = rep.images_per_cpu_s;
+  j["violations"] = rep.violations;
+  j["budget_exhausted"] = rep.budget_exhausted;
+  j["sites_covered"] = rep.sites_covered;
+  j["sites_total"] = rep.sites_total;
+  j["uncovered_sites"] = uncovered;
+  j["sites"] = nlohmann::json::array();
+  for (const auto& site : rep.sites)
+    j["sites"].push_back({{"site", site.name}, {"function", site.function}, {"kind", site.kind},
+                          {"reached", site.reached}, {"covered", site.covered}});
+  j["exhaustive_fraction"] = rep.exhaustive_fraction;
+  j["tickets"] = nlohmann::json::array();
+  for (const auto& t : rep.tickets) j["tickets"].push_back(TicketJson(t));
+  j["lints"] = nlohmann::json::array();
+  for (const auto& l : rep.lints) j["lints"].push_back({{"kind", l.kind}, {"site", l.site}, {"count", l.count}});
+  if (a.mutate) {
+    j["mutants"] = mut.mutants;
+    j["mutants_caught"] = mut.caught;
+    j["mutants_redundant"] = mut.redundant;
+    j["mutants_survived"] = mut.survived;
+    j["mutation_score"] = mut.score;
+    j["mutant_list"] = MutantsJson(mut);
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+void PrintText(const CrashArgs& a, const crash::ExploreReport& rep, const crash::MutationReport& mut,
+               const std::vector<std::string>& uncovered) {
+  for (const auto& t : rep.tickets) std::printf("%s\n", t.ToString().c_str());
+  std::printf("tree %s, mode %s, workload %s: %llu/%llu scenarios, %llu crash points (%.1f%% exhaustive), "
+              "%llu images checked (+%llu deduplicated, +%llu in crashed recoveries), %.0f images/s (%.0f per CPU "
+              "second), %.1f s%s\n",
+              rep.tree.c_str(), std::string(crash::ModeName(rep.mode)).c_str(),
+              std::string(crash::WorkloadName(rep.workload)).c_str(), (unsigned long long)rep.scenarios,
+              (unsigned long long)rep.scenarios_total, (unsigned long long)rep.crash_points,
+              100 * rep.exhaustive_fraction, (unsigned long long)rep.images_checked,
+              (unsigned long long)rep.images_deduplicated, (unsigned long long)rep.recovery_crash_images,
+              rep.images_per_s, rep.images_per_cpu_s, rep.seconds, rep.budget_exhausted ? " (budget exhausted)" : "");
+  if (rep.lazy_points > 0)
+    std::printf("lazy search at %llu crash points (%llu left for the plain plan): %llu runs, %llu faults%s\n",
+                (unsigned long long)rep.lazy_points, (unsigned long long)rep.lazy_abandoned,
+                (unsigned long long)rep.lazy_runs, (unsigned long long)rep.lazy_faults,
+                rep.lazy_nondeterministic > 0
+                    ? (", " + std::to_string(rep.lazy_nondeterministic) + " points with a nondeterministic check").c_str()
+                    : "");
+  if (a.replay.empty()) {  // a replay checks one image: coverage and lints mean nothing there
+    std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
+                (unsigned long long)rep.sites_total);
+    for (const auto& u : uncovered) std::printf("  uncovered: %s\n", u.c_str());
+    for (const auto& l : rep.lints)
+      std::printf("  lint: %s at %s (%llu)\n", l.kind.c_str(), l.site.c_str(), (unsigned long long)l.count);
+  }
+  if (a.mutate) {
+    PrintMutants(mut);
+    std::map<std::string, std::array<uint64_t, 3>> by_kind;  // caught, redundant, survived
+    for (const auto& m : mut.list) by_kind[m.kind][m.outcome == "caught" ? 0 : m.outcome == "redundant" ? 1 : 2]++;
+    for (const auto& [kind, n] : by_kind)
+      std::printf("  %s: caught %llu, redundant %llu, survived %llu\n", kind.c_str(), (unsigned long long)n[0],
+                  (unsigned long long)n[1], (unsigned long long)n[2]);
+    std::printf("mutants: %llu, caught %llu, redundant %llu, survived %llu, score %.1f%%\n",
+                (unsigned long long)mut.mutants, (unsigned long long)mut.caught, (unsigned long long)mut.redundant,
+                (unsigned long long)mut.survived, 100 * mut.score);
+  }
+  std::printf("%s: %llu violations\n", rep.violations == 0 ? "OK" : "VIOLATIONS FOUND",
+              (unsigned long long)rep.violations);
+}
+
+// Prints "pmtree crash: <error>" and returns the usage exit status.
+int Fail(const std::string& error) {
+  std::fprintf(stderr, "pmtree crash: %s\n", error.c_str());
+  return 2;
+}
+
+int Run(const CrashArgs& a) {
+  if (std::string e = RangeError(a); !e.empty()) return Fail(e);
+  const TreeFactory* f = FindTree(a.tree);
+  if (f == nullptr) return Fail("unknown tree '" + a.tree + "'; valid: " + TreeNames(true));
+  if (!f->persistent()) return Fail("'" + a.tree + "' is not persistent; nothing to crash");
+  TreeOptions to;
+  if (std::string e = ParseTreeOptions(a, &to); !e.empty()) return Fail(e);
+  if (a.kill > 0) return RunKill(a, *f, to);
+  if (a.kv) return RunKv(a, to);
+  crash::ExploreOptions o;
+  if (std::string e = ExploreOptionsOf(a, to, &o); !e.empty()) return Fail(e);
   crash::ExploreReport rep;
   crash::MutationReport mut;
-  if (a.mutate) {
-    auto m = crash::Mutate(*f, o, &rep);
-    if (!m.ok()) {
-      std::fprintf(stderr, "pmtree crash: %s\n", m.status().ToString().c_str());
-      return 2;
-    }
-    mut = std::move(*m);
-  } else {
-    auto r = crash::Explore(*f, o);
-    if (!r.ok()) {
-      std::fprintf(stderr, "pmtree crash: %s\n", r.status().ToString().c_str());
-      return 2;
-    }
-    rep = std::move(*r);
-    if (!o.drop_site.empty() && !DropSiteReached(rep.sites, o.drop_site, o.drop_fence)) {
-      std::fprintf(stderr, "pmtree crash: --drop %s: no such %s site was reached by this workload, so nothing was "
-                           "dropped; run without --drop to list the sites\n",
-                   a.drop.c_str(), o.drop_fence ? "fence" : "flush");
-      return 2;
-    }
-  }
-
+  if (std::string e = ExploreOrMutate(a, *f, o, &rep, &mut); !e.empty()) return Fail(e);
   std::vector<std::string> uncovered;
   for (const auto& site : rep.sites)
     if (!site.covered) uncovered.push_back(site.name + "@" + site.kind + " (" + site.function + ")");
-  if (a.json) {
-    nlohmann::json j;
-    j["tree"] = rep.tree;
-    j["mode"] = std::string(crash::ModeName(rep.mode));
-    j["workload"] = std::string(crash::WorkloadName(rep.workload));
-    j["keys"] = a.keys;
-    j["seed"] = a.seed;
-    j["scenarios"] = rep.scenarios;
-    j["scenarios_total"] = rep.scenarios_total;
-    j["crash_points"] = rep.crash_points;
-    j["crash_points_exhaustive"] = rep.crash_points_exhaustive;
-    j["lazy"] = a.lazy;
-    j["lazy_points"] = rep.lazy_points;
-    j["lazy_runs"] = rep.lazy_runs;
-    j["lazy_nondeterministic"] = rep.lazy_nondeterministic;
-    j["lazy_abandoned"] = rep.lazy_abandoned;
-    j["lazy_faults"] = rep.lazy_faults;
-    j["images_checked"] = rep.images_checked;
-    j["images_deduplicated"] = rep.images_deduplicated;
-    j["recovery_crash_images"] = rep.recovery_crash_images;
-    j["continuation_runs"] = rep.continuation_runs;
-    j["seconds"] = rep.seconds;
-    j["images_per_s"] = rep.images_per_s;
-    j["cpu_seconds"] = rep.cpu_seconds;
-    j["images_per_cpu_s"] = rep.images_per_cpu_s;
-    j["violations"] = rep.violations;
-    j["budget_exhausted"] = rep.budget_exhausted;
-    j["sites_covered"] = rep.sites_covered;
-    j["sites_total"] = rep.sites_total;
-    j["uncovered_sites"] = uncovered;
-    j["sites"] = nlohmann::json::array();
-    for (const auto& site : rep.sites)
-      j["sites"].push_back({{"site", site.name}, {"function", site.function}, {"kind", site.kind},
-                            {"reached", site.reached}, {"covered", site.covered}});
-    j["exhaustive_fraction"] = rep.exhaustive_fraction;
-    j["tickets"] = nlohmann::json::array();
-    for (const auto& t : rep.tickets) j["tickets"].push_back(TicketJson(t));
-    j["lints"] = nlohmann::json::array();
-    for (const auto& l : rep.lints) j["lints"].push_back({{"kind", l.kind}, {"site", l.site}, {"count", l.count}});
-    if (a.mutate) {
-      j["mutants"] = mut.mutants;
-      j["mutants_caught"] = mut.caught;
-      j["mutants_redundant"] = mut.redundant;
-      j["mutants_survived"] = mut.survived;
-      j["mutation_score"] = mut.score;
-      j["mutant_list"] = nlohmann::json::array();
-      for (const auto& m : mut.list)
-        j["mutant_list"].push_back(
-            {{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}});
-    }
-    std::cout << j.dump(2) << "\n";
-  } else {
-    for (const auto& t : rep.tickets) std::printf("%s\n", t.ToString().c_str());
-    std::printf("tree %s, mode %s, workload %s: %llu/%llu scenarios, %llu crash points (%.1f%% exhaustive), "
-                "%llu images checked (+%llu deduplicated, +%llu in crashed recoveries), %.0f images/s (%.0f per CPU "
-                "second), %.1f s%s\n",
-                rep.tree.c_str(), std::string(crash::ModeName(rep.mode)).c_str(),
-                std::string(crash::WorkloadName(rep.workload)).c_str(), (unsigned long long)rep.scenarios,
-                (unsigned long long)rep.scenarios_total, (unsigned long long)rep.crash_points,
-                100 * rep.exhaustive_fraction, (unsigned long long)rep.images_checked,
-                (unsigned long long)rep.images_deduplicated, (unsigned long long)rep.recovery_crash_images,
-                rep.images_per_s, rep.images_per_cpu_s, rep.seconds, rep.budget_exhausted ? " (budget exhausted)" : "");
-    if (rep.lazy_points > 0)
-      std::printf("lazy search at %llu crash points (%llu left for the plain plan): %llu runs, %llu faults%s\n",
-                  (unsigned long long)rep.lazy_points, (unsigned long long)rep.lazy_abandoned,
-                  (unsigned long long)rep.lazy_runs, (unsigned long long)rep.lazy_faults,
-                  rep.lazy_nondeterministic > 0
-                      ? (", " + std::to_string(rep.lazy_nondeterministic) + " points with a nondeterministic check").c_str()
-                      : "");
-    if (a.replay.empty()) {  // a replay checks one image: coverage and lints mean nothing there
-      std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
-                  (unsigned long long)rep.sites_total);
-      for (const auto& u : uncovered) std::printf("  uncovered: %s\n", u.c_str());
-      for (const auto& l : rep.lints)
-        std::printf("  lint: %s at %s (%llu)\n", l.kind.c_str(), l.site.c_str(), (unsigned long long)l.count);
-    }
-    if (a.mutate) {
-      for (const auto& m : mut.list)
-        std::printf("  mutant: %s at %s: %s%s%s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str(),
-                    m.evidence.empty() ? "" : " — ", m.evidence.c_str());
-      std::map<std::string, std::array<uint64_t, 3>> by_kind;  // caught, redundant, survived
-      for (const auto& m : mut.list)
-        by_kind[m.kind][m.outcome == "caught" ? 0 : m.outcome == "redundant" ? 1 : 2]++;
-      for (const auto& [kind, n] : by_kind)
-        std::printf("  %s: caught %llu, redundant %llu, survived %llu\n", kind.c_str(), (unsigned long long)n[0],
-                    (unsigned long long)n[1], (unsigned long long)n[2]);
-      std::printf("mutants: %llu, caught %llu, redundant %llu, survived %llu, score %.1f%%\n",
-                  (unsigned long long)mut.mutants, (unsigned long long)mut.caught, (unsigned long long)mut.redundant,
-                  (unsigned long long)mut.survived, 100 * mut.score);
-    }
-    std::printf("%s: %llu violations\n", rep.violations == 0 ? "OK" : "VIOLATIONS FOUND",
-                (unsigned long long)rep.violations);
-  }
+  if (a.json) PrintJson(a, rep, mut, uncovered);
+  else PrintText(a, rep, mut, uncovered);
   return rep.violations == 0 ? 0 : 1;
 }
 
