@@ -56,19 +56,11 @@ std::vector<std::string> PersistentTrees() {
 }
 
 void Print(const ExploreReport& r, const ExploreOptions& o) {
-  std::printf("%s %s keys %s node %u depth %u: %llu/%llu scenarios, %llu crash points (%.1f%% exhaustive), %llu "
-              "images (+%llu dedup, +%llu in crashed recoveries, %llu continuations; lazy at %llu points, %llu runs, "
-              "%llu back to the plain plan, %llu nondeterministic), %.1f s (%.1f CPU s), %llu violations, "
-              "sites %llu/%llu covered\n",
-              r.tree.c_str(), std::string(ModeName(r.mode)).c_str(), std::string(KeyShapeName(o.keys)).c_str(),
-              o.tree_options.node_size, o.depth, (unsigned long long)r.scenarios, (unsigned long long)r.scenarios_total,
-              (unsigned long long)r.crash_points, 100 * r.exhaustive_fraction, (unsigned long long)r.images_checked,
-              (unsigned long long)r.images_deduplicated, (unsigned long long)r.recovery_crash_images,
-              (unsigned long long)r.continuation_runs, (unsigned long long)r.lazy_points,
-              (unsigned long long)r.lazy_runs, (unsigned long long)r.lazy_abandoned,
-              (unsigned long long)r.lazy_nondeterministic, r.seconds, r.cpu_seconds, (unsigned long long)r.violations,
+  PrintReport(r, stdout);
+  std::printf("(keys %s, node %u, depth %u: %llu continuations, %.1f CPU s, %llu violations, sites %llu/%llu covered)\n",
+              std::string(KeyShapeName(o.keys)).c_str(), o.tree_options.node_size, o.depth,
+              (unsigned long long)r.continuation_runs, r.cpu_seconds, (unsigned long long)r.violations,
               (unsigned long long)r.sites_covered, (unsigned long long)r.sites_total);
-  for (const auto& t : r.tickets) std::printf("%s", t.ToString().c_str());
 }
 
 ExploreOptions Options(Mode mode, uint32_t depth) {

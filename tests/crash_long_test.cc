@@ -13,11 +13,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "crash/explorer.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::crash {
 namespace {
@@ -34,9 +34,7 @@ class CrashLongTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CrashLongTest, DeepAndRandomWorkloadsHaveNoViolationsInEveryMode) {
   const TreeFactory& f = *FindTree(GetParam());
-  const char* s = std::getenv("PMTREE_SEED");
-  const uint64_t seed = s ? std::strtoull(s, nullptr, 10) : 7;
-  std::printf("seed %llu (PMTREE_SEED replays)\n", (unsigned long long)seed);
+  const uint64_t seed = testutil::Seed(7);
   for (Workload w : {Workload::kSmall, Workload::kRandom}) {
     for (Mode mode : {Mode::kAdr, Mode::kStrict, Mode::kEadr}) {
       ExploreOptions o;
@@ -50,11 +48,8 @@ TEST_P(CrashLongTest, DeepAndRandomWorkloadsHaveNoViolationsInEveryMode) {
       auto r = Explore(f, o);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       EXPECT_EQ(r->scenarios, r->scenarios_total);
-      std::printf("%s %s %s: %llu crash points (%.1f%% exhaustive), %llu images, %.0f images/s, %llu violations\n",
-                  r->tree.c_str(), std::string(WorkloadName(w)).c_str(), std::string(ModeName(mode)).c_str(),
-                  (unsigned long long)r->crash_points, 100 * r->exhaustive_fraction,
-                  (unsigned long long)r->images_checked, r->images_per_s, (unsigned long long)r->violations);
-      for (const auto& t : r->tickets) std::printf("%s", t.ToString().c_str());
+      PrintReport(*r, stdout);
+      std::printf("%llu violations\n", (unsigned long long)r->violations);
       if (mode == Mode::kStrict && (f.capabilities & kCapAssumesLineOrder)) {
         // The design assumes in-order write-back within a line (see its doc):
         // strict mode is reported, not required.

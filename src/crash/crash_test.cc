@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -18,6 +17,7 @@
 #include "crash/shadow.h"
 #include "crash/test_trees.h"
 #include "crash/trace.h"
+#include "testutil.h"
 
 namespace pmtree::crash {
 namespace {
@@ -46,12 +46,7 @@ using testing::CowArrayFactory;
 using testing::CowArrayMode;
 using testing::SetCowArrayMode;
 
-uint64_t Seed() {
-  const char* s = std::getenv("PMTREE_SEED");
-  uint64_t seed = s ? std::strtoull(s, nullptr, 10) : 42;
-  std::printf("seed %llu (PMTREE_SEED replays)\n", static_cast<unsigned long long>(seed));
-  return seed;
-}
+uint64_t Seed() { return testutil::Seed(42); }
 
 ExploreOptions Small(Mode mode) {
   ExploreOptions o;
@@ -74,17 +69,6 @@ class ModeGuard {
   explicit ModeGuard(CowArrayMode m) { SetCowArrayMode(m); }
   ~ModeGuard() { SetCowArrayMode(CowArrayMode::kCorrect); }
 };
-
-void PrintReport(const ExploreReport& r) {
-  std::printf("%s %s: %llu scenarios, %llu crash points (%llu exhaustive), %llu images (+%llu in recovery), "
-              "%.0f images/s, %llu violations, sites %llu/%llu\n",
-              r.tree.c_str(), std::string(ModeName(r.mode)).c_str(), (unsigned long long)r.scenarios,
-              (unsigned long long)r.crash_points, (unsigned long long)r.crash_points_exhaustive,
-              (unsigned long long)r.images_checked, (unsigned long long)r.recovery_crash_images, r.images_per_s,
-              (unsigned long long)r.violations, (unsigned long long)r.sites_covered,
-              (unsigned long long)r.sites_total);
-  for (const auto& t : r.tickets) std::printf("%s", t.ToString().c_str());
-}
 
 // ---- shadow model ---------------------------------------------------------------------
 
@@ -176,7 +160,7 @@ TEST(ExplorerTest, CorrectStructureHasNoViolationsInEveryMode) {
   for (Mode mode : {Mode::kAdr, Mode::kStrict, Mode::kEadr}) {
     auto r = Explore(CowArrayFactory(), Small(mode));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    PrintReport(*r);
+    PrintReport(*r, stdout);
     EXPECT_EQ(r->violations, 0u);
     EXPECT_GT(r->images_checked, 100u);
     EXPECT_EQ(r->scenarios, r->scenarios_total);
@@ -189,7 +173,7 @@ TEST(ExplorerTest, DroppedPersistIsCaughtWithAReplayableTicket) {
   ModeGuard g(CowArrayMode::kDropArrayPersist);
   auto r = Explore(CowArrayFactory(), Small(Mode::kAdr));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  PrintReport(*r);
+  PrintReport(*r, stdout);
   ASSERT_GT(r->violations, 0u);
   ASSERT_FALSE(r->tickets.empty());
   const Ticket& t = r->tickets[0];
@@ -216,7 +200,7 @@ TEST(ExplorerTest, RandomWorkloadOnCorrectStructurePasses) {
   o.ops = 200;
   auto r = Explore(CowArrayFactory(), o);
   ASSERT_TRUE(r.ok());
-  PrintReport(*r);
+  PrintReport(*r, stdout);
   EXPECT_EQ(r->violations, 0u);
   EXPECT_GT(r->crash_points, 200u);
 }

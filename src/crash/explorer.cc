@@ -93,6 +93,27 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
   return c;
 }
 
+void PrintReport(const ExploreReport& r, std::FILE* out) {
+  using ull = unsigned long long;
+  for (const auto& t : r.tickets) std::fprintf(out, "%s\n", t.ToString().c_str());
+  std::fprintf(out,
+               "tree %s, mode %s, workload %s: %llu/%llu scenarios, %llu crash points (%.1f%% exhaustive), "
+               "%llu images checked (+%llu deduplicated, +%llu in crashed recoveries), %.0f images/s (%.0f per CPU "
+               "second), %.1f s%s\n",
+               r.tree.c_str(), std::string(ModeName(r.mode)).c_str(), std::string(WorkloadName(r.workload)).c_str(),
+               ull{r.scenarios}, ull{r.scenarios_total}, ull{r.crash_points}, 100 * r.exhaustive_fraction,
+               ull{r.images_checked}, ull{r.images_deduplicated}, ull{r.recovery_crash_images}, r.images_per_s,
+               r.images_per_cpu_s, r.seconds, r.budget_exhausted ? " (budget exhausted)" : "");
+  if (r.lazy_points == 0) return;
+  const std::string nondeterministic =
+      r.lazy_nondeterministic > 0
+          ? ", " + std::to_string(r.lazy_nondeterministic) + " points with a nondeterministic check"
+          : "";
+  std::fprintf(out, "lazy search at %llu crash points (%llu left for the plain plan): %llu runs, %llu faults%s\n",
+               ull{r.lazy_points}, ull{r.lazy_abandoned}, ull{r.lazy_runs}, ull{r.lazy_faults},
+               nondeterministic.c_str());
+}
+
 Result<std::vector<uint32_t>> ValidNodeSizes(const TreeFactory& f) {
   if (!f.persistent()) return Status::InvalidArgument(std::string(f.name) + " is not a persistent tree");
   std::vector<uint32_t> sizes;

@@ -34,6 +34,7 @@
 #define PMTREE_CRASH_EXPLORER_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -217,6 +218,11 @@ struct ExploreReport {
 };
 
 Result<ExploreReport> Explore(const TreeFactory& factory, const ExploreOptions& options);
+
+// Prints `r` as `pmtree crash` does: each ticket, a summary line (tree,
+// mode, workload, scenarios, crash points, images, rates, time) and, when
+// the lazy search ran, a line on it.
+void PrintReport(const ExploreReport& r, std::FILE* out);
 
 // The node sizes `factory` creates a tree with, among the multiples of 64 in
 // 64..65536 (each probed by a create on a small anonymous pool), ascending.

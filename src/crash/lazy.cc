@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "crash/shadow.h"
+#include "crash/signals.h"
 
 namespace pmtree::crash {
 
@@ -62,12 +63,7 @@ void Install(int sig, void (*fn)(int, siginfo_t*, void*), struct sigaction* old)
   struct sigaction cur;
   sigaction(sig, nullptr, &cur);
   if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == fn) return;
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof(sa));
-  sa.sa_sigaction = fn;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  sigaction(sig, &sa, old);
+  InstallSigInfoHandler(sig, fn, old);
 }
 
 }  // namespace

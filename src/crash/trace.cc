@@ -149,18 +149,14 @@ void TracingBackend::Fence(const Site& site) {
   log_->events.push_back(e);
 }
 
-void TracingBackend::BeginOp(uint64_t index) {
-  std::lock_guard<std::mutex> l(mu_);
-  Event e;
-  e.kind = EventKind::kOpBegin;
-  e.off = index;
-  log_->events.push_back(e);
-}
+void TracingBackend::BeginOp(uint64_t index) { RecordMarker(EventKind::kOpBegin, index); }
 
-void TracingBackend::EndOp(uint64_t index) {
+void TracingBackend::EndOp(uint64_t index) { RecordMarker(EventKind::kOpEnd, index); }
+
+void TracingBackend::RecordMarker(EventKind kind, uint64_t index) {
   std::lock_guard<std::mutex> l(mu_);
   Event e;
-  e.kind = EventKind::kOpEnd;
+  e.kind = kind;
   e.off = index;
   log_->events.push_back(e);
 }

@@ -119,6 +119,8 @@ class TracingBackend : public PersistBackend {
  private:
   uint64_t Offset(const void* p, size_t n) const;
   void RecordStore(EventKind kind, uint64_t off, const void* src, size_t n, const Site& site);
+  // An operation boundary (kOpBegin / kOpEnd) of operation `index`.
+  void RecordMarker(EventKind kind, uint64_t index);
 
   char* const view_;
   char* const alias_;

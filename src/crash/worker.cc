@@ -23,6 +23,7 @@
 
 #include "crash/lazy.h"
 #include "crash/shadow.h"
+#include "crash/signals.h"
 #include "crash/trace.h"
 
 namespace pmtree::crash {
@@ -752,13 +753,8 @@ class Worker {
 
 void InstallFaultHandlers(Shared* sh) {
   g_shared = sh;
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof(sa));
-  sa.sa_sigaction = OnFault;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, nullptr);
-  sigaction(SIGBUS, &sa, nullptr);
+  InstallSigInfoHandler(SIGSEGV, OnFault);
+  InstallSigInfoHandler(SIGBUS, OnFault);
 }
 
 Status RunWorker(const TreeFactory& f, const ExploreOptions& o, const std::vector<Scenario>& scenarios, Shared* sh,

@@ -370,23 +370,7 @@ void PrintJson(const CrashArgs& a, const crash::ExploreReport& rep, const crash:
 
 void PrintText(const CrashArgs& a, const crash::ExploreReport& rep, const crash::MutationReport& mut,
                const std::vector<std::string>& uncovered) {
-  for (const auto& t : rep.tickets) std::printf("%s\n", t.ToString().c_str());
-  std::printf("tree %s, mode %s, workload %s: %llu/%llu scenarios, %llu crash points (%.1f%% exhaustive), "
-              "%llu images checked (+%llu deduplicated, +%llu in crashed recoveries), %.0f images/s (%.0f per CPU "
-              "second), %.1f s%s\n",
-              rep.tree.c_str(), std::string(crash::ModeName(rep.mode)).c_str(),
-              std::string(crash::WorkloadName(rep.workload)).c_str(), (unsigned long long)rep.scenarios,
-              (unsigned long long)rep.scenarios_total, (unsigned long long)rep.crash_points,
-              100 * rep.exhaustive_fraction, (unsigned long long)rep.images_checked,
-              (unsigned long long)rep.images_deduplicated, (unsigned long long)rep.recovery_crash_images,
-              rep.images_per_s, rep.images_per_cpu_s, rep.seconds, rep.budget_exhausted ? " (budget exhausted)" : "");
-  if (rep.lazy_points > 0)
-    std::printf("lazy search at %llu crash points (%llu left for the plain plan): %llu runs, %llu faults%s\n",
-                (unsigned long long)rep.lazy_points, (unsigned long long)rep.lazy_abandoned,
-                (unsigned long long)rep.lazy_runs, (unsigned long long)rep.lazy_faults,
-                rep.lazy_nondeterministic > 0
-                    ? (", " + std::to_string(rep.lazy_nondeterministic) + " points with a nondeterministic check").c_str()
-                    : "");
+  crash::PrintReport(rep, stdout);
   if (a.replay.empty()) {  // a replay checks one image: coverage and lints mean nothing there
     std::printf("flush/fence sites covered: %llu/%llu\n", (unsigned long long)rep.sites_covered,
                 (unsigned long long)rep.sites_total);
