@@ -22,18 +22,10 @@ double SplitFreeInsertShare(const Measurement& m) {
   return m.counted && m.done[ins] ? static_cast<double>(m.no_alloc[ins].ops) / static_cast<double>(m.done[ins]) : kNaN;
 }
 
-}  // namespace
-
-void RunLbTreeSuite(SuiteContext& s) {
-  // Main-job budget: the claims at 10M bulk-loaded keys and 1M inserts
-  // (--full); the node-size sweep on 1M keys.
-  const uint64_t n = s.Size(200000, 10000000), ins = s.Size(100000, 1000000), sweep = s.Size(200000, 1000000);
-  auto trees = s.Available({"lbtree", "fptree", "wbtree"});
-  s.Text("Bulk-loaded trees of " + Scale(n) + " keys (paper: up to 2 billion), then " + Scale(ins) +
-         " inserts. The paper's two factors per case are set beside ours in the order of BENCH.md: vs FPTree / vs wB+-Tree. "
-         "The paper measured real 3D XPoint: the claims are judged on the `optane` media profile (docs/bench.md, "
-         "\"Media profiles\", says what it does not capture), and the insert experiments run again at DRAM speed "
-         "(ids ending in `-dram`).");
+// Inserts after a bulk load at 70 % and 100 % fill and dense inserts, on each
+// medium of `media` (the paper's first), with the claims against FPTree and wB+-Tree.
+void InsertExperiments(SuiteContext& s, const std::vector<std::string>& trees,
+                       const std::vector<std::string>& media, uint64_t n, uint64_t ins) {
   struct Case {
     const char* id;
     double fill;
@@ -43,10 +35,6 @@ void RunLbTreeSuite(SuiteContext& s) {
   const Case cases[] = {{"lb-bulk70", 0.7, DistKind::kUniform, 1.20, 1.24, 1.12, 1.21},
                         {"lb-bulk100", 1.0, DistKind::kUniform, 2.55, 2.92, 2.31, 2.45},
                         {"lb-dense", 1.0, DistKind::kSequential, 2.31, 2.69, 2.22, 2.33}};
-  // The paper measured real 3D XPoint: the claims are judged on the optane
-  // profile (media.h); the same experiments at DRAM speed follow, with ids
-  // ending in "-dram", so the report shows what the medium changes.
-  const std::vector<std::string> media = s.Media("optane");
   for (const std::string& medium : media) {
     const bool paper = medium == media.front();
     for (const Case& k : cases) {
@@ -73,41 +61,46 @@ void RunLbTreeSuite(SuiteContext& s) {
                "tree", "", "", "ops/s", false});
   s.AddFigure({"inserts-dense.png", "Dense inserts", "lb-dense", "bars", "tree", "throughput_ops_s", "tree", "", "",
                "ops/s", false});
-  {
-    // The paper's bound (Theorem 3.5) is for inserts into the leaves of a
-    // stable tree, i.e. inserts that do not split; the verdict uses those.
-    // The count over every insert (splits included) stays beside it.
-    double lb = Get(s, "lb-bulk70", "lbtree", Any(), SplitFreeInsertLines);
-    std::string split_free, all;
-    double worst = kNaN;
-    for (const char* t : {"lbtree", "fptree", "wbtree"}) {
-      double v = Get(s, "lb-bulk70", t, Any(), SplitFreeInsertLines);
-      double share = Get(s, "lb-bulk70", t, Any(), SplitFreeInsertShare);
-      split_free += std::string(split_free.empty() ? "" : ", ") + t + " " + Num(v) +
-                    (std::isfinite(share) ? " (" + Num(share * 100, 1) + " % of inserts)" : "");
-      all += std::string(all.empty() ? "" : ", ") + t + " " + Num(Get(s, "lb-bulk70", t, Any(), Lines));
-      if (std::string(t) != "lbtree" && std::isfinite(v)) worst = std::isfinite(worst) ? std::min(worst, v) : v;
-    }
-    auto verdict = [&](double tol) { return lb <= 1.31 * tol && (!std::isfinite(worst) || worst / lb >= 1.35 / tol); };
-    std::string v = !std::isfinite(lb)   ? NotMeasured({"lbtree"}, s)
-                    : verdict(1.10)      ? "reproduced"
-                    : verdict(1.25)      ? "close (within 25 %)"
-                    : lb <= 1.31 * 1.10  ? "partly: LB+-Tree within its bound, the others not >= 1.35x higher"
-                                         : "not reproduced";
-    s.Claim("lb-bulk70", "<= 1.31 NVM line writes per insert for LB+-Tree vs >= 1.77 for the traditional layout "
-            "(inserts into leaves of a stable tree: no split)",
-            "lines per split-free insert: " + split_free + "; all inserts, splits included: " + all, v);
-  }
+}
 
+// NVM line writes per insert (Theorem 3.5), from the lb-bulk70 rows.
+void LineWritesClaim(SuiteContext& s) {
+  // The paper's bound (Theorem 3.5) is for inserts into the leaves of a
+  // stable tree, i.e. inserts that do not split; the verdict uses those.
+  // The count over every insert (splits included) stays beside it.
+  double lb = Get(s, "lb-bulk70", "lbtree", Any(), SplitFreeInsertLines);
+  std::string split_free, all;
+  double worst = kNaN;
+  for (const char* t : {"lbtree", "fptree", "wbtree"}) {
+    double v = Get(s, "lb-bulk70", t, Any(), SplitFreeInsertLines);
+    double share = Get(s, "lb-bulk70", t, Any(), SplitFreeInsertShare);
+    split_free += std::string(split_free.empty() ? "" : ", ") + t + " " + Num(v) +
+                  (std::isfinite(share) ? " (" + Num(share * 100, 1) + " % of inserts)" : "");
+    all += std::string(all.empty() ? "" : ", ") + t + " " + Num(Get(s, "lb-bulk70", t, Any(), Lines));
+    if (std::string(t) != "lbtree" && std::isfinite(v)) worst = std::isfinite(worst) ? std::min(worst, v) : v;
+  }
+  auto verdict = [&](double tol) { return lb <= 1.31 * tol && (!std::isfinite(worst) || worst / lb >= 1.35 / tol); };
+  std::string v = !std::isfinite(lb)   ? NotMeasured({"lbtree"}, s)
+                  : verdict(1.10)      ? "reproduced"
+                  : verdict(1.25)      ? "close (within 25 %)"
+                  : lb <= 1.31 * 1.10  ? "partly: LB+-Tree within its bound, the others not >= 1.35x higher"
+                                       : "not reproduced";
+  s.Claim("lb-bulk70", "<= 1.31 NVM line writes per insert for LB+-Tree vs >= 1.77 for the traditional layout "
+          "(inserts into leaves of a stable tree: no split)",
+          "lines per split-free insert: " + split_free + "; all inserts, splits included: " + all, v);
+}
+
+// The node-size sweep on `medium`.
+void NodeSizeExperiment(SuiteContext& s, const std::string& medium, uint64_t sweep, uint64_t ins) {
   const std::vector<uint32_t> sizes = {256, 512, 1024};
   s.Experiment("lb-node-size", "LB+-Tree node size",
                "256 B - 1 KB, " + Scale(sweep) + " keys: inserts into 100 %-full and dense trees, searches and deletes; media " +
-                   (media.front().empty() ? std::string("as given") : media.front()) + ".");
+                   (medium.empty() ? std::string("as given") : medium) + ".");
   if (s.Have("lbtree")) {
     for (const char* v : {"full", "dense", "search", "delete"}) {
       BenchConfig c = SuiteContext::OnMedia(
           Config(s, {"lbtree"}, sweep, ins, v == std::string("search") ? "read=1" : v == std::string("delete") ? "remove=1" : "insert=1"),
-          media.front());
+          medium);
       c.bulk_load = true;
       c.fill = 1.0;
       if (v == std::string("dense")) c.workload.dist.kind = DistKind::kSequential;
@@ -147,7 +140,10 @@ void RunLbTreeSuite(SuiteContext& s) {
               std::isfinite(mn) ? ComparableVerdict(mx / mn, 0.2) : NotMeasured({"lbtree"}, s));
     }
   }
+}
 
+// Crash recovery with 1 and k rebuild threads.
+void RecoveryExperiment(SuiteContext& s, uint64_t n) {
   s.Experiment("lb-recovery", "Recovery with 1..k rebuild threads", Scale(n) + " keys; crash recovery with 1 and " +
                std::to_string(std::max(2u, std::thread::hardware_concurrency())) + " threads.");
   if (s.Have("lbtree")) {
@@ -170,6 +166,28 @@ void RunLbTreeSuite(SuiteContext& s) {
             std::isfinite(r) ? (r >= 1.3 ? "reproduced" : "not reproduced") :
             s.Have("lbtree") ? "not measured: lbtree has no kCapParallelRecovery or recovery failed" : NotMeasured({"lbtree"}, s));
   }
+}
+
+}  // namespace
+
+void RunLbTreeSuite(SuiteContext& s) {
+  // Main-job budget: the claims at 10M bulk-loaded keys and 1M inserts
+  // (--full); the node-size sweep on 1M keys.
+  const uint64_t n = s.Size(200000, 10000000), ins = s.Size(100000, 1000000), sweep = s.Size(200000, 1000000);
+  auto trees = s.Available({"lbtree", "fptree", "wbtree"});
+  s.Text("Bulk-loaded trees of " + Scale(n) + " keys (paper: up to 2 billion), then " + Scale(ins) +
+         " inserts. The paper's two factors per case are set beside ours in the order of BENCH.md: vs FPTree / vs wB+-Tree. "
+         "The paper measured real 3D XPoint: the claims are judged on the `optane` media profile (docs/bench.md, "
+         "\"Media profiles\", says what it does not capture), and the insert experiments run again at DRAM speed "
+         "(ids ending in `-dram`).");
+  // The paper measured real 3D XPoint: the claims are judged on the optane
+  // profile (media.h); the same experiments at DRAM speed follow, with ids
+  // ending in "-dram", so the report shows what the medium changes.
+  const std::vector<std::string> media = s.Media("optane");
+  InsertExperiments(s, trees, media, n, ins);
+  LineWritesClaim(s);
+  NodeSizeExperiment(s, media.front(), sweep, ins);
+  RecoveryExperiment(s, n);
 }
 
 }  // namespace pmtree::bench

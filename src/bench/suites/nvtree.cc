@@ -45,18 +45,13 @@ Rebuild RebuildOf(const Measurement* m) {
   return r;
 }
 
-}  // namespace
+// `metric` of NV-Tree's row of `exp` matching `p`.
+double Nv(SuiteContext& s, const std::string& exp, const Pred& p, const Metric& metric) {
+  return Get(s, exp, "nvtree", p, metric);
+}
 
-void RunNvTreeSuite(SuiteContext& s) {
-  const std::vector<std::string> base = {"nvtree", "logtree", "cdds"};
-  auto trees = s.Available(base);
-  // Main-job budget: the paper's 1M for inserts, update/delete/search and
-  // rebuilds (10M); the mixes, hot zones and latency sweeps at `m`.
-  const uint64_t n = s.Size(100000, 1000000), m = s.Size(100000, 200000);
-  s.Text("Baselines: LCB+Tree is `logtree`, CDDS is `cdds`. " + Scale(n) + " keys (paper: 1M; 10M for rebuilds)" +
-         (m == n ? std::string(".") : "; mixes, hot zones and latency sweeps at " + Scale(m) + " (the main job's budget)."));
-
-  // E1: inserts by node size.
+// E1: random inserts by node size.
+void InsertExperiment(SuiteContext& s, const std::vector<std::string>& trees, uint64_t n) {
   s.Experiment("nv-insert", "Random inserts by node size",
                Scale(n) + " random 8 B inserts into an empty tree, nodes 512 B - 4 KB.");
   RunNodeSizes(s, "nv-insert", Config(s, trees, 0, n, "insert=1"), kNodeSizes);
@@ -64,15 +59,14 @@ void RunNvTreeSuite(SuiteContext& s) {
                "tree", "", "", "ops/s", false});
   s.AddFigure({"insert-flushes.png", "Flushes per insert by node size", "nv-insert", "bars", "node_size",
                "per_op.flushes", "tree", "", "", "flushes / insert", false});
-  auto nv = [&](const std::string& exp, const Pred& p, const Metric& m) { return Get(s, exp, "nvtree", p, m); };
-  RatioClaim(s, "nv-insert", "up to 7x faster inserts than LCB+Tree at 4 KB", 7, 7, nv("nv-insert", NodeSize(4096), Tput),
+  RatioClaim(s, "nv-insert", "up to 7x faster inserts than LCB+Tree at 4 KB", 7, 7, Nv(s, "nv-insert", NodeSize(4096), Tput),
              Get(s, "nv-insert", "logtree", NodeSize(4096), Tput), {"nvtree", "logtree"}, "at 4 KB");
-  RatioClaim(s, "nv-insert", "up to 12x faster inserts than CDDS at 4 KB", 12, 12, nv("nv-insert", NodeSize(4096), Tput),
+  RatioClaim(s, "nv-insert", "up to 12x faster inserts than CDDS at 4 KB", 12, 12, Nv(s, "nv-insert", NodeSize(4096), Tput),
              Get(s, "nv-insert", "cdds", NodeSize(4096), Tput), {"nvtree", "cdds"}, "at 4 KB");
   for (auto [other, lo, hi] : {std::tuple{"logtree", 80.0, 97.0}, std::tuple{"cdds", 76.0, 96.0}}) {
     double mn = kNaN, mx = kNaN;
     for (uint32_t ns : kNodeSizes) {
-      double red = (1 - nv("nv-insert", NodeSize(ns), Flushes) / Get(s, "nv-insert", other, NodeSize(ns), Flushes)) * 100;
+      double red = (1 - Nv(s, "nv-insert", NodeSize(ns), Flushes) / Get(s, "nv-insert", other, NodeSize(ns), Flushes)) * 100;
       if (!std::isfinite(red)) continue;
       mn = std::isfinite(mn) ? std::min(mn, red) : red;
       mx = std::isfinite(mx) ? std::max(mx, red) : red;
@@ -86,8 +80,10 @@ void RunNvTreeSuite(SuiteContext& s) {
                   ? "reproduced"
                   : ReductionVerdict(lo, hi, (mn + mx) / 2));
   }
+}
 
-  // E2: update / delete / search after inserts.
+// E2: update / delete / search after inserts.
+void OpsExperiment(SuiteContext& s, const std::vector<std::string>& trees, uint64_t n) {
   s.Experiment("nv-ops", "Update, delete and search after inserts",
                Scale(n) + " keys loaded by insert (default node sizes), then " + Scale(n) + " uniform operations of one kind.");
   for (const char* mix : {"update=1", "remove=1", "read=1"}) {
@@ -97,18 +93,20 @@ void RunNvTreeSuite(SuiteContext& s) {
   }
   s.AddFigure({"ops.png", "Update / delete / search throughput", "nv-ops", "bars", "variant", "throughput_ops_s", "tree",
                "", "", "ops/s", false});
-  RatioClaim(s, "nv-ops", "updates up to 5.6x faster than LCB+Tree", 5.6, 5.6, nv("nv-ops", Variant("update=1"), Tput),
+  RatioClaim(s, "nv-ops", "updates up to 5.6x faster than LCB+Tree", 5.6, 5.6, Nv(s, "nv-ops", Variant("update=1"), Tput),
              Get(s, "nv-ops", "logtree", Variant("update=1"), Tput), {"nvtree", "logtree"});
-  RatioClaim(s, "nv-ops", "updates up to 8.5x faster than CDDS", 8.5, 8.5, nv("nv-ops", Variant("update=1"), Tput),
+  RatioClaim(s, "nv-ops", "updates up to 8.5x faster than CDDS", 8.5, 8.5, Nv(s, "nv-ops", Variant("update=1"), Tput),
              Get(s, "nv-ops", "cdds", Variant("update=1"), Tput), {"nvtree", "cdds"});
   for (const char* other : {"logtree", "cdds"}) {
-    double r = nv("nv-ops", Variant("read=1"), Tput) / Get(s, "nv-ops", other, Variant("read=1"), Tput);
+    double r = Nv(s, "nv-ops", Variant("read=1"), Tput) / Get(s, "nv-ops", other, Variant("read=1"), Tput);
     s.Claim("nv-ops", std::string("search comparable to ") + (std::string(other) == "logtree" ? "LCB+Tree" : "CDDS"),
             std::isfinite(r) ? Ratio(r) + " (tolerance +-25 %)" : "n/a",
             std::isfinite(r) ? ComparableVerdict(r, 0.25) : NotMeasured({"nvtree", other}, s));
   }
+}
 
-  // E3: insert/search mixes.
+// E3: insert/search mixes.
+void MixExperiment(SuiteContext& s, const std::vector<std::string>& trees, uint64_t m) {
   s.Experiment("nv-mix", "Insert/search mixes", Scale(m) + " operations on a " + Scale(m) + "-key tree, inserts 90 % ... 10 %.");
   for (int ins : {90, 70, 50, 30, 10}) {
     std::string mix = "insert=" + Num(ins / 100.0, 1) + ",read=" + Num(1 - ins / 100.0, 1);
@@ -118,12 +116,14 @@ void RunNvTreeSuite(SuiteContext& s) {
   }
   s.AddFigure({"mix.png", "Throughput by insert/search mix", "nv-mix", "lines", "variant", "throughput_ops_s", "tree", "",
                "", "ops/s", false});
-  RatioClaim(s, "nv-mix", "6.6x LCB+Tree at 90 % inserts", 6.6, 6.6, nv("nv-mix", Variant("90/10"), Tput),
+  RatioClaim(s, "nv-mix", "6.6x LCB+Tree at 90 % inserts", 6.6, 6.6, Nv(s, "nv-mix", Variant("90/10"), Tput),
              Get(s, "nv-mix", "logtree", Variant("90/10"), Tput), {"nvtree", "logtree"});
-  RatioClaim(s, "nv-mix", "10x CDDS at 90 % inserts", 10, 10, nv("nv-mix", Variant("90/10"), Tput),
+  RatioClaim(s, "nv-mix", "10x CDDS at 90 % inserts", 10, 10, Nv(s, "nv-mix", Variant("90/10"), Tput),
              Get(s, "nv-mix", "cdds", Variant("90/10"), Tput), {"nvtree", "cdds"});
+}
 
-  // E4: hot zones and adaptivity.
+// E4: hot zones and adaptivity.
+void HotZoneExperiment(SuiteContext& s, uint64_t m) {
   const std::vector<std::string> strategies = {"off", "conservative", "aggressive", "balanced"};
   s.Experiment("nv-hotzone", "Updates and inserts in a hot zone, adaptive strategies",
                "1 KB nodes; " + Scale(m) + " keys; " + Scale(m) +
@@ -147,10 +147,10 @@ void RunNvTreeSuite(SuiteContext& s) {
     std::string where;
     for (double zone : {0.005, 0.01, 0.05}) {
       std::string prefix = std::string(mix) + " zone " + Num(zone * 100, 1) + "% ";
-      double none = nv("nv-hotzone", Variant(prefix + "off"), Tput);
+      double none = Nv(s, "nv-hotzone", Variant(prefix + "off"), Tput);
       for (const auto& st : strategies) {
         if (st == "off") continue;
-        double r = nv("nv-hotzone", Variant(prefix + st), Tput) / none;
+        double r = Nv(s, "nv-hotzone", Variant(prefix + st), Tput) / none;
         if (std::isfinite(r) && (!std::isfinite(best) || r > best)) {
           best = r;
           where = Num(zone * 100, 1) + " % zone, " + st;
@@ -164,6 +164,10 @@ void RunNvTreeSuite(SuiteContext& s) {
     else
       s.Claim("nv-hotzone", paper, "up to " + Ratio(best) + " (" + where + ")", FactorVerdict(upd ? 3.2 : 3, upd ? 3.2 : 3, best));
   }
+}
+
+// E4: a hot zone that moves halfway through the run.
+void ShiftExperiment(SuiteContext& s, uint64_t m) {
   s.Experiment("nv-shift", "Hot-zone shift", "Inserts into a 1 % hot zone that moves to another part of the key space "
                "halfway through the run; throughput per 20 ms window.");
   if (s.Have("nvtree"))
@@ -188,8 +192,10 @@ void RunNvTreeSuite(SuiteContext& s) {
             std::isfinite(r) ? "last quarter / quarter before the shift = " + Ratio(r) : "n/a",
             std::isfinite(r) ? (r >= 0.8 ? "reproduced" : "not reproduced") : (m ? "not measured: run too short for windows" : NotMeasured({"nvtree"}, s)));
   }
+}
 
-  // E5: rebuilds.
+// E5: rebuilds.
+void RebuildExperiment(SuiteContext& s, uint64_t n) {
   const uint64_t big = s.Size(1000000, 10000000);
   s.Experiment("nv-rebuild", "Rebuilds", "NV-Tree inserting " + Scale(n) + " and " + Scale(big) +
                " random keys (1 KB and 4 KB nodes), and " + Scale(n) + " sequential keys with and without adaptivity; "
@@ -224,8 +230,11 @@ void RunNvTreeSuite(SuiteContext& s) {
             std::isfinite(r) ? Ratio(r) + " less rebuild time" : "n/a",
             std::isfinite(r) ? FactorVerdict(31.8, 31.8, r) : (a && b ? "not measured: no rebuild time reported" : "not measured: " + std::string(s.Have("nvtree") ? "nvtree rejected `strategy` or failed" : "nvtree not registered yet")));
   }
+}
 
-  // E6: emulated write latency.
+// E6: emulated write latency.
+void LatencyExperiment(SuiteContext& s, const std::vector<std::string>& base, const std::vector<std::string>& trees,
+                       uint64_t m) {
   s.Experiment("nv-latency", "Emulated PM write latency", Scale(m) + " random inserts with 0 / 50 / 180 ns added per flushed line.");
   for (uint32_t lat : {0u, 50u, 180u}) {
     s.Run("nv-latency", WithLatency(Config(s, trees, 0, m, "insert=1"), lat));
@@ -251,6 +260,25 @@ void RunNvTreeSuite(SuiteContext& s) {
     s.Claim("nv-latency", "NV-Tree slows least as write latency grows", ours,
             !std::isfinite(mine) || !any_other ? NotMeasured(base, s) : least ? "reproduced" : "not reproduced");
   }
+}
+
+}  // namespace
+
+void RunNvTreeSuite(SuiteContext& s) {
+  const std::vector<std::string> base = {"nvtree", "logtree", "cdds"};
+  auto trees = s.Available(base);
+  // Main-job budget: the paper's 1M for inserts, update/delete/search and
+  // rebuilds (10M); the mixes, hot zones and latency sweeps at `m`.
+  const uint64_t n = s.Size(100000, 1000000), m = s.Size(100000, 200000);
+  s.Text("Baselines: LCB+Tree is `logtree`, CDDS is `cdds`. " + Scale(n) + " keys (paper: 1M; 10M for rebuilds)" +
+         (m == n ? std::string(".") : "; mixes, hot zones and latency sweeps at " + Scale(m) + " (the main job's budget)."));
+  InsertExperiment(s, trees, n);
+  OpsExperiment(s, trees, n);
+  MixExperiment(s, trees, m);
+  HotZoneExperiment(s, m);
+  ShiftExperiment(s, m);
+  RebuildExperiment(s, n);
+  LatencyExperiment(s, base, trees, m);
 }
 
 }  // namespace pmtree::bench

@@ -166,33 +166,58 @@ std::string GoalsTable(SuiteContext& s, const std::vector<std::string>& trees) {
   return out;
 }
 
-}  // namespace
+// The overview's targets and sizes.
+struct Lineup {
+  std::vector<std::string> trees;       // every registered tree that is not test-only
+  std::vector<std::string> all;         // trees and peers
+  std::vector<std::string> lead, rest;  // run at `n` / at `small` (the main job's budget)
+  uint64_t n = 0, small = 0;
+};
 
-void RunOverviewSuite(SuiteContext& s) {
-  std::vector<std::string> trees;
+// Main-job budget (docs/bench.md, "The main job"): at --full, issue 19's
+// sizes (1M keys) for insert and read on the trees and the best-configured
+// peers (`lead`); update, the mix and the other peers stay at the scaled
+// size `small`, which is what lets the whole job fit in about 20 minutes.
+Lineup MakeLineup(SuiteContext& s) {
+  Lineup l;
   for (const auto& f : Registry())
-    if (!f.test_only()) trees.emplace_back(f.name);
-  std::vector<std::string> all = trees;
-  for (const auto& p : Peers()) all.emplace_back(p.name);
-  // Main-job budget (docs/bench.md, "The main job"): at --full, issue 19's
-  // sizes (1M keys) for insert and read on the trees and the best-configured
-  // peers (`lead`); update, the mix and the other peers stay at the scaled
-  // size `small`, which is what lets the whole job fit in about 20 minutes.
-  const uint64_t n = s.Size(100000, 1000000), small = s.Size(100000, 100000);
-  std::vector<std::string> lead = trees, rest;
+    if (!f.test_only()) l.trees.emplace_back(f.name);
+  l.all = l.trees;
+  for (const auto& p : Peers()) l.all.emplace_back(p.name);
+  l.n = s.Size(100000, 1000000);
+  l.small = s.Size(100000, 100000);
+  l.lead = l.trees;
   for (const auto& p : Peers()) {
     const std::string name(p.name);
     const bool best = name == "absl-btree" ||
                       std::find(kDurablePeers.begin(), kDurablePeers.end(), name) != kDurablePeers.end();
-    (best || n == small ? lead : rest).push_back(name);
+    (best || l.n == l.small ? l.lead : l.rest).push_back(name);
   }
+  return l;
+}
 
-  s.Text("Every registered tree (" + std::to_string(trees.size()) + ") and the peers, default node sizes, " +
-         Scale(n) + " records loaded by insert, then " + Scale(n) +
-         " operations per workload, uniform keys unless stated, one thread" +
-         (n == small ? std::string(".")
-                     : "; update, the mix, and the peers other than " + kDurablePeers[0] + ", " + kDurablePeers[1] +
-                           " and absl-btree at " + Scale(small) + " records and operations (the main job's budget)."));
+// One row per target of `all`: throughput per workload and the insert costs.
+std::string OpsTable(SuiteContext& s, const std::vector<std::string>& all) {
+  std::string table = "| tree | insert | read | update | mixed (zipf) | flushes/insert | lines/insert | p99 insert ns | PM MB | DRAM MB |\n"
+                      "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& t : all) {
+    auto row = [&](const char* v) { return s.Find("overview-ops", [&](const Measurement& m) { return m.tree == t && m.variant == v; }); };
+    const Measurement* ins = row("insert=1");
+    auto tp = [&](const char* v) {
+      const Measurement* m = row(v);
+      return m ? Mops(m->throughput_ops_s) : std::string("failed");
+    };
+    table += "| " + t + " | " + tp("insert=1") + " | " + tp("read=1") + " | " + tp("update=1") + " | " + tp("mixed-zipf") +
+             " | " + (ins && ins->counted ? Num(ins->flushes) : "-") + " | " + (ins && ins->counted ? Num(ins->lines) : "-") +
+             " | " + (ins ? Num(ins->latency.p99, 0) : "-") + " | " + (ins ? Num(ins->stats.pm_bytes / 1048576.0, 1) : "-") +
+             " | " + (ins ? Num(ins->stats.dram_bytes / 1048576.0, 1) : "-") + " |\n";
+  }
+  return table;
+}
+
+// Throughput and cost per operation: insert, read, update and a YCSB-like mix.
+void OpsExperiment(SuiteContext& s, const Lineup& l) {
+  const auto& [trees, all, lead, rest, n, small] = l;
   s.Experiment("overview-ops", "Throughput and cost per operation",
                "Workloads: insert=1, read=1, update=1, and the YCSB-like mix "
                "read=0.5,insert=0.3,update=0.1,remove=0.05,scan=0.05 under zipfian(0.99).");
@@ -213,27 +238,17 @@ void RunOverviewSuite(SuiteContext& s) {
     c.variant = "mixed-zipf";
     s.Run("overview-ops", c);
   }
-  std::string table = "| tree | insert | read | update | mixed (zipf) | flushes/insert | lines/insert | p99 insert ns | PM MB | DRAM MB |\n"
-                      "|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& t : all) {
-    auto row = [&](const char* v) { return s.Find("overview-ops", [&](const Measurement& m) { return m.tree == t && m.variant == v; }); };
-    const Measurement* ins = row("insert=1");
-    auto tp = [&](const char* v) {
-      const Measurement* m = row(v);
-      return m ? Mops(m->throughput_ops_s) : std::string("failed");
-    };
-    table += "| " + t + " | " + tp("insert=1") + " | " + tp("read=1") + " | " + tp("update=1") + " | " + tp("mixed-zipf") +
-             " | " + (ins && ins->counted ? Num(ins->flushes) : "-") + " | " + (ins && ins->counted ? Num(ins->lines) : "-") +
-             " | " + (ins ? Num(ins->latency.p99, 0) : "-") + " | " + (ins ? Num(ins->stats.pm_bytes / 1048576.0, 1) : "-") +
-             " | " + (ins ? Num(ins->stats.dram_bytes / 1048576.0, 1) : "-") + " |\n";
-  }
-  s.Text(table);
+  s.Text(OpsTable(s, all));
   s.Text(PeerRatioTable(s, trees));
   s.AddFigure({"throughput.png", "Throughput by workload", "overview-ops", "bars", "variant", "throughput_ops_s", "tree",
                "", "", "ops/s", true});
   s.AddFigure({"flushes.png", "Flush instructions per operation", "overview-ops", "bars", "variant", "per_op.flushes",
                "tree", "", "", "flushes / op", false});
+}
 
+// Read-mostly scaling with 1 and 2 threads, and durable inserts on all cores.
+void ThreadsExperiments(SuiteContext& s, const Lineup& l) {
+  const auto& [trees, all, lead, rest, n, small] = l;
   s.Experiment("overview-threads", "Scaling with threads",
                "read=0.9,insert=0.1 (issue 19's read-mostly scaling check), 1 and 2 threads (this machine has " +
                    std::to_string(std::thread::hardware_concurrency()) +
@@ -262,6 +277,10 @@ void RunOverviewSuite(SuiteContext& s) {
     c.threads = {cores};
     s.Run("overview-cores", c);
   }
+}
+
+// One persist (the unit of the insert goal) and recovery time by size.
+void PersistAndRecoveryExperiments(SuiteContext& s) {
   s.Experiment("overview-persist", "One persist",
                "Write + flush + fence of one 64 B line in a pool on the run's backend, repeated: the unit of "
                "issue 19's insert goal.");
@@ -285,6 +304,22 @@ void RunOverviewSuite(SuiteContext& s) {
   }
   s.AddFigure({"recovery.png", "Recovery time after a crash vs records", "overview-recovery", "lines", "records",
                "recovery_ms", "tree", "recovery_kind", "crash", "ms", true});
+}
+
+}  // namespace
+
+void RunOverviewSuite(SuiteContext& s) {
+  const Lineup l = MakeLineup(s);
+  const auto& [trees, all, lead, rest, n, small] = l;
+  s.Text("Every registered tree (" + std::to_string(trees.size()) + ") and the peers, default node sizes, " +
+         Scale(n) + " records loaded by insert, then " + Scale(n) +
+         " operations per workload, uniform keys unless stated, one thread" +
+         (n == small ? std::string(".")
+                     : "; update, the mix, and the peers other than " + kDurablePeers[0] + ", " + kDurablePeers[1] +
+                           " and absl-btree at " + Scale(small) + " records and operations (the main job's budget)."));
+  OpsExperiment(s, l);
+  ThreadsExperiments(s, l);
+  PersistAndRecoveryExperiments(s);
   s.Experiment("overview-goals", "Issue 19 goals", "Checks computed from the rows above.");
   s.Text(GoalsTable(s, trees));
 }
