@@ -534,6 +534,73 @@ Status SaveProfile(const WriteProfile& prof, const std::string& path, ProfileSum
   return Status::Ok();
 }
 
+// The load phase: loads c.records keys into `t` (or, with --skip-load, takes
+// the saved pool's records from its sidecar) and returns the sorted keys in
+// *keys.  On failure: false with m->error set.
+bool LoadPhase(const BenchConfig& c, const std::string& name, Target& t, Measurement* m, std::vector<uint64_t>* keys) {
+  const std::string sidecar = PoolPathFor(c, name) + ".bench.json";
+  if (c.skip_load) {
+    // The sidecar written with --keep-pool says how many records were
+    // loaded (the tree's entry count also reflects the run's inserts and
+    // removes) and with which key size.
+    uint64_t n = t.Stats().entries;
+    std::ifstream in(sidecar);
+    if (in) {
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      if (!j.is_discarded() && j.contains("records")) n = j["records"].get<uint64_t>();
+      if (!j.is_discarded() && j.value("key_min", 0u) != c.workload.key_min) {
+        t.Finish().ok();
+        m->error = "--skip-load: the saved pool was loaded with another --key-size";
+        return false;
+      }
+    } else if (c.progress) {
+      fprintf(stderr, "note: %s: no %s; assuming the %llu entries present are the loaded records\n", name.c_str(),
+              sidecar.c_str(), static_cast<unsigned long long>(n));
+    }
+    m->records = n;
+    *keys = SortedLoadKeys(n);
+  } else {
+    *keys = SortedLoadKeys(c.records);
+    auto t0 = std::chrono::steady_clock::now();
+    if (c.progress && c.records >= 1000000)
+      fprintf(stderr, "  [%s] loading %llu records (%s)...\n", name.c_str(), static_cast<unsigned long long>(c.records),
+              c.bulk_load ? "bulk" : "insert");
+    if (Status s = t.Load(*keys, c.bulk_load, c.fill); !s.ok()) {
+      m->error = "load: " + s.ToString();
+      return false;
+    }
+    m->load_s = Seconds(t0);
+    if (c.keep_pool && FindTree(name) && FindTree(name)->persistent()) {
+      std::ofstream out(sidecar);
+      out << nlohmann::json{{"records", c.records}, {"key_min", c.workload.key_min}, {"key_max", c.workload.key_max}}.dump()
+          << "\n";
+    }
+  }
+  return true;
+}
+
+// The row's figures from the run: throughput, counts, latency, series and
+// persistence costs per operation.
+void FillFromRun(RunResult& r, Measurement* m) {
+  m->ops = r.ops;
+  m->seconds = r.seconds;
+  m->throughput_ops_s = r.seconds > 0 ? static_cast<double>(r.ops) / r.seconds : 0;
+  m->done = r.done;
+  m->succeeded = r.succeeded;
+  m->latency = Summarize(&r.latency_ns);
+  m->series = std::move(r.series);
+  if (r.ops > 0) {
+    double n = static_cast<double>(r.ops);
+    m->flushes = r.counters.flushes / n;
+    m->fences = r.counters.fences / n;
+    m->lines = r.counters.lines / n;
+    m->blocks256 = r.counters.blocks256 / n;
+    m->bytes = r.counters.bytes / n;
+    m->nt_stores = r.counters.nt_stores / n;
+  }
+  if (m->counted) m->no_alloc = r.no_alloc;
+}
+
 Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threads, uint32_t rep) {
   Measurement m = BaseRow(c, name, threads, rep);
   Opened o = OpenTarget(c, name, c.skip_load, 1);
@@ -552,44 +619,7 @@ Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threa
     return m;
   }
   std::vector<uint64_t> keys;
-  const std::string sidecar = PoolPathFor(c, name) + ".bench.json";
-  if (c.skip_load) {
-    // The sidecar written with --keep-pool says how many records were
-    // loaded (the tree's entry count also reflects the run's inserts and
-    // removes) and with which key size.
-    uint64_t n = t.Stats().entries;
-    std::ifstream in(sidecar);
-    if (in) {
-      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-      if (!j.is_discarded() && j.contains("records")) n = j["records"].get<uint64_t>();
-      if (!j.is_discarded() && j.value("key_min", 0u) != c.workload.key_min) {
-        t.Finish().ok();
-        m.error = "--skip-load: the saved pool was loaded with another --key-size";
-        return m;
-      }
-    } else if (c.progress) {
-      fprintf(stderr, "note: %s: no %s; assuming the %llu entries present are the loaded records\n", name.c_str(),
-              sidecar.c_str(), static_cast<unsigned long long>(n));
-    }
-    m.records = n;
-    keys = SortedLoadKeys(n);
-  } else {
-    keys = SortedLoadKeys(c.records);
-    auto t0 = std::chrono::steady_clock::now();
-    if (c.progress && c.records >= 1000000)
-      fprintf(stderr, "  [%s] loading %llu records (%s)...\n", name.c_str(), static_cast<unsigned long long>(c.records),
-              c.bulk_load ? "bulk" : "insert");
-    if (Status s = t.Load(keys, c.bulk_load, c.fill); !s.ok()) {
-      m.error = "load: " + s.ToString();
-      return m;
-    }
-    m.load_s = Seconds(t0);
-    if (c.keep_pool && FindTree(name) && FindTree(name)->persistent()) {
-      std::ofstream out(sidecar);
-      out << nlohmann::json{{"records", c.records}, {"key_min", c.workload.key_min}, {"key_max", c.workload.key_max}}.dump()
-          << "\n";
-    }
-  }
+  if (!LoadPhase(c, name, t, &m, &keys)) return m;
 
   // Streams: built here, outside the timed region.
   uint64_t total = c.ops;
@@ -617,23 +647,7 @@ Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threa
     fprintf(stderr, "note: %s: the stream of %llu ops ended before --duration; raise --ops\n", name.c_str(),
             static_cast<unsigned long long>(r.ops));
 
-  m.ops = r.ops;
-  m.seconds = r.seconds;
-  m.throughput_ops_s = r.seconds > 0 ? static_cast<double>(r.ops) / r.seconds : 0;
-  m.done = r.done;
-  m.succeeded = r.succeeded;
-  m.latency = Summarize(&r.latency_ns);
-  m.series = std::move(r.series);
-  if (r.ops > 0) {
-    double n = static_cast<double>(r.ops);
-    m.flushes = r.counters.flushes / n;
-    m.fences = r.counters.fences / n;
-    m.lines = r.counters.lines / n;
-    m.blocks256 = r.counters.blocks256 / n;
-    m.bytes = r.counters.bytes / n;
-    m.nt_stores = r.counters.nt_stores / n;
-  }
-  if (m.counted) m.no_alloc = r.no_alloc;
+  FillFromRun(r, &m);
   if (const WriteProfile* prof = t.pool() ? t.pool()->write_profile() : nullptr) {
     const std::string path =
         c.write_profile + "." + name + "-t" + std::to_string(threads) + "-r" + std::to_string(rep) + ".profile.json";
