@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <thread>
+#include <utility>
 
 #include "bench/peers.h"
 #include "bench/suites/common.h"
@@ -66,20 +68,102 @@ bool HasCap(const std::string& tree, uint32_t cap) {
   return f && (f->capabilities & cap);
 }
 
+using TreeValue = std::function<double(const std::string&)>;
+
+// The tree of `among` with the highest (or `lowest`) finite value, and that
+// value; {"", NaN} when none has one.
+std::pair<std::string, double> BestOf(const std::vector<std::string>& among, const TreeValue& v, bool lowest) {
+  std::pair<std::string, double> b{"", kNaN};
+  for (const auto& t : among) {
+    double x = v(t);
+    if (std::isfinite(x) && (!std::isfinite(b.second) || (lowest ? x < b.second : x > b.second))) b = {t, x};
+  }
+  return b;
+}
+
+// One row of the goals table.
+void GoalRow(std::string* out, const std::string& goal, const std::string& measured, bool known, bool met) {
+  *out += "| " + goal + " | " + measured + " | " + (known ? (met ? "yes" : "**no**") : "not measured") + " |\n";
+}
+
+// A goal every tree of `among` must meet: each one's ratio, met when all are >= `goal`.
+void EveryGoalRow(std::string* out, const std::string& goal_text, const std::vector<std::string>& among,
+                  const TreeValue& ratio, double goal, const std::string& where) {
+  std::string list;
+  bool met = true;
+  for (const auto& t : among) {
+    const double r = ratio(t);
+    if (!std::isfinite(r)) continue;
+    list += (list.empty() ? "" : ", ") + t + " " + Ratio(r);
+    met &= r >= goal;
+  }
+  GoalRow(out, goal_text, list.empty() ? "n/a" : list + where, !list.empty(), met);
+}
+
+// The lookup, insert and durable-insert goals.
+void ThroughputGoals(SuiteContext& s, const std::vector<std::string>& persistent,
+                     const std::vector<std::string>& concurrent, std::string* out) {
+  auto tput = [&](const std::string& exp, const std::string& t, const Pred& p) { return Get(s, exp, t, p, Tput); };
+  const Pred read = Variant("read=1"), insert = Variant("insert=1");
+  // Lookups: time per lookup of the fastest persistent tree over absl-btree's.
+  auto br = BestOf(persistent, [&](const std::string& t) { return tput("overview-ops", t, read); }, false);
+  const double absl_read = tput("overview-ops", "absl-btree", read);
+  GoalRow(out, "best tree's lookup <= 1.1x absl::btree_map's time", br.first + ": " + Ratio(absl_read / br.second),
+          std::isfinite(absl_read / br.second), absl_read / br.second <= 1.1);
+  // Inserts: the best inserter's insert time minus its lookup time, in persists.
+  const double persist_s = 1 / Get(s, "overview-persist", "pool", Any(), Tput);
+  auto bi = BestOf(persistent, [&](const std::string& t) { return tput("overview-ops", t, insert); }, false);
+  const double extra = (1 / bi.second - 1 / tput("overview-ops", bi.first, read)) / persist_s;
+  GoalRow(out, "best tree's insert <= its lookup + 1.2 persists",
+          bi.first + ": lookup + " + Num(extra) + " persists (one persist of a line = " + Num(persist_s * 1e9, 0) + " ns)",
+          std::isfinite(extra), extra <= 1.2);
+  // Durable inserts against the best durable peer, one thread and all cores.
+  for (const char* exp : {"overview-ops", "overview-cores"}) {
+    const bool one = std::string(exp) == "overview-ops";
+    const Pred p = one ? insert : Any();
+    auto peer = BestOf(kDurablePeers, [&](const std::string& t) { return tput(exp, t, p); }, false);
+    auto tree = BestOf(one ? persistent : concurrent, [&](const std::string& t) { return tput(exp, t, p); }, false);
+    const double r = tree.second / peer.second;
+    const Measurement* any = s.Find(exp, Any());
+    const std::string threads = any ? std::to_string(any->threads) : "?";
+    GoalRow(out, one ? "durable inserts >= 5x the best durable peer, 1 thread"
+                     : "durable inserts >= 10x the best durable peer, all cores (" + threads + " threads)",
+            tree.first + " / " + peer.first + " = " + Ratio(r), std::isfinite(r), r >= (one ? 5 : 10));
+  }
+}
+
+// The recovery goals, at the largest size measured.
+void RecoveryGoals(SuiteContext& s, const std::vector<std::string>& persistent, std::string* out) {
+  uint64_t size = 0;
+  for (const auto& m : s.rows())
+    if (m.experiment == "overview-recovery" && m.error.empty()) size = std::max(size, m.records);
+  auto rec = [&](const std::string& t, const std::string& kind, uint32_t threads) {
+    return Get(s, "overview-recovery", t, [&](const Measurement& m) {
+      return m.records == size && m.recovery_kind == kind && (threads == 0 || m.recovery_threads == threads);
+    }, [](const Measurement& m) { return m.recovery_ms; });
+  };
+  auto crash = BestOf(persistent, [&](const std::string& t) {
+    double a = rec(t, "crash", 1), b = rec(t, "crash", 2);
+    return std::isfinite(b) && !(b >= a) ? b : a;
+  }, true);
+  GoalRow(out, "recovery of 10M keys after a crash <= 100 ms (best tree)",
+          crash.first + ": " + Num(crash.second, 1) + " ms at " + Scale(size) + " keys", std::isfinite(crash.second),
+          crash.second <= 100);
+  EveryGoalRow(out, "parallel rebuild >= 1.7x with 2 threads (every tree with kCapParallelRecovery)", persistent,
+               [&](const std::string& t) { return HasCap(t, kCapParallelRecovery) ? rec(t, "crash", 1) / rec(t, "crash", 2) : kNaN; },
+               1.7, " at " + Scale(size) + " keys");
+  auto clean = BestOf(persistent, [&](const std::string& t) {
+    return HasCap(t, kCapInstantRestart) ? rec(t, "clean", 0) : kNaN;
+  }, false);
+  GoalRow(out, "clean restart <= 5 ms (every tree with instant restart; the slowest shown)",
+          clean.first + ": " + Num(clean.second, 1) + " ms at " + Scale(size) + " keys", std::isfinite(clean.second),
+          clean.second <= 5);
+}
+
 // Issue 19's goals (§2), checked on this run's overview rows: one row per
 // goal with the measured value, the tree it is about and whether it is met.
 // docs/bench.md ("Issue 19 goals") gives the causes of the gaps.
 std::string GoalsTable(SuiteContext& s, const std::vector<std::string>& trees) {
-  auto tput = [&](const std::string& exp, const std::string& t, const Pred& p) { return Get(s, exp, t, p, Tput); };
-  auto best_of = [&](const std::vector<std::string>& among, const std::function<double(const std::string&)>& v,
-                     bool lowest) {
-    std::pair<std::string, double> b{"", kNaN};
-    for (const auto& t : among) {
-      double x = v(t);
-      if (std::isfinite(x) && (!std::isfinite(b.second) || (lowest ? x < b.second : x > b.second))) b = {t, x};
-    }
-    return b;
-  };
   std::vector<std::string> persistent, concurrent;
   for (const auto& t : trees)
     if (HasCap(t, kCapPersistent)) {
@@ -90,79 +174,16 @@ std::string GoalsTable(SuiteContext& s, const std::vector<std::string>& trees) {
       "Issue 19's goals, checked on this run's rows (scale and media as above; docs/bench.md, \"Issue 19 goals\", "
       "gives the causes of the gaps). \"Best\" is the persistent tree with the best value.\n\n"
       "| goal | measured | met |\n|---|---|---|\n";
-  auto row = [&](const std::string& goal, const std::string& measured, bool known, bool met) {
-    out += "| " + goal + " | " + measured + " | " + (known ? (met ? "yes" : "**no**") : "not measured") + " |\n";
-  };
-  const Pred read = Variant("read=1"), insert = Variant("insert=1");
-  // Lookups: time per lookup of the fastest persistent tree over absl-btree's.
-  auto br = best_of(persistent, [&](const std::string& t) { return tput("overview-ops", t, read); }, false);
-  const double absl_read = tput("overview-ops", "absl-btree", read);
-  row("best tree's lookup <= 1.1x absl::btree_map's time", br.first + ": " + Ratio(absl_read / br.second),
-      std::isfinite(absl_read / br.second), absl_read / br.second <= 1.1);
-  // Inserts: the best inserter's insert time minus its lookup time, in persists.
-  const double persist_s = 1 / Get(s, "overview-persist", "pool", Any(), Tput);
-  auto bi = best_of(persistent, [&](const std::string& t) { return tput("overview-ops", t, insert); }, false);
-  const double extra = (1 / bi.second - 1 / tput("overview-ops", bi.first, read)) / persist_s;
-  row("best tree's insert <= its lookup + 1.2 persists",
-      bi.first + ": lookup + " + Num(extra) + " persists (one persist of a line = " + Num(persist_s * 1e9, 0) + " ns)",
-      std::isfinite(extra), extra <= 1.2);
-  // Durable inserts against the best durable peer, one thread and all cores.
-  for (const char* exp : {"overview-ops", "overview-cores"}) {
-    const bool one = std::string(exp) == "overview-ops";
-    const Pred p = one ? insert : Any();
-    auto peer = best_of(kDurablePeers, [&](const std::string& t) { return tput(exp, t, p); }, false);
-    auto tree = best_of(one ? persistent : concurrent, [&](const std::string& t) { return tput(exp, t, p); }, false);
-    const double r = tree.second / peer.second;
-    const Measurement* any = s.Find(exp, Any());
-    const std::string threads = any ? std::to_string(any->threads) : "?";
-    row(one ? "durable inserts >= 5x the best durable peer, 1 thread"
-            : "durable inserts >= 10x the best durable peer, all cores (" + threads + " threads)",
-        tree.first + " / " + peer.first + " = " + Ratio(r), std::isfinite(r), r >= (one ? 5 : 10));
-  }
-  // Recovery at the largest size measured.
-  uint64_t size = 0;
-  for (const auto& m : s.rows())
-    if (m.experiment == "overview-recovery" && m.error.empty()) size = std::max(size, m.records);
-  auto rec = [&](const std::string& t, const std::string& kind, uint32_t threads) {
-    return Get(s, "overview-recovery", t, [&](const Measurement& m) {
-      return m.records == size && m.recovery_kind == kind && (threads == 0 || m.recovery_threads == threads);
-    }, [](const Measurement& m) { return m.recovery_ms; });
-  };
-  auto crash = best_of(persistent, [&](const std::string& t) {
-    double a = rec(t, "crash", 1), b = rec(t, "crash", 2);
-    return std::isfinite(b) && !(b >= a) ? b : a;
-  }, true);
-  row("recovery of 10M keys after a crash <= 100 ms (best tree)",
-      crash.first + ": " + Num(crash.second, 1) + " ms at " + Scale(size) + " keys", std::isfinite(crash.second),
-      crash.second <= 100);
-  // A goal every tree of `among` must meet: each one's ratio, met when all are >= `goal`.
-  auto every = [&](const std::string& goal_text, const std::vector<std::string>& among,
-                   const std::function<double(const std::string&)>& ratio, double goal, const std::string& where) {
-    std::string list;
-    bool met = true;
-    for (const auto& t : among) {
-      const double r = ratio(t);
-      if (!std::isfinite(r)) continue;
-      list += (list.empty() ? "" : ", ") + t + " " + Ratio(r);
-      met &= r >= goal;
-    }
-    row(goal_text, list.empty() ? "n/a" : list + where, !list.empty(), met);
-  };
-  every("parallel rebuild >= 1.7x with 2 threads (every tree with kCapParallelRecovery)", persistent,
-        [&](const std::string& t) { return HasCap(t, kCapParallelRecovery) ? rec(t, "crash", 1) / rec(t, "crash", 2) : kNaN; },
-        1.7, " at " + Scale(size) + " keys");
-  auto clean = best_of(persistent, [&](const std::string& t) {
-    return HasCap(t, kCapInstantRestart) ? rec(t, "clean", 0) : kNaN;
-  }, false);
-  row("clean restart <= 5 ms (every tree with instant restart; the slowest shown)",
-      clean.first + ": " + Num(clean.second, 1) + " ms at " + Scale(size) + " keys", std::isfinite(clean.second),
-      clean.second <= 5);
-  every("read-mostly (read=0.9,insert=0.1) 2 threads >= 1.8x 1 thread, every concurrent tree", concurrent,
-        [&](const std::string& t) {
-          auto at = [&](uint32_t k) { return tput("overview-threads", t, [k](const Measurement& m) { return m.threads == k; }); };
-          return at(2) / at(1);
-        },
-        1.8, "");
+  ThroughputGoals(s, persistent, concurrent, &out);
+  RecoveryGoals(s, persistent, &out);
+  EveryGoalRow(&out, "read-mostly (read=0.9,insert=0.1) 2 threads >= 1.8x 1 thread, every concurrent tree", concurrent,
+               [&](const std::string& t) {
+                 auto at = [&](uint32_t k) {
+                   return Get(s, "overview-threads", t, [k](const Measurement& m) { return m.threads == k; }, Tput);
+                 };
+                 return at(2) / at(1);
+               },
+               1.8, "");
   return out;
 }
 
