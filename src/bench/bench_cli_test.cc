@@ -3,7 +3,6 @@
 // `pmtree bench` as a user runs it: exit status, error lines, JSON lines.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,26 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testutil.h"
+
 namespace {
 
-struct CliRun {
-  int status;
-  std::string out;
-};
-
-// Runs the CLI with `args`; stdout captured, stderr into `out` too when asked.
-CliRun Pmtree(const std::string& args, bool merge_stderr) {
-  std::string cmd = std::string(PMTREE_CLI) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  CliRun r{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using pmtree::testutil::CliRun;
+using pmtree::testutil::RunCli;
 
 std::string Slurp(const std::string& path) {
   std::string s;
@@ -50,7 +35,7 @@ std::string Slurp(const std::string& path) {
 TEST(BenchCliTest, WriteProfilesOfTheSameSeededRunAreIdentical) {
   const std::string dir = "/dev/shm/pmtree-bench-cli-wp-" + std::to_string(getpid());
   auto run = [&](const std::string& tag, int seed) {
-    CliRun r = Pmtree("bench --tree fastfair,cdds --records 500 --ops 1000 --mix read=0.5,insert=0.3,remove=0.2 "
+    CliRun r = RunCli("bench --tree fastfair,cdds --records 500 --ops 1000 --mix read=0.5,insert=0.3,remove=0.2 "
                       "--seed " + std::to_string(seed) + " --pool " + dir + "-" + tag + ".pool --pool-size 16M "
                       "--write-profile " + dir + "-" + tag + " --profile-window 50 --json --no-progress",
                       false);
@@ -72,7 +57,7 @@ TEST(BenchCliTest, WriteProfilesOfTheSameSeededRunAreIdentical) {
 }
 
 TEST(BenchCliTest, UnknownTreeExitsTwoListingValidNames) {
-  CliRun r = Pmtree("bench --tree nosuchtree", true);
+  CliRun r = RunCli("bench --tree nosuchtree", true);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("unknown tree 'nosuchtree'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("volatile"), std::string::npos) << r.out;
@@ -100,14 +85,14 @@ TEST(BenchCliTest, BadOptionsExitTwoNamingTheOption) {
       {"bench --workload ycsb-a --tree lbtree --bulk-load", "do not apply to YCSB"},
   };
   for (const Case& c : cases) {
-    CliRun r = Pmtree(c.args, true);
+    CliRun r = RunCli(c.args, true);
     EXPECT_EQ(r.status, 2) << c.args;
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
   }
 }
 
 TEST(BenchCliTest, JsonLinesCarryTheRequiredFields) {
-  CliRun r = Pmtree("bench --tree volatile --records 2000 --ops 2000 --mix read=0.5,insert=0.5 --json --no-progress", false);
+  CliRun r = RunCli("bench --tree volatile --records 2000 --ops 2000 --mix read=0.5,insert=0.5 --json --no-progress", false);
   ASSERT_EQ(r.status, 0) << r.out;
   size_t lines = 0, pos = 0;
   while (pos < r.out.size()) {
@@ -138,7 +123,7 @@ std::vector<nlohmann::json> JsonLines(const std::string& out) {
 }
 
 TEST(BenchCliTest, YcsbWorkloadsReportOneRowPerWorkloadAndStore) {
-  CliRun r = Pmtree("bench --workload ycsb-a,ycsb-f --tree lbtree,lmdb-nosync --records 300 --ops 400 --verify --json "
+  CliRun r = RunCli("bench --workload ycsb-a,ycsb-f --tree lbtree,lmdb-nosync --records 300 --ops 400 --verify --json "
                     "--no-progress",
                     false);
   ASSERT_EQ(r.status, 0) << r.out;
@@ -178,7 +163,7 @@ TEST(BenchCliTest, YcsbWorkloadsReportOneRowPerWorkloadAndStore) {
 // run on the paper's medium (optane) and again at DRAM speed.
 TEST(BenchCliTest, SuiteReportsProgressAndRunsThePapersMediumAndDram) {
   const std::string dir = "/dev/shm/pmtree-bench-cli-suite-" + std::to_string(getpid());
-  CliRun r = Pmtree("bench --suite lbtree --scale 0.005 --no-figures --out " + dir, true);
+  CliRun r = RunCli("bench --suite lbtree --scale 0.005 --no-figures --out " + dir, true);
   ASSERT_EQ(r.status, 0) << r.out;
   // "[main job k/N, ...]" for k = 1..N, in order, N the same on every line.
   size_t pos = 0, k = 0, total = 0;

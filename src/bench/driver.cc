@@ -14,6 +14,8 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -154,20 +156,130 @@ std::string PoolPathFor(const BenchConfig& c, const std::string& target) {
 
 // ---- the timed region -------------------------------------------------------------
 
+namespace {
+
+// One worker's results, merged into the RunResult after the run.
+struct PerThread {
+  std::array<uint64_t, kOpTypes> done{}, succeeded{};
+  std::array<NoAllocCost, kOpTypes> no_alloc{};
+  std::vector<uint64_t> lat_ticks;
+  uint64_t ops = 0;
+  std::string error;
+};
+
+// A mutating operation's outcome: its result, or false with *err set.
+bool Outcome(Result<bool> r, Status* err) {
+  if (r.ok()) return *r;
+  *err = r.status();
+  return false;
+}
+
+// Executes `op`, operation `i` of its stream, on `target`: whether it
+// succeeded (found, inserted, ...); an environmental failure goes to *err.
+bool ExecuteOp(Target& target, const Op& op, std::string_view bkey, size_t i, uint32_t scan_length, Status* err) {
+  uint64_t value;
+  switch (op.type) {
+    case OpType::kRead:
+      return target.Lookup(op.key, bkey, &value);
+    case OpType::kInsert:
+      return Outcome(target.Insert(op.key, bkey, ValueFor(op.key)), err);
+    case OpType::kUpdate:
+      return Outcome(target.Update(op.key, bkey, ValueFor(op.key) + i), err);
+    case OpType::kRemove:
+      return Outcome(target.Remove(op.key, bkey), err);
+    case OpType::kScan:
+      return target.Scan(op.key, bkey, op.scan_len ? op.scan_len : scan_length) > 0;
+    case OpType::kRmw:
+      return Outcome(target.ReadModifyWrite(op.key, bkey, ValueFor(op.key) + i), err);
+  }
+  return false;
+}
+
+// The per-operation split of this thread's persistence counters: an
+// operation that allocated nothing in the tree adds its cost to no_alloc.
+// One read of the thread's counters per operation.
+class SplitFreeCounter {
+ public:
+  SplitFreeCounter() : prev_(counters::ThisThread()), prev_records_(ValueRecordAllocations()) {}
+
+  void After(NoAllocCost* no_alloc) {
+    const PersistCounters now = counters::ThisThread();
+    const uint64_t records = ValueRecordAllocations();
+    const PersistCounters d = now - prev_;
+    // The target's own value records (--value-size) are not the tree's
+    // allocations: an insert that stored a record but did not split
+    // still counts as split-free.
+    if (d.allocations == records - prev_records_) {
+      no_alloc->ops++;
+      no_alloc->sum += d;
+    }
+    prev_ = now;
+    prev_records_ = records;
+  }
+
+ private:
+  PersistCounters prev_;
+  uint64_t prev_records_;
+};
+
+// The monitor thread's loop: every window_ms, the operations done so far
+// (into *cumulative) and, with p.progress, a line on stderr every 5 s; until
+// `finished` reaches the number of workers.
+void MonitorRun(const RunParams& p, const std::vector<Progress>& progress, const std::atomic<size_t>& finished,
+                uint64_t t_begin, uint64_t total_ops, std::vector<uint64_t>* cumulative) {
+  const TickClock& clock = TickClock::Get();
+  uint64_t next = t_begin + clock.FromNs(p.window_ms * 1e6);
+  uint64_t last_print = t_begin;
+  while (finished.load(std::memory_order_acquire) < progress.size()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(p.window_ms, 20)));
+    uint64_t now = TickClock::Now();
+    if (now < next) continue;
+    uint64_t sum = 0;
+    for (auto& pr : progress) sum += pr.ops.load(std::memory_order_relaxed);
+    cumulative->push_back(sum);
+    next += clock.FromNs(p.window_ms * 1e6);
+    if (p.progress && clock.ToNs(now - last_print) > 5e9) {
+      last_print = now;
+      double secs = clock.ToNs(now - t_begin) / 1e9;
+      fprintf(stderr, "  [%s] %.0f s: %llu ops (%.1f%%), %.3f Mops/s\n", p.label.c_str(), secs,
+              static_cast<unsigned long long>(sum), p.duration_s > 0 ? 100 * secs / p.duration_s : 100.0 * sum / total_ops,
+              sum / secs / 1e6);
+    }
+  }
+}
+
+// Adds the workers' counts, samples and first error to *res, and turns the
+// monitor's cumulative counts into ops/s per window.
+void MergeRun(const std::vector<PerThread>& per, const std::vector<uint64_t>& cumulative, uint32_t window_ms,
+              RunResult* res) {
+  const TickClock& clock = TickClock::Get();
+  for (auto& me : per) {
+    res->ops += me.ops;
+    for (int k = 0; k < kOpTypes; k++) {
+      res->done[k] += me.done[k];
+      res->succeeded[k] += me.succeeded[k];
+      res->no_alloc[k].ops += me.no_alloc[k].ops;
+      res->no_alloc[k].sum += me.no_alloc[k].sum;
+    }
+    for (uint64_t tk : me.lat_ticks) res->latency_ns.push_back(clock.ToNs(tk));
+    if (res->error.empty() && !me.error.empty()) res->error = me.error;
+  }
+  uint64_t prev = 0;
+  for (uint64_t c : cumulative) {
+    res->series.push_back(static_cast<double>(c - prev) * 1000.0 / window_ms);
+    prev = c;
+  }
+}
+
+}  // namespace
+
 RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const RunParams& p) {
   const size_t nthreads = streams.size();
   const TickClock& clock = TickClock::Get();
   const uint32_t every = std::max<uint32_t>(1, p.sample_every);
 
-  struct PerThread {
-    std::array<uint64_t, kOpTypes> done{}, succeeded{};
-    std::array<NoAllocCost, kOpTypes> no_alloc{};
-    std::vector<uint64_t> lat_ticks;
-    uint64_t ops = 0;
-    std::string error;
-  };
   // Per-operation split of the counters (allocating or not): only where the
-  // pool counts; one read of this thread's counters per operation.
+  // pool counts.
   const bool split_counters = target.counted();
   std::vector<PerThread> per(nthreads);
   std::vector<Progress> progress(nthreads);
@@ -178,8 +290,6 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
     total_ops += streams[t].ops.size();
   }
 
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> start_ticks{0};
   uint64_t deadline_ticks = 0;
   uint64_t (*const deadline_now)() = p.deadline_clock ? p.deadline_clock : &TickClock::Now;
   std::barrier start(static_cast<ptrdiff_t>(nthreads + 1), []() noexcept {});
@@ -190,47 +300,18 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
     const bool timed_run = p.duration_s > 0;
     start.arrive_and_wait();
     const uint64_t deadline = deadline_ticks;
-    uint64_t value;
-    PersistCounters prev = split_counters ? counters::ThisThread() : PersistCounters{};
-    uint64_t prev_records = split_counters ? ValueRecordAllocations() : 0;
+    std::optional<SplitFreeCounter> split;
+    if (split_counters) split.emplace();
     size_t i = 0;
     for (; i < s.ops.size(); i++) {
-      if (timed_run && (i & 63) == 0 && (deadline_now() >= deadline || stop.load(std::memory_order_relaxed))) break;
+      if (timed_run && (i & 63) == 0 && deadline_now() >= deadline) break;
       const Op& op = s.ops[i];
       const std::string_view bkey = op.bytes_len ? s.BytesKey(op) : std::string_view();
       counters::BeginOperation();
       const bool sample = i % every == 0;
       const uint64_t t0 = sample ? TickClock::Now() : 0;
-      bool ok = false;
       Status err;
-      switch (op.type) {
-        case OpType::kRead:
-          ok = target.Lookup(op.key, bkey, &value);
-          break;
-        case OpType::kInsert: {
-          auto r = target.Insert(op.key, bkey, ValueFor(op.key));
-          if (r.ok()) ok = *r; else err = r.status();
-          break;
-        }
-        case OpType::kUpdate: {
-          auto r = target.Update(op.key, bkey, ValueFor(op.key) + i);
-          if (r.ok()) ok = *r; else err = r.status();
-          break;
-        }
-        case OpType::kRemove: {
-          auto r = target.Remove(op.key, bkey);
-          if (r.ok()) ok = *r; else err = r.status();
-          break;
-        }
-        case OpType::kScan:
-          ok = target.Scan(op.key, bkey, op.scan_len ? op.scan_len : p.scan_length) > 0;
-          break;
-        case OpType::kRmw: {
-          auto r = target.ReadModifyWrite(op.key, bkey, ValueFor(op.key) + i);
-          if (r.ok()) ok = *r; else err = r.status();
-          break;
-        }
-      }
+      const bool ok = ExecuteOp(target, op, bkey, i, p.scan_length, &err);
       if (sample) me.lat_ticks.push_back(TickClock::Now() - t0);
       if (!err.ok()) {
         me.error = std::string(OpName(op.type)) + " failed: " + err.ToString();
@@ -239,20 +320,7 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
       const int ty = static_cast<int>(op.type);
       me.done[ty]++;
       me.succeeded[ty] += ok;
-      if (split_counters) {
-        const PersistCounters now = counters::ThisThread();
-        const uint64_t records = ValueRecordAllocations();
-        const PersistCounters d = now - prev;
-        // The target's own value records (--value-size) are not the tree's
-        // allocations: an insert that stored a record but did not split
-        // still counts as split-free.
-        if (d.allocations == records - prev_records) {
-          me.no_alloc[ty].ops++;
-          me.no_alloc[ty].sum += d;
-        }
-        prev = now;
-        prev_records = records;
-      }
+      if (split) split->After(&me.no_alloc[ty]);
       progress[t].ops.store(i + 1, std::memory_order_relaxed);
     }
     me.ops = i;
@@ -267,32 +335,13 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
   PersistCounters before = counters::Snapshot();
   const uint64_t t_begin = TickClock::Now();
   deadline_ticks = p.duration_s > 0 ? deadline_now() + clock.FromNs(p.duration_s * 1e9) : UINT64_MAX;
-  start_ticks.store(t_begin);
   start.arrive_and_wait();  // release the workers
 
   // Monitor: the throughput series and progress lines, until every worker is done.
   std::vector<uint64_t> cumulative;
   std::atomic<size_t> finished{0};
-  std::thread monitor([&]() {
-    uint64_t next = t_begin + clock.FromNs(p.window_ms * 1e6);
-    uint64_t last_print = t_begin;
-    while (finished.load(std::memory_order_acquire) < nthreads) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(p.window_ms, 20)));
-      uint64_t now = TickClock::Now();
-      if (now < next) continue;
-      uint64_t sum = 0;
-      for (auto& pr : progress) sum += pr.ops.load(std::memory_order_relaxed);
-      cumulative.push_back(sum);
-      next += clock.FromNs(p.window_ms * 1e6);
-      if (p.progress && clock.ToNs(now - last_print) > 5e9) {
-        last_print = now;
-        double secs = clock.ToNs(now - t_begin) / 1e9;
-        fprintf(stderr, "  [%s] %.0f s: %llu ops (%.1f%%), %.3f Mops/s\n", p.label.c_str(), secs,
-                static_cast<unsigned long long>(sum), p.duration_s > 0 ? 100 * secs / p.duration_s : 100.0 * sum / total_ops,
-                sum / secs / 1e6);
-      }
-    }
-  });
+  std::thread monitor(MonitorRun, std::cref(p), std::cref(progress), std::cref(finished), t_begin, total_ops,
+                      &cumulative);
   for (auto& th : threads) {
     th.join();
     finished.fetch_add(1, std::memory_order_release);
@@ -301,23 +350,7 @@ RunResult RunStreams(Target& target, const std::vector<Stream>& streams, const R
   monitor.join();
   res.counters = counters::Snapshot() - before;
   res.seconds = clock.ToNs(t_end - t_begin) / 1e9;
-
-  for (auto& me : per) {
-    res.ops += me.ops;
-    for (int k = 0; k < kOpTypes; k++) {
-      res.done[k] += me.done[k];
-      res.succeeded[k] += me.succeeded[k];
-      res.no_alloc[k].ops += me.no_alloc[k].ops;
-      res.no_alloc[k].sum += me.no_alloc[k].sum;
-    }
-    for (uint64_t tk : me.lat_ticks) res.latency_ns.push_back(clock.ToNs(tk));
-    if (res.error.empty() && !me.error.empty()) res.error = me.error;
-  }
-  uint64_t prev = 0;
-  for (uint64_t c : cumulative) {
-    res.series.push_back(static_cast<double>(c - prev) * 1000.0 / p.window_ms);
-    prev = c;
-  }
+  MergeRun(per, cumulative, p.window_ms, &res);
   return res;
 }
 
@@ -501,6 +534,73 @@ Status SaveProfile(const WriteProfile& prof, const std::string& path, ProfileSum
   return Status::Ok();
 }
 
+// The load phase: loads c.records keys into `t` (or, with --skip-load, takes
+// the saved pool's records from its sidecar) and returns the sorted keys in
+// *keys.  On failure: false with m->error set.
+bool LoadPhase(const BenchConfig& c, const std::string& name, Target& t, Measurement* m, std::vector<uint64_t>* keys) {
+  const std::string sidecar = PoolPathFor(c, name) + ".bench.json";
+  if (c.skip_load) {
+    // The sidecar written with --keep-pool says how many records were
+    // loaded (the tree's entry count also reflects the run's inserts and
+    // removes) and with which key size.
+    uint64_t n = t.Stats().entries;
+    std::ifstream in(sidecar);
+    if (in) {
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      if (!j.is_discarded() && j.contains("records")) n = j["records"].get<uint64_t>();
+      if (!j.is_discarded() && j.value("key_min", 0u) != c.workload.key_min) {
+        t.Finish().ok();
+        m->error = "--skip-load: the saved pool was loaded with another --key-size";
+        return false;
+      }
+    } else if (c.progress) {
+      fprintf(stderr, "note: %s: no %s; assuming the %llu entries present are the loaded records\n", name.c_str(),
+              sidecar.c_str(), static_cast<unsigned long long>(n));
+    }
+    m->records = n;
+    *keys = SortedLoadKeys(n);
+  } else {
+    *keys = SortedLoadKeys(c.records);
+    auto t0 = std::chrono::steady_clock::now();
+    if (c.progress && c.records >= 1000000)
+      fprintf(stderr, "  [%s] loading %llu records (%s)...\n", name.c_str(), static_cast<unsigned long long>(c.records),
+              c.bulk_load ? "bulk" : "insert");
+    if (Status s = t.Load(*keys, c.bulk_load, c.fill); !s.ok()) {
+      m->error = "load: " + s.ToString();
+      return false;
+    }
+    m->load_s = Seconds(t0);
+    if (c.keep_pool && FindTree(name) && FindTree(name)->persistent()) {
+      std::ofstream out(sidecar);
+      out << nlohmann::json{{"records", c.records}, {"key_min", c.workload.key_min}, {"key_max", c.workload.key_max}}.dump()
+          << "\n";
+    }
+  }
+  return true;
+}
+
+// The row's figures from the run: throughput, counts, latency, series and
+// persistence costs per operation.
+void FillFromRun(RunResult& r, Measurement* m) {
+  m->ops = r.ops;
+  m->seconds = r.seconds;
+  m->throughput_ops_s = r.seconds > 0 ? static_cast<double>(r.ops) / r.seconds : 0;
+  m->done = r.done;
+  m->succeeded = r.succeeded;
+  m->latency = Summarize(&r.latency_ns);
+  m->series = std::move(r.series);
+  if (r.ops > 0) {
+    double n = static_cast<double>(r.ops);
+    m->flushes = r.counters.flushes / n;
+    m->fences = r.counters.fences / n;
+    m->lines = r.counters.lines / n;
+    m->blocks256 = r.counters.blocks256 / n;
+    m->bytes = r.counters.bytes / n;
+    m->nt_stores = r.counters.nt_stores / n;
+  }
+  if (m->counted) m->no_alloc = r.no_alloc;
+}
+
 Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threads, uint32_t rep) {
   Measurement m = BaseRow(c, name, threads, rep);
   Opened o = OpenTarget(c, name, c.skip_load, 1);
@@ -519,44 +619,7 @@ Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threa
     return m;
   }
   std::vector<uint64_t> keys;
-  const std::string sidecar = PoolPathFor(c, name) + ".bench.json";
-  if (c.skip_load) {
-    // The sidecar written with --keep-pool says how many records were
-    // loaded (the tree's entry count also reflects the run's inserts and
-    // removes) and with which key size.
-    uint64_t n = t.Stats().entries;
-    std::ifstream in(sidecar);
-    if (in) {
-      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-      if (!j.is_discarded() && j.contains("records")) n = j["records"].get<uint64_t>();
-      if (!j.is_discarded() && j.value("key_min", 0u) != c.workload.key_min) {
-        t.Finish().ok();
-        m.error = "--skip-load: the saved pool was loaded with another --key-size";
-        return m;
-      }
-    } else if (c.progress) {
-      fprintf(stderr, "note: %s: no %s; assuming the %llu entries present are the loaded records\n", name.c_str(),
-              sidecar.c_str(), static_cast<unsigned long long>(n));
-    }
-    m.records = n;
-    keys = SortedLoadKeys(n);
-  } else {
-    keys = SortedLoadKeys(c.records);
-    auto t0 = std::chrono::steady_clock::now();
-    if (c.progress && c.records >= 1000000)
-      fprintf(stderr, "  [%s] loading %llu records (%s)...\n", name.c_str(), static_cast<unsigned long long>(c.records),
-              c.bulk_load ? "bulk" : "insert");
-    if (Status s = t.Load(keys, c.bulk_load, c.fill); !s.ok()) {
-      m.error = "load: " + s.ToString();
-      return m;
-    }
-    m.load_s = Seconds(t0);
-    if (c.keep_pool && FindTree(name) && FindTree(name)->persistent()) {
-      std::ofstream out(sidecar);
-      out << nlohmann::json{{"records", c.records}, {"key_min", c.workload.key_min}, {"key_max", c.workload.key_max}}.dump()
-          << "\n";
-    }
-  }
+  if (!LoadPhase(c, name, t, &m, &keys)) return m;
 
   // Streams: built here, outside the timed region.
   uint64_t total = c.ops;
@@ -584,23 +647,7 @@ Measurement RunOne(const BenchConfig& c, const std::string& name, uint32_t threa
     fprintf(stderr, "note: %s: the stream of %llu ops ended before --duration; raise --ops\n", name.c_str(),
             static_cast<unsigned long long>(r.ops));
 
-  m.ops = r.ops;
-  m.seconds = r.seconds;
-  m.throughput_ops_s = r.seconds > 0 ? static_cast<double>(r.ops) / r.seconds : 0;
-  m.done = r.done;
-  m.succeeded = r.succeeded;
-  m.latency = Summarize(&r.latency_ns);
-  m.series = std::move(r.series);
-  if (r.ops > 0) {
-    double n = static_cast<double>(r.ops);
-    m.flushes = r.counters.flushes / n;
-    m.fences = r.counters.fences / n;
-    m.lines = r.counters.lines / n;
-    m.blocks256 = r.counters.blocks256 / n;
-    m.bytes = r.counters.bytes / n;
-    m.nt_stores = r.counters.nt_stores / n;
-  }
-  if (m.counted) m.no_alloc = r.no_alloc;
+  FillFromRun(r, &m);
   if (const WriteProfile* prof = t.pool() ? t.pool()->write_profile() : nullptr) {
     const std::string path =
         c.write_profile + "." + name + "-t" + std::to_string(threads) + "-r" + std::to_string(rep) + ".profile.json";

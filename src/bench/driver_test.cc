@@ -15,6 +15,7 @@
 #include "bench/peers.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::bench {
 namespace {
@@ -118,16 +119,23 @@ TEST(TimedLoopTest, StreamsAreGeneratedBeforeTheTimedRegion) {
   EXPECT_TRUE(r.error.empty());
 }
 
-TEST(TimedLoopTest, SamplesEveryKthOperation) {
-  MapTarget target;
+// Loads 100 keys into `target` and builds one stream of 1000 operations of
+// the default workload over them.
+void LoadHundredKeys(MapTarget& target, std::vector<Stream>* streams) {
   auto keys = SortedLoadKeys(100);
   ASSERT_TRUE(target.Load(keys, false, 1).ok());
-  Workload w;
-  auto streams = BuildStreams(w, keys, 1, 1000);
-  ASSERT_TRUE(streams.ok());
+  auto built = BuildStreams(Workload{}, keys, 1, 1000);
+  ASSERT_TRUE(built.ok());
+  *streams = std::move(*built);
+}
+
+TEST(TimedLoopTest, SamplesEveryKthOperation) {
+  MapTarget target;
+  std::vector<Stream> streams;
+  ASSERT_NO_FATAL_FAILURE(LoadHundredKeys(target, &streams));
   RunParams p;
   p.sample_every = 10;
-  RunResult r = RunStreams(target, *streams, p);
+  RunResult r = RunStreams(target, streams, p);
   EXPECT_EQ(r.latency_ns.size(), 100u);
   EXPECT_GT(r.seconds, 0);
 }
@@ -140,11 +148,8 @@ uint64_t FakeNow() { return fake_ticks.fetch_add(fake_step.load()) + fake_step.l
 
 TEST(TimedLoopTest, TimeBasedRunStopsAtTheDeadline) {
   MapTarget target;
-  auto keys = SortedLoadKeys(100);
-  ASSERT_TRUE(target.Load(keys, false, 1).ok());
-  Workload w;
-  auto streams = BuildStreams(w, keys, 1, 1000);
-  ASSERT_TRUE(streams.ok());
+  std::vector<Stream> streams;
+  ASSERT_NO_FATAL_FAILURE(LoadHundredKeys(target, &streams));
   RunParams p;
   p.duration_s = 0.05;
   p.deadline_clock = &FakeNow;
@@ -154,7 +159,7 @@ TEST(TimedLoopTest, TimeBasedRunStopsAtTheDeadline) {
   const uint64_t f = TickClock::Get().FromNs(0.05 * 1e9);
   fake_ticks = 0;
   fake_step = f / 2 + 1;
-  RunResult r = RunStreams(target, *streams, p);
+  RunResult r = RunStreams(target, streams, p);
   EXPECT_EQ(r.ops, 64u);
   EXPECT_EQ(target.calls.load(), 64u);
   EXPECT_TRUE(r.error.empty());
@@ -162,16 +167,13 @@ TEST(TimedLoopTest, TimeBasedRunStopsAtTheDeadline) {
 
 TEST(TimedLoopTest, RunWithoutDeadlineReadsNoDeadlineClock) {
   MapTarget target;
-  auto keys = SortedLoadKeys(100);
-  ASSERT_TRUE(target.Load(keys, false, 1).ok());
-  Workload w;
-  auto streams = BuildStreams(w, keys, 1, 1000);
-  ASSERT_TRUE(streams.ok());
+  std::vector<Stream> streams;
+  ASSERT_NO_FATAL_FAILURE(LoadHundredKeys(target, &streams));
   RunParams p;
   p.deadline_clock = &FakeNow;
   fake_ticks = 0;
   fake_step = 1;
-  RunResult r = RunStreams(target, *streams, p);
+  RunResult r = RunStreams(target, streams, p);
   EXPECT_EQ(r.ops, 1000u);
   EXPECT_EQ(fake_ticks.load(), 0u);
 }
@@ -574,7 +576,7 @@ TEST(EndToEndTest, TwoThreadsWithValueRecordsKeepEveryEntryAndReportPerOpNoAlloc
     c.value_size = vs;
     c.progress = false;
     c.pool_size = 64 << 20;
-    c.pool_path = "/dev/shm/pmtree-bench-test-2t-" + std::to_string(getpid()) + ".pool";
+    c.pool_path = testutil::TempPoolPath("2t");
     c.workload.mix = *ParseMix("read=0.4,insert=0.3,update=0.15,remove=0.1,scan=0.05");
     std::vector<Measurement> rows;
     ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
@@ -605,7 +607,7 @@ TEST(RecoveryWorkloadTest, TimesCleanAndCrashRecoveryOfAPersistentTree) {
   c.kind = WorkloadKind::kRecovery;
   c.records = 3000;
   c.progress = false;
-  c.pool_path = "/dev/shm/pmtree-bench-test-recovery-" + std::to_string(getpid()) + ".pool";
+  c.pool_path = testutil::TempPoolPath("recovery");
   std::vector<Measurement> rows;
   ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
   ASSERT_GE(rows.size(), 2u);
@@ -628,7 +630,7 @@ TEST(SkipLoadTest, SavedPoolIsReusedWithTheLoadedRecordCount) {
   c.ops = 1000;
   c.progress = false;
   c.keep_pool = true;
-  c.pool_path = "/dev/shm/pmtree-bench-test-skip-" + std::to_string(getpid()) + ".pool";
+  c.pool_path = testutil::TempPoolPath("skip");
   c.workload.mix = *ParseMix("insert=1");
   std::vector<Measurement> rows;
   ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());

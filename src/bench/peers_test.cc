@@ -17,16 +17,12 @@
 #include "bench/driver.h"
 #include "bench/peers.h"
 #include "bench/workload.h"
+#include "testutil.h"
 
 namespace pmtree::bench {
 namespace {
 
 namespace fs = std::filesystem;
-
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
 
 std::string PeerDir(const std::string& what) {
   return "/dev/shm/pmtree-peers-test-" + std::to_string(getpid()) + "-" + what;
@@ -39,7 +35,7 @@ Result<std::unique_ptr<Target>> OpenPeer(const std::string& name, PeerConfig c) 
 }
 
 TEST(PeerModelTest, EveryPeerMatchesAnOrderedMapOverRandomOperations) {
-  const uint64_t seed = Seed();
+  const uint64_t seed = testutil::Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
   auto keys = SortedLoadKeys(2000);
   for (const PeerInfo& p : Peers()) {

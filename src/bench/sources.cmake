@@ -32,7 +32,13 @@ add_library(pmtree_bench
   src/bench/driver.cc
   src/bench/output.cc
   src/bench/suites.cc
-  src/bench/suite_defs.cc)
+  src/bench/suites/common.cc
+  src/bench/suites/overview.cc
+  src/bench/suites/nvtree.cc
+  src/bench/suites/circtree.cc
+  src/bench/suites/wotree.cc
+  src/bench/suites/cdds.cc
+  src/bench/suites/lbtree.cc)
 target_include_directories(pmtree_bench PUBLIC src PRIVATE ${PMTREE_LMDB_INCLUDE} ${PMTREE_BDB_INCLUDE})
 target_link_libraries(pmtree_bench
   PUBLIC pmtree_kv pmtree_trees nlohmann_json::nlohmann_json

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Suite framework: running, recording, verdicts, reports and the call to the
-// figure package.  The experiments themselves are in suite_defs.cc.
+// figure package.  The experiments themselves are in suites/<paper>.cc.
 
 #include "bench/suites.h"
 

@@ -55,7 +55,7 @@ Status ValidateSuites(const std::vector<std::string>& names);
 // folder cannot be written or options are invalid.
 Status RunSuites(const SuiteOptions& o, std::string* out_dir);
 
-// ---- used by the suite definitions (suite_defs.cc) and tests --------------------
+// ---- used by the suite definitions (suites/*.cc) and tests ---------------------
 
 // A figure for python/pmtree_figures: rows of `experiment` (optionally only
 // those whose `filter` field equals `filter_value`), x and y as JSON paths
@@ -161,7 +161,7 @@ class SuiteContext {
   double seconds_ = 0;
 };
 
-// The suite definitions (suite_defs.cc).
+// The suite definitions (suites/<paper>.cc).
 void RunOverviewSuite(SuiteContext& s);
 void RunNvTreeSuite(SuiteContext& s);
 void RunCircTreeSuite(SuiteContext& s);

@@ -16,6 +16,7 @@
 #include "bench/peers.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
+#include "testutil.h"
 
 namespace pmtree::bench {
 namespace {
@@ -157,7 +158,7 @@ TEST(YcsbTest, EveryWorkloadRunsOnTheKvStoreAndOnAPeerWithTheWorkloadsOpCounts) 
   c.pool_size = 64ull << 20;
   c.progress = false;
   c.verify = true;
-  c.pool_path = "/dev/shm/pmtree-ycsb-test-" + std::to_string(getpid());
+  c.pool_path = testutil::TempPoolPath("ycsb");
   std::vector<Measurement> rows;
   ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
   ASSERT_EQ(rows.size(), 12u);
@@ -211,7 +212,7 @@ TEST(YcsbTest, TwoThreadsRunUpdatesAndScansOnTheStoreAndAPeerAndTheStoreVerifies
   c.pool_size = 64ull << 20;
   c.progress = false;
   c.verify = true;  // the store's Verify(): tree, records, no leaked bytes
-  c.pool_path = "/dev/shm/pmtree-ycsb-mt-test-" + std::to_string(getpid());
+  c.pool_path = testutil::TempPoolPath("ycsb-mt");
   std::vector<Measurement> rows;
   ASSERT_TRUE(RunBench(c, [&](const Measurement& m) { rows.push_back(m); }).ok());
   ASSERT_EQ(rows.size(), 4u);

@@ -13,17 +13,13 @@
 #include <random>
 
 #include "server/test_client.h"
+#include "testutil.h"
 
 namespace pmtree::server {
 namespace {
 
 using testing::Client;
 using testing::ServerFixture;
-
-uint64_t Seed() {
-  if (const char* s = std::getenv("PMTREE_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
 
 uint64_t Frames() {
   if (const char* s = std::getenv("PMTREE_FUZZ_FRAMES")) return std::strtoull(s, nullptr, 10);
@@ -84,8 +80,7 @@ std::string MakeFrame(std::mt19937_64& rng) {
 }
 
 TEST(ServerFuzzTest, RandomAndMutatedFramesNeverHurtAWellBehavedClient) {
-  const uint64_t seed = Seed();
-  std::fprintf(stderr, "server fuzz: seed %llu (PMTREE_SEED replays)\n", static_cast<unsigned long long>(seed));
+  const uint64_t seed = testutil::Seed();  // prints the seed; PMTREE_SEED replays
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   ServerOptions quiet;

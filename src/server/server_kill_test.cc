@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "server/test_client.h"
+#include "testutil.h"
 
 namespace pmtree::server {
 namespace {
@@ -88,7 +89,7 @@ class ServeProcess {
 };
 
 TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) {
-  const std::string pool = "/dev/shm/pmtree-server-kill-" + std::to_string(getpid()) + ".kv";
+  const std::string pool = testutil::TempPoolPath("kv");
   unlink(pool.c_str());
   constexpr int kRounds = 300;
   std::atomic<int64_t> streamed_acks{0};
@@ -167,7 +168,7 @@ TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) {
 // equal, n is the last transaction that committed (at least the last one
 // acknowledged), and t:<j> exists exactly for j <= n.
 TEST(ServerKillTest, HashTransactionsAreWholeOrAbsentAfterKill9) {
-  const std::string pool = "/dev/shm/pmtree-server-kill-txn-" + std::to_string(getpid()) + ".kv";
+  const std::string pool = testutil::TempPoolPath("kv");
   unlink(pool.c_str());
   constexpr int kPerPipeline = 8;
   int64_t next = 0;  // the next transaction to send
@@ -235,9 +236,7 @@ TEST(ServerKillTest, HashTransactionsAreWholeOrAbsentAfterKill9) {
 }
 
 TEST(ServeCliTest, BadOptionsExitTwoWithAMessage) {
-  const std::string pool = "/dev/shm/pmtree-server-cli-" + std::to_string(getpid()) + ".kv";
-  const std::string cli = PMTREE_CLI;
-  const std::string err = "/dev/shm/pmtree-server-cli-" + std::to_string(getpid()) + ".err";
+  const std::string pool = testutil::TempPoolPath("kv");
   struct Case {
     std::string args, message;
   };
@@ -249,19 +248,12 @@ TEST(ServeCliTest, BadOptionsExitTwoWithAMessage) {
       {"serve --pool " + pool + " --pool-size 16M --tree nosuchtree --port 0", "nosuchtree"},
   };
   for (const auto& c : cases) {
-    int status = std::system((cli + " " + c.args + " 2>" + err).c_str());
-    ASSERT_TRUE(WIFEXITED(status)) << c.args;
-    EXPECT_EQ(WEXITSTATUS(status), 2) << c.args;
-    FILE* f = std::fopen(err.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    char buf[4096] = {};
-    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-    std::fclose(f);
-    EXPECT_NE(std::string(buf, n).find(c.message), std::string::npos) << c.args << ": " << buf;
+    const testutil::CliRun r = testutil::RunCli(c.args);
+    EXPECT_EQ(r.status, 2) << c.args;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << ": " << r.out;
   }
   unlink(pool.c_str());
   unlink((pool + ".creating").c_str());
-  unlink(err.c_str());
 }
 
 #else

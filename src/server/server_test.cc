@@ -13,6 +13,7 @@
 
 #include "pmtree/counters.h"
 #include "server/test_client.h"
+#include "testutil.h"
 
 namespace pmtree::server {
 namespace {
@@ -237,8 +238,8 @@ TEST(ServerTest, SortedSetCommands) {
 TEST(ServerTest, SortedSetMatchesModel) {
   ServerFixture f;
   auto c = f.Connect();
-  uint64_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = testutil::Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   std::map<std::string, double> scores;
   for (int op = 0; op < 2000; ++op) {
@@ -365,8 +366,8 @@ TEST(ServerTest, MultiExecQueuesAndRuns) {
 TEST(ServerTest, HashCommandsInsideExecMatchModel) {
   ServerFixture f;
   auto c = f.Connect();
-  uint64_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = testutil::Seed();
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   using Fields = std::map<std::string, std::string>;
   std::map<std::string, Fields> hashes;
