@@ -87,6 +87,7 @@
 #include "pmtree/tree.h"
 #include "trees/common/bulk_input.h"
 #include "trees/common/keys.h"
+#include "trees/common/node_reserve.h"
 #include "trees/common/version_lock.h"
 #include "trees/wotree/layout.h"
 
@@ -388,10 +389,10 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
   }
 
   Result<bool> Put(Arg key, uint64_t value, Mode mode);
-  Status InsertSeparator(uint32_t level, uint64_t sep, uint64_t child);
-  Result<bool> GrowRoot(uint32_t level, uint64_t sep, uint64_t child);
+  Status InsertSeparator(uint32_t level, uint64_t sep, uint64_t child, NodeReserve* reserve);
+  Result<bool> GrowRoot(uint32_t level, uint64_t sep, uint64_t child, NodeReserve* reserve);
   void FastInsert(uint64_t off, uint64_t sep, uint64_t child);
-  Result<uint64_t> SplitInner(uint64_t off, uint64_t sep, uint64_t child, uint64_t* up);
+  Result<uint64_t> SplitInner(uint64_t off, uint64_t sep, uint64_t child, uint64_t* up, NodeReserve* reserve);
   void RemoveRecord(uint64_t off, uint64_t i);
 
   Status RecoverImpl();

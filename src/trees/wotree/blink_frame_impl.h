@@ -44,31 +44,40 @@ Result<bool> BlinkFrame<Keys, L>::Put(Arg key, uint64_t value, Mode mode) {
     lk.unlock();
     return true;
   }
-  auto nl = pool_->allocator().Allocate(node_size_);
-  uint64_t sep = 0;
-  Status st = nl.ok() ? leaf_.Split(leaf, *nl, key, *slot, value, &sep) : nl.status();
+  // Reserve every node the split's cascade can need (the new leaf, one per
+  // inner level and a new root) before the leaf changes: an OutOfSpace after
+  // the leaf split would return a failure for an insert that took place and
+  // leave the new leaf without a parent (F5).
+  NodeReserve reserve(pool_->allocator(), node_size_);
+  Status st = reserve.Fill(Level(P(Pool::Load64(&meta_->root))) + 2);
+  uint64_t nl = 0, sep = 0;
+  if (st.ok()) {
+    nl = *reserve.Take();
+    st = leaf_.Split(leaf, nl, key, *slot, value, &sep);
+  }
   lk.unlock();
   if (!st.ok()) {
     // Split fails only before its first store to a reachable node.
-    if (nl.ok()) pool_->allocator().Free(*nl, node_size_);
+    if (nl != 0) pool_->allocator().Free(nl, node_size_);
     keys_.Release(*slot);
     return st;
   }
   leaf_splits_.fetch_add(1, std::memory_order_relaxed);
   // The insert is durable; the new leaf is reachable through `next` already
-  // (B-link), so a failed separator insert (out of space) loses nothing:
-  // searches move right, and recovery R6 indexes the leaf.
-  PMTREE_RETURN_IF_ERROR(InsertSeparator(1, sep, *nl));
+  // (B-link).  The separator insert takes its nodes from the reserve; only a
+  // tree grown by another thread since Fill can still run out here, and then
+  // the leaf stays reachable through `next` (recovery R6 indexes it).
+  PMTREE_RETURN_IF_ERROR(InsertSeparator(1, sep, nl, &reserve));
   return true;
 }
 
 template <class Keys, class L>
-Status BlinkFrame<Keys, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64_t child) {
+Status BlinkFrame<Keys, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64_t child, NodeReserve* reserve) {
   for (;;) {
     const Arg k = ArgOf(sep);
     uint64_t n = DescendTo(level, k);
     if (n == 0) {
-      PMTREE_ASSIGN_OR_RETURN(bool grown, GrowRoot(level, sep, child));
+      PMTREE_ASSIGN_OR_RETURN(bool grown, GrowRoot(level, sep, child, reserve));
       if (grown) return Status::Ok();
       continue;
     }
@@ -87,7 +96,7 @@ Status BlinkFrame<Keys, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64
       return Status::Ok();
     }
     uint64_t up = 0;
-    auto nn = SplitInner(n, sep, child, &up);
+    auto nn = SplitInner(n, sep, child, &up, reserve);
     lk->unlock();
     if (!nn.ok()) return nn.status();
     inner_splits_.fetch_add(1, std::memory_order_relaxed);
@@ -100,11 +109,11 @@ Status BlinkFrame<Keys, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64
 // A new root over the old one and `child` (a root split); false when another
 // thread grew the tree first (the caller descends again).
 template <class Keys, class L>
-Result<bool> BlinkFrame<Keys, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_t child) {
+Result<bool> BlinkFrame<Keys, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_t child, NodeReserve* reserve) {
   std::lock_guard<std::mutex> g(root_mu_);
   const uint64_t old = Pool::Load64(&meta_->root);
   if (Level(P(old)) >= level) return false;
-  PMTREE_ASSIGN_OR_RETURN(uint64_t nr, pool_->allocator().Allocate(node_size_));
+  PMTREE_ASSIGN_OR_RETURN(uint64_t nr, reserve->Take());
   struct {
     InnerNode hdr;
     InnerRecord more[3];
@@ -246,8 +255,9 @@ void BlinkFrame<Keys, L>::RemoveRecord(uint64_t off, uint64_t i) {
 // then the old node drops its upper half by one count store.  Caller holds
 // the node's lock; the node is full.
 template <class Keys, class L>
-Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uint64_t child, uint64_t* up) {
-  PMTREE_ASSIGN_OR_RETURN(uint64_t nn, pool_->allocator().Allocate(node_size_));
+Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uint64_t child, uint64_t* up,
+                                                 NodeReserve* reserve) {
+  PMTREE_ASSIGN_OR_RETURN(uint64_t nn, reserve->Take());
   InnerNode* n = I(off);
   const uint64_t cnt = n->count;
   const uint64_t mid = cnt / 2;
@@ -433,7 +443,9 @@ Status BlinkFrame<Keys, L>::RecoverImpl() {
     bool changed = false;
     for (size_t i = 1; i < levels[l].size(); i++) {
       if (indexed.count(levels[l][i])) continue;
-      PMTREE_RETURN_IF_ERROR(InsertSeparator(static_cast<uint32_t>(l + 1), P(levels[l][i])->low_key, levels[l][i]));
+      NodeReserve none(pool_->allocator(), node_size_);  // recovery allocates as it goes
+      PMTREE_RETURN_IF_ERROR(
+          InsertSeparator(static_cast<uint32_t>(l + 1), P(levels[l][i])->low_key, levels[l][i], &none));
       report_.separators_inserted++;
       changed = true;
     }
