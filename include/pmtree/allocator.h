@@ -167,6 +167,15 @@ class Allocator {
 
   EpochManager& epochs() { return epochs_; }
 
+  // Fault injection for the crash explorer (an operation on a full pool):
+  // after `n` more successful Allocate calls every Allocate fails with
+  // OutOfSpace, as if the heap were full, until ClearAllocationFailure().
+  // allocation_failed() says whether an injected failure was returned since
+  // the last FailAllocationsAfter().
+  void FailAllocationsAfter(uint64_t n);
+  void ClearAllocationFailure();
+  bool allocation_failed() const;
+
   // Reports every allocation to `profile` (null: none).  Set by the pool
   // before the allocator is used.
   void set_write_profile(WriteProfile* profile) { profile_ = profile; }

@@ -76,6 +76,7 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
   if (o.workload == Workload::kSmall && o.depth != 3) c += " --depth " + std::to_string(o.depth);
   if (o.workload == Workload::kSmall && o.reopen) c += " --reopen";
   if (o.workload == Workload::kSmall && !o.bulk_load) c += " --no-bulk-load";
+  if (o.workload == Workload::kSmall && !o.out_of_space) c += " --no-out-of-space";
   if (o.workload == Workload::kSmall && o.check_all_ops) c += " --check-all-ops";
   if (o.continuation_every != 8) c += " --continuation-every " + std::to_string(o.continuation_every);
   if (o.recovery_crash_every != 0) c += " --recovery-crash-every " + std::to_string(o.recovery_crash_every);

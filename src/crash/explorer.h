@@ -100,6 +100,10 @@ struct ExploreOptions {
   uint32_t depth = 3;            // small workload: operations per sequence (1..3)
   bool reopen = false;           // small workload: "close and reopen" joins the alphabet
   bool bulk_load = true;         // small workload: bulk-load scenarios and bulk-loaded pre-states
+  // Small workload: every letter (and bulk load) of every pre-state that
+  // allocates also runs on a full pool, failing at its 1st, 2nd, 3rd and
+  // last allocation (one-letter sequences only).
+  bool out_of_space = true;
   uint64_t max_images = 4096;    // exhaustive bound per crash point
   uint64_t samples = 512;        // random images added above the bound
   // Lazy search, and its bound on runs per crash point (kAuto leaves the

@@ -9,6 +9,11 @@
 namespace pmtree::crash {
 
 std::string OpString(const Op& op) {
+  if (op.fail_alloc != 0) {
+    Op plain = op;
+    plain.fail_alloc = 0;
+    return OpString(plain) + " on a pool full from allocation " + std::to_string(op.fail_alloc);
+  }
   switch (op.kind) {
     case OpKind::kCreate: return "create";
     case OpKind::kInsert: return "insert(" + std::to_string(op.key) + ")";
@@ -27,6 +32,23 @@ std::vector<Tree::InputEntry> BulkLoadEntries(const Op& op) {
   v.reserve(op.key);
   for (uint64_t i = 1; i <= op.key; i++) v.emplace_back(10 * i, ValueFor(10 * i, 3));
   return v;
+}
+
+Result<bool> RunOp(Tree& t, const Op& op) {
+  switch (op.kind) {
+    case OpKind::kInsert: return t.Insert(op.key, op.value);
+    case OpKind::kUpdate: return t.Update(op.key, op.value);
+    case OpKind::kUpsert: return t.Upsert(op.key, op.value);
+    case OpKind::kRemove: return t.Remove(op.key);
+    case OpKind::kBulkLoad: {
+      Status st = t.BulkLoad(BulkLoadEntries(op), static_cast<double>(op.value) / 100);
+      if (!st.ok()) return st;
+      return true;
+    }
+    case OpKind::kCreate:
+    case OpKind::kReopen: break;
+  }
+  return Status::InvalidArgument("RunOp: " + OpString(op) + " needs the pool");
 }
 
 Effect EffectOf(const Model& m, const Op& op) {

@@ -31,6 +31,11 @@ struct Op {
   OpKind kind = OpKind::kInsert;
   uint64_t key = 0;
   uint64_t value = 0;
+  // n > 0: the operation runs on a pool that is full from its n-th
+  // allocation on (Allocator::FailAllocationsAfter(n - 1)).  When it then
+  // fails with OutOfSpace its effect is none (contract items 1 and 5: the
+  // state before the call, nothing leaked); the trace decides which.
+  uint32_t fail_alloc = 0;
 };
 std::string OpString(const Op& op);
 
@@ -57,6 +62,8 @@ struct Effect {
 };
 // The entries of a kBulkLoad operation, ascending.
 std::vector<Tree::InputEntry> BulkLoadEntries(const Op& op);
+// Runs one tree operation (not kCreate or kReopen, which need the pool).
+Result<bool> RunOp(Tree& t, const Op& op);
 Effect EffectOf(const Model& m, const Op& op);
 void ApplyEffect(Model* m, const Effect& e);
 

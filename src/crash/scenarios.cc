@@ -13,6 +13,7 @@
 
 #include "crash/explorer.h"
 #include "crash/explorer_internal.h"
+#include "pmtree/counters.h"
 
 namespace pmtree::crash {
 namespace {
@@ -242,6 +243,40 @@ std::vector<Op> RandomOps(uint64_t n, uint64_t seed) {
   return v;
 }
 
+// Allocations `op` makes on a probe tree after `pre` (0 when it fails).
+Result<uint64_t> AllocationsOf(const TreeFactory& f, const ExploreOptions& o, const std::vector<Op>& pre,
+                               const Op& op) {
+  PMTREE_ASSIGN_OR_RETURN(Probe p, OpenProbe(f, o));
+  for (const Op& x : pre) PMTREE_RETURN_IF_ERROR(RunOp(*p.tree, x).status());
+  const uint64_t before = counters::ThisThread().allocations;
+  if (!RunOp(*p.tree, op).ok()) return uint64_t{0};
+  return counters::ThisThread().allocations - before;
+}
+
+// The operation of `base` on a pool that is full from its 1st, 2nd, 3rd and
+// last allocation (ExploreOptions::out_of_space), checked: a failure may
+// strike between a split's new node and its parent, between a key blob and
+// its slot, in the middle of a bulk load.
+Status AddOutOfSpaceScenarios(const TreeFactory& f, const ExploreOptions& o, const std::string& prefix,
+                              const std::vector<Op>& pre, const Op& base, std::vector<Scenario>* out) {
+  PMTREE_ASSIGN_OR_RETURN(uint64_t allocs, AllocationsOf(f, o, pre, base));
+  std::set<uint64_t> at;
+  for (uint64_t n : {uint64_t{1}, uint64_t{2}, uint64_t{3}, allocs})
+    if (n >= 1 && n <= allocs) at.insert(n);
+  for (uint64_t n : at) {
+    Op op = base;
+    op.fail_alloc = static_cast<uint32_t>(n);
+    Scenario s;
+    s.ops.push_back(Op{OpKind::kCreate, 0, 0});
+    s.ops.insert(s.ops.end(), pre.begin(), pre.end());
+    s.ops.push_back(op);
+    s.name = prefix + OpString(op);
+    s.check_from = s.ops.size() - 1;
+    out->push_back(std::move(s));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& f, const ExploreOptions& o) {
@@ -305,8 +340,20 @@ Result<std::vector<Scenario>> BuildScenarios(const TreeFactory& f, const Explore
       }
     }
   }
+  // Last (a time budget cuts them first): every letter that allocates, and
+  // a bulk load of three levels, failing on a full pool.
+  if (o.out_of_space) {
+    for (const PreState& p : pres)
+      for (const Op& letter : Alphabet(p, false))
+        PMTREE_RETURN_IF_ERROR(AddOutOfSpaceScenarios(
+            f, o, p.name + " (" + std::to_string(p.ops.size()) + " ops) then ", p.ops, letter, &out));
+    // A tree without a bulk load of its own inserts one by one, and a
+    // failure leaves a prefix: no single M1 to check.
+    if (o.bulk_load && (f.capabilities & kCapBulkLoadFill))
+      PMTREE_RETURN_IF_ERROR(
+          AddOutOfSpaceScenarios(f, o, "", {}, Op{OpKind::kBulkLoad, g.s3 != 0 ? g.s3 + 1 : 64, 100}, &out));
+  }
   return out;
 }
-
 
 }  // namespace pmtree::crash

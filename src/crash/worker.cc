@@ -193,17 +193,13 @@ class Worker {
           }
           break;
         }
-        case OpKind::kInsert: r = tree->Insert(op.key, op.value); break;
-        case OpKind::kUpdate: r = tree->Update(op.key, op.value); break;
-        case OpKind::kUpsert: r = tree->Upsert(op.key, op.value); break;
-        case OpKind::kRemove: r = tree->Remove(op.key); break;
-        case OpKind::kBulkLoad: {
-          const auto entries = BulkLoadEntries(op);
-          Status st = tree->BulkLoad(entries, static_cast<double>(op.value) / 100);
-          if (st.ok()) r = true;
-          else r = st;
+        case OpKind::kInsert:
+        case OpKind::kUpdate:
+        case OpKind::kUpsert:
+        case OpKind::kRemove:
+        case OpKind::kBulkLoad:
+          r = RunTreeOp(op, pool.get(), tree.get(), m, &e, run);
           break;
-        }
         case OpKind::kReopen:
           if (Reopen(po, &pool, &tree, run)) r = true;
           break;
@@ -222,6 +218,37 @@ class Worker {
     tree.reset();  // a crash: no Close()
     pool.reset();
     g_view.store(nullptr);
+  }
+
+  // Runs a tree operation of the trace; one with Op::fail_alloc on a pool
+  // full from that allocation.  When it then fails with OutOfSpace its effect
+  // (*e, run->effects) becomes none.  Either way, after an injected failure
+  // the live tree must be consistent and hold M0 + *e (contract item 5; a
+  // crash image would hide it: recovery could repair what the failure left,
+  // e.g. a separator a split never added).
+  Result<bool> RunTreeOp(const Op& op, Pool* pool, Tree* tree, const Model& m, Effect* e, TraceRun* run) {
+    if (op.fail_alloc == 0) return RunOp(*tree, op);
+    pool->allocator().FailAllocationsAfter(op.fail_alloc - 1);
+    Result<bool> r = RunOp(*tree, op);
+    const bool injected = pool->allocator().allocation_failed();
+    pool->allocator().ClearAllocationFailure();
+    if (!injected) return r;
+    if (!r.ok() && r.status().code() == Status::Code::kOutOfSpace) {
+      *e = Effect{};
+      e->key = op.key;
+      run->effects.back() = *e;
+      r = e->expected;
+    }
+    if (!r.ok()) return r;
+    Expect live;
+    live.m0 = &m;
+    live.m0_ok = false;
+    live.effect = *e;
+    live.focus_key = op.key;
+    int which = 0;
+    std::string bad = CheckTree(pool, tree, live, &which, /*reachable_check=*/false);
+    if (!bad.empty()) run->failure = OpString(op) + " left the live tree so: " + bad;
+    return r;
   }
 
   // A clean shutdown and the next session's open, traced as one operation:

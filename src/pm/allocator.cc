@@ -182,6 +182,10 @@ struct Allocator::Impl {
   bool rebuild_end_pending = false;  // EndRebuild() came while held
   uint64_t store_bytes = 0;          // bytes in use by BlockOwner::kStore
   uint64_t generation = 0;           // bumped by rebuild/load: stale retires are dropped
+  // FailAllocationsAfter: allocations left before the injected failures
+  // (UINT64_MAX: none injected), and whether one was returned.
+  uint64_t allocations_left = UINT64_MAX;
+  bool injected_failure = false;
   Map used;                          // during rebuild: offset -> size
 };
 
@@ -229,6 +233,14 @@ Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align, BlockOwner o
   if ((align & (align - 1)) != 0) return Status::InvalidArgument("allocation alignment must be a power of two");
   std::lock_guard<std::mutex> g(impl_->mu);
   if (impl_->rebuilding) return Status::Busy("allocator: allocation during recovery rebuild");
+  if (impl_->allocations_left != UINT64_MAX) {
+    if (impl_->allocations_left == 0) {
+      impl_->injected_failure = true;
+      return Status::OutOfSpace("pool heap full: " + std::to_string(size) +
+                                " bytes requested (failure injected by FailAllocationsAfter)");
+    }
+    impl_->allocations_left--;
+  }
   for (auto it = impl_->by_size.lower_bound({size, 0}); it != impl_->by_size.end(); ++it) {
     const uint64_t ext_size = it->first, ext_off = it->second;
     const uint64_t start = (ext_off + align - 1) & ~(align - 1);
@@ -245,6 +257,22 @@ Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align, BlockOwner o
   return Status::OutOfSpace("pool heap full: " + std::to_string(size) + " bytes requested, " +
                             std::to_string(impl_->free_bytes) + " free in " + std::to_string(impl_->by_size.size()) +
                             " extents, largest " + std::to_string(largest));
+}
+
+void Allocator::FailAllocationsAfter(uint64_t n) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->allocations_left = n == UINT64_MAX ? n - 1 : n;
+  impl_->injected_failure = false;
+}
+
+void Allocator::ClearAllocationFailure() {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->allocations_left = UINT64_MAX;
+}
+
+bool Allocator::allocation_failed() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->injected_failure;
 }
 
 void Allocator::Free(uint64_t offset, uint64_t size, BlockOwner owner) {

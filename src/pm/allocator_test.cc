@@ -45,6 +45,29 @@ TEST(AllocatorTest, EverySuccessfulAllocateIsCountedOnTheCallingThread) {
   EXPECT_EQ((counters::ThisThread() - before).allocations, 0u);
 }
 
+TEST(AllocatorTest, InjectedFailuresBehaveLikeAFullHeapUntilCleared) {
+  Allocator a(4096, 1 << 20);
+  a.FailAllocationsAfter(2);
+  EXPECT_TRUE(a.Allocate(64).ok());
+  EXPECT_FALSE(a.allocation_failed());
+  EXPECT_TRUE(a.Allocate(64).ok());
+  auto full = a.Allocate(64);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), Status::Code::kOutOfSpace);
+  EXPECT_TRUE(a.allocation_failed());
+  // Sticky, as a full heap is: later allocations fail too; frees still work.
+  EXPECT_FALSE(a.Allocate(64).ok());
+  EXPECT_EQ(a.bytes_in_use(), 128u);
+  a.ClearAllocationFailure();
+  EXPECT_TRUE(a.Allocate(64).ok());
+  EXPECT_TRUE(a.allocation_failed());  // what happened since FailAllocationsAfter
+  a.FailAllocationsAfter(0);
+  EXPECT_FALSE(a.allocation_failed());
+  EXPECT_FALSE(a.Allocate(64).ok());
+  a.ClearAllocationFailure();
+  EXPECT_TRUE(a.CheckConsistency().ok());
+}
+
 TEST(AllocatorTest, FreeCoalescesBackToOneExtent) {
   Allocator a(4096, 1 << 20);
   std::vector<std::pair<uint64_t, uint64_t>> blocks;

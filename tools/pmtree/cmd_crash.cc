@@ -53,6 +53,7 @@ struct CrashArgs {
   bool inject_leak = false;
   bool no_store_mutants = false;
   bool no_bulk_load = false;
+  bool no_out_of_space = false;
   bool check_all_ops = false;
   uint32_t continuation_every = 8;
   uint32_t recovery_crash_every = 0;
@@ -287,6 +288,7 @@ std::string ExploreOptionsOf(const CrashArgs& a, const TreeOptions& to, crash::E
   o.inject_leak = a.inject_leak;
   o.mutate_stores = !a.no_store_mutants;
   o.bulk_load = !a.no_bulk_load;
+  o.out_of_space = !a.no_out_of_space;
   o.check_all_ops = a.check_all_ops;
   o.continuation_every = a.continuation_every;
   o.recovery_crash_every = a.recovery_crash_every;
@@ -466,6 +468,8 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--recovery-crash-every", a->recovery_crash_every,
                   "crash during recovery from the first, the last and every N-th image of a point (0: first and last)");
   sub->add_flag("--no-bulk-load", a->no_bulk_load, "small workload: no bulk-load scenarios");
+  sub->add_flag("--no-out-of-space", a->no_out_of_space,
+                "small workload: no operations on a full pool (each letter that allocates, failing at its 1st, 2nd, 3rd and last allocation)");
   sub->add_flag("--no-store-mutants", a->no_store_mutants, "--mutate: skip the split-store mutants");
   sub->add_option("--replay", a->replay, "check only image SCENARIO:POINT:IMAGE (from a ticket) and describe it");
   sub->add_flag("--no-continuation", a->no_continuation, "skip the continuation workload after recovery");
