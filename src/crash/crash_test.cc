@@ -187,6 +187,31 @@ TEST(ExplorerTest, DroppedPersistIsCaughtWithAReplayableTicket) {
   EXPECT_EQ(again->images_checked, 1u);
 }
 
+// Operations on a full pool (ExploreOptions::out_of_space): a failure must
+// leave the state before the call, nothing leaked, in every crash image and
+// on the live tree.  Each flaw is caught only by those scenarios.
+TEST(ExplorerTest, FailuresOnAFullPoolThatChangeOrLeakAreCaught) {
+  for (CowArrayMode m : {CowArrayMode::kFailAfterCommit, CowArrayMode::kLeakOnFailure}) {
+    ModeGuard g(m);
+    ExploreOptions o = Small(Mode::kAdr);
+    o.depth = 1;
+    o.out_of_space = false;
+    auto without = Explore(CowArrayFactory(), o);
+    ASSERT_TRUE(without.ok()) << without.status().ToString();
+    EXPECT_EQ(without->violations, 0u) << "mode " << static_cast<int>(m);
+    o.out_of_space = true;
+    auto r = Explore(CowArrayFactory(), o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    PrintReport(*r, stdout);
+    EXPECT_EQ(r->scenarios, r->scenarios_total);
+    EXPECT_GT(r->scenarios, without->scenarios);
+    ASSERT_GT(r->violations, 0u) << "mode " << static_cast<int>(m);
+    ASSERT_FALSE(r->tickets.empty());
+    EXPECT_NE(r->tickets[0].scenario.find("on a pool full from allocation"), std::string::npos)
+        << r->tickets[0].scenario;
+  }
+}
+
 TEST(ExplorerTest, DroppedPersistIsHarmlessUnderEadr) {
   ModeGuard g(CowArrayMode::kDropArrayPersist);
   auto r = Explore(CowArrayFactory(), Small(Mode::kEadr));

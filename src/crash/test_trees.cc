@@ -158,7 +158,12 @@ class CowArray : public Tree {
     const uint64_t old_n = old ? pool_->At<ArrayHeader>(old)->count : 0;
     uint64_t block = 0;
     if (!v.empty()) {
-      PMTREE_ASSIGN_OR_RETURN(block, pool_->allocator().Allocate(ArrayBytes(v.size())));
+      uint64_t scratch = 0;
+      if (g_mode == CowArrayMode::kLeakOnFailure) {
+        PMTREE_ASSIGN_OR_RETURN(scratch, pool_->allocator().Allocate(64));
+      }
+      PMTREE_ASSIGN_OR_RETURN(block, pool_->allocator().Allocate(ArrayBytes(v.size())));  // kLeakOnFailure: leaks
+      if (scratch != 0) pool_->allocator().Free(scratch, 64);
       std::vector<uint64_t> words = {kArrayMagic, v.size()};
       for (const auto& e : v) {
         words.push_back(e.first);
@@ -176,6 +181,10 @@ class CowArray : public Tree {
     // Deliberately redundant (kExtraPersist): the line is clean already.
     if (g_mode == CowArrayMode::kExtraPersist) pool_->Persist(&m->array, 8);
     if (old != 0) pool_->allocator().Free(old, ArrayBytes(old_n));
+    if (g_mode == CowArrayMode::kFailAfterCommit) {
+      PMTREE_ASSIGN_OR_RETURN(uint64_t after, pool_->allocator().Allocate(64));
+      pool_->allocator().Free(after, 64);
+    }
     return Status::Ok();
   }
 

@@ -21,6 +21,12 @@
 //                       must come out "redundant")
 //   kRawStore           stores to pool memory directly once (instrumentation gap)
 //   kCrashInRecovery    recovery dereferences a wild pointer on a 2-entry array
+//   kFailAfterCommit    after the commit, allocates a 64-byte block and fails
+//                       with OutOfSpace when it cannot: an operation that
+//                       took place reported as failed
+//   kLeakOnFailure      allocates a 64-byte scratch block before the new
+//                       array and does not free it when the array's
+//                       allocation fails (a leak on OutOfSpace)
 
 #ifndef PMTREE_CRASH_TEST_TREES_H_
 #define PMTREE_CRASH_TEST_TREES_H_
@@ -29,7 +35,15 @@
 
 namespace pmtree::crash::testing {
 
-enum class CowArrayMode { kCorrect, kDropArrayPersist, kExtraPersist, kRawStore, kCrashInRecovery };
+enum class CowArrayMode {
+  kCorrect,
+  kDropArrayPersist,
+  kExtraPersist,
+  kRawStore,
+  kCrashInRecovery,
+  kFailAfterCommit,
+  kLeakOnFailure
+};
 
 // The mode every CowArray created or recovered from now on uses.
 void SetCowArrayMode(CowArrayMode mode);
