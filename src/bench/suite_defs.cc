@@ -19,7 +19,7 @@
 #include "bench/media.h"
 #include "bench/peers.h"
 #include "bench/suites.h"
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/registry.h"
 
 namespace pmtree::bench {
@@ -184,7 +184,7 @@ Measurement FlushThroughput(const BenchConfig& base, uint64_t size, uint64_t tot
   // object are size / 64 by construction.
   po.counting = false;
   uint64_t pool_size = std::max<uint64_t>(kMinPoolSize * 4, size * 2 + (1 << 20));
-  auto pool = Pool::CreateAnonymous(pool_size, "flushbench", 0, po);
+  auto pool = PoolImpl::CreateAnonymous(pool_size, "flushbench", 0, po);
   if (!pool.ok()) {
     m.error = pool.status().ToString();
     return m;

@@ -114,7 +114,7 @@ uint64_t Mix(uint64_t x) {
 // ---- scenarios -----------------------------------------------------------------------
 
 struct Probe {
-  std::unique_ptr<Pool> pool;
+  std::unique_ptr<PoolImpl> pool;
   std::unique_ptr<Tree> tree;
 };
 
@@ -124,7 +124,7 @@ Result<Probe> OpenProbe(const TreeFactory& f, const ExploreOptions& o) {
   po.counting = false;
   po.use_env = false;
   Probe p;
-  PMTREE_ASSIGN_OR_RETURN(p.pool, Pool::CreateAnonymous(o.pool_size, f.name, PoolLayoutFlags(o.keys), po));
+  PMTREE_ASSIGN_OR_RETURN(p.pool, PoolImpl::CreateAnonymous(o.pool_size, f.name, PoolLayoutFlags(o.keys), po));
   PMTREE_ASSIGN_OR_RETURN(p.tree, CreateFor(f, p.pool.get(), o));
   return p;
 }
@@ -534,12 +534,12 @@ class Worker {
     po.backend_factory = TracingFactory(&run->log, &tb);
     po.counting = false;
     po.use_env = false;
-    auto created = Pool::CreateAnonymous(o_.pool_size, f_.name, PoolLayoutFlags(o_.keys), po, /*read_only_view=*/true);
+    auto created = PoolImpl::CreateAnonymous(o_.pool_size, f_.name, PoolLayoutFlags(o_.keys), po, /*read_only_view=*/true);
     if (!created.ok()) {
       run->failure = "cannot create the traced pool: " + created.status().ToString();
       return;
     }
-    std::unique_ptr<Pool> pool = std::move(*created);
+    std::unique_ptr<PoolImpl> pool = std::move(*created);
     g_view.store(pool->base());
     g_view_size.store(pool->size());
     Model m;
@@ -591,7 +591,7 @@ class Worker {
             run->failure = "close failed: " + cs.ToString();
             break;
           }
-          auto reopened = Pool::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
+          auto reopened = PoolImpl::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
           close(fd);  // OpenAnonymous duplicated it
           if (!reopened.ok()) {
             run->failure = "reopening the closed pool failed: " + reopened.status().ToString();
@@ -657,7 +657,7 @@ class Worker {
       *read = tracker.order();
       sh_->lazy_faults.fetch_add(tracker.faults());
     };
-    auto pool = Pool::OpenAnonymous(file.fd, file.size, f_.name, po, false);
+    auto pool = PoolImpl::OpenAnonymous(file.fd, file.size, f_.name, po, false);
     if (!pool.ok()) {
       finish_tracking();
       return "the pool does not open: " + pool.status().ToString();
@@ -699,7 +699,7 @@ class Worker {
     po.counting = false;
     po.use_env = false;
     {
-      auto pool = Pool::OpenAnonymous(rec_a_.fd, rec_a_.size, f_.name, po, /*read_only_view=*/true);
+      auto pool = PoolImpl::OpenAnonymous(rec_a_.fd, rec_a_.size, f_.name, po, /*read_only_view=*/true);
       if (!pool.ok()) return "";  // reported by the plain check
       tb->BeginOp(0);
       auto tree = RecoverFor(f_, pool->get(), o_);
@@ -1373,7 +1373,7 @@ Result<std::vector<uint32_t>> ValidNodeSizes(const TreeFactory& f) {
   po.counting = false;
   po.use_env = false;
   for (uint32_t n = 64; n <= 65536; n += 64) {
-    PMTREE_ASSIGN_OR_RETURN(auto pool, Pool::CreateAnonymous(4ull << 20, f.name, 0, po));
+    PMTREE_ASSIGN_OR_RETURN(auto pool, PoolImpl::CreateAnonymous(4ull << 20, f.name, 0, po));
     TreeOptions to;
     to.node_size = n;
     auto t = f.create(pool.get(), to);

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "crash/explorer.h"
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/registry.h"
 #include "pmtree/tree.h"
 
@@ -65,7 +65,7 @@ int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::str
 // reservation is held) bytes in use == Stats().pm_bytes: fewer is double
 // use, more a leak; both are violations.  Returns "" or the failure;
 // *which = MatchContents' answer.
-std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true);
+std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true);
 
 // The tree of `f` on `pool` with the key shape of `o` (key_shapes.cc): the
 // tree itself for KeyShape::kU64, else a Tree facade over its BytesTree.
@@ -103,7 +103,7 @@ struct ImageFile {
 
 // Runs `n` deterministic operations around `center` on a recovered tree and
 // checks every result and the final state against `model` (updated).
-std::string RunContinuation(Pool* pool, Tree* tree, Model* model, uint64_t center, uint32_t n, uint64_t seed);
+std::string RunContinuation(PoolImpl* pool, Tree* tree, Model* model, uint64_t center, uint32_t n, uint64_t seed);
 
 }  // namespace pmtree::crash
 

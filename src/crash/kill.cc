@@ -196,7 +196,7 @@ Result<KillReport> RunKillHarness(const TreeFactory& f, const KillOptions& o) {
           e.focus_key = in_flight->key;
         }
         int which = 0;
-        failure = CheckTree(h->pool.get(), h->tree.get(), e, &which);
+        failure = CheckTree(PoolImpl::Of(h->pool.get()), h->tree.get(), e, &which);
         if (failure.empty() && which == 2 && in_flight) {
           if (e.effect.changes) rep.in_flight_survived++;
           ApplyEffect(&model, e.effect);

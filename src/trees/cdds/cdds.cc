@@ -36,8 +36,8 @@
 //       current_version = v is stored before the root pointer, in the same
 //       line, so a crash shows the empty tree or the whole load.
 
-#include "trees/common/bulk_input.h"
 #include "trees/cdds/cdds.h"
+#include "trees/common/bulk_input.h"
 #include "trees/common/upcast.h"
 
 #include <algorithm>
@@ -87,7 +87,7 @@ Status ParseOptions(const TreeOptions& o, uint32_t* gc_every) {
 // Lifecycle
 
 template <class Keys>
-CddsTree<Keys>::CddsTree(Pool* pool, uint64_t meta_off, uint32_t gc_every)
+CddsTree<Keys>::CddsTree(PoolImpl* pool, uint64_t meta_off, uint32_t gc_every)
     : pool_(pool), keys_(pool), meta_off_(meta_off), gc_every_(gc_every), readers_(new ReaderSlot[kReaderSlots]) {
   node_size_ = meta()->node_size;
   bounds_relaxed_ = (meta()->flags & cdds::kFlagBoundsRelaxed) != 0;
@@ -104,7 +104,7 @@ uint32_t CddsTree<Keys>::capabilities() const {
 }
 
 template <class Keys>
-Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Create(PoolImpl* pool, const TreeOptions& options) {
   if (pool == nullptr) return Status::InvalidArgument("cdds: needs a pool");
   uint32_t gc_every = 8;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &gc_every));
@@ -139,7 +139,7 @@ Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Create(Pool* pool, const
 }
 
 template <class Keys>
-Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Recover(PoolImpl* pool, const TreeOptions& options) {
   if (pool == nullptr) return Status::InvalidArgument("cdds: needs a pool");
   uint32_t gc_every = 8;
   PMTREE_RETURN_IF_ERROR(ParseOptions(TreeOptions{0, options.key_kind, 1, options.extra}, &gc_every));
@@ -194,7 +194,7 @@ cdds::CddsCounts CddsTree<Keys>::counts() const {
 
 template <class Keys>
 uint64_t CddsTree<Keys>::current_version() const {
-  return Pool::Load64(&meta()->current_version);
+  return PoolImpl::Load64(&meta()->current_version);
 }
 
 // ---------------------------------------------------------------------------

@@ -48,7 +48,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 #include "trees/cdds/layout.h"
@@ -89,9 +89,9 @@ namespace cdds {
 // 2048 or 4096; extra "gc_every" (writer operations between two incremental
 // GC steps, default 8; 0 = GC only through CollectGarbage()).
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 }  // namespace cdds
 
 template <class Keys>
@@ -103,12 +103,12 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   using InputEntry = typename Base::InputEntry;
 
   // Creation commits when root slot 0 names the meta block.
-  static Result<std::unique_ptr<CddsTree>> Create(Pool* pool, const TreeOptions& options);
+  static Result<std::unique_ptr<CddsTree>> Create(PoolImpl* pool, const TreeOptions& options);
   // After a clean shutdown: restarts without a walk.  After a crash: forward
   // GC (Alg. 6) from the root, then the allocator is rebuilt from what the
   // root reaches.  Idempotent; a crash during it is recovered by running it
   // again.
-  static Result<std::unique_ptr<CddsTree>> Recover(Pool* pool, const TreeOptions& options);
+  static Result<std::unique_ptr<CddsTree>> Recover(PoolImpl* pool, const TreeOptions& options);
 
   ~CddsTree() override;
 
@@ -172,10 +172,10 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   struct NodeCopy;
   struct WalkStats;
 
-  CddsTree(Pool* pool, uint64_t meta_off, uint32_t gc_every);
+  CddsTree(PoolImpl* pool, uint64_t meta_off, uint32_t gc_every);
 
   cdds::CddsMeta* meta() const { return pool_->At<cdds::CddsMeta>(meta_off_); }
-  uint64_t root() const { return Pool::Load64(&meta()->root); }
+  uint64_t root() const { return PoolImpl::Load64(&meta()->root); }
   cdds::NodeHeader* node(uint64_t off) const { return pool_->At<cdds::NodeHeader>(off); }
   cdds::NodeEntry* entries(uint64_t off) const {
     return pool_->At<cdds::NodeEntry>(off + sizeof(cdds::NodeHeader));
@@ -234,7 +234,7 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   Status RebuildAllocator();
   Status Walk(WalkStats* ws, bool rebuild, bool verify);
 
-  Pool* pool_;
+  PoolImpl* pool_;
   Keys keys_;
   uint64_t meta_off_;
   uint32_t node_size_ = cdds::kDefaultNodeSize;

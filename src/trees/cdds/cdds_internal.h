@@ -38,10 +38,10 @@ inline uint64_t LineOf(const void* p) { return reinterpret_cast<uintptr_t>(p) / 
 // Store64s).
 inline NodeEntry LoadEntry(const NodeEntry* p) {
   NodeEntry e;
-  e.key = Pool::Load64(&p->key);
-  e.value = Pool::Load64(&p->value);
-  e.start = Pool::Load64(&p->start);
-  e.end = Pool::Load64(&p->end);
+  e.key = PoolImpl::Load64(&p->key);
+  e.value = PoolImpl::Load64(&p->value);
+  e.start = PoolImpl::Load64(&p->start);
+  e.end = PoolImpl::Load64(&p->end);
   return e;
 }
 

@@ -131,7 +131,7 @@ void CddsTree<Keys>::ReadNode(uint64_t off, NodeCopy* out) const {
   // A seqlock read: a writer shifting entries in this node makes us retry;
   // we never make it wait.
   locks_.For(off).ReadStable([&] {
-    uint64_t n = Pool::Load64(&h->num_entries);
+    uint64_t n = PoolImpl::Load64(&h->num_entries);
     out->n = static_cast<uint32_t>(std::min<uint64_t>(n, cap_));
     out->level = h->level;
     for (uint32_t i = 0; i < out->n; i++) out->e[i] = cdds::LoadEntry(es + i);

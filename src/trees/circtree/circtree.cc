@@ -79,7 +79,7 @@ Status CheckNodeSize(uint32_t node_size) {
 // ---------------------------------------------------------------------------
 
 template <class P>
-CircTree<P>::CircTree(Pool* pool, uint64_t meta_off, bool linear, bool paper)
+CircTree<P>::CircTree(PoolImpl* pool, uint64_t meta_off, bool linear, bool paper)
     : pool_(pool),
       keys_(pool),
       meta_off_(meta_off),
@@ -942,7 +942,7 @@ Status ParseSearch(const TreeOptions& options, bool* linear) {
 }  // namespace
 
 template <class P>
-Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeOptions& options, bool paper) {
+Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(PoolImpl* pool, const TreeOptions& options, bool paper) {
   if (pool == nullptr) return Status::InvalidArgument("circtree: a persistent tree needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckNodeSize(options.node_size));
   bool linear;
@@ -977,7 +977,7 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeO
 }
 
 template <class P>
-Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(Pool* pool, const TreeOptions& options, bool paper) {
+Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(PoolImpl* pool, const TreeOptions& options, bool paper) {
   if (pool == nullptr) return Status::InvalidArgument("circtree: a persistent tree needs a pool");
   bool linear;
   PMTREE_RETURN_IF_ERROR(ParseSearch(options, &linear));

@@ -652,14 +652,14 @@ using PolicyOf = std::conditional_t<std::is_same_v<K, uint64_t>, U64Keys, BytesK
 }  // namespace
 
 template <class K, bool Paper>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
   auto r = CircTree<PolicyOf<K>>::Create(pool, options, Paper);
   if (!r.ok()) return r.status();
   return std::unique_ptr<BasicTree<K>>(std::move(r).value());
 }
 
 template <class K, bool Paper>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
   auto r = CircTree<PolicyOf<K>>::Recover(pool, options, Paper);
   if (!r.ok()) return r.status();
   return std::unique_ptr<BasicTree<K>>(std::move(r).value());
@@ -686,13 +686,13 @@ PMTREE_CIRCTREE_RECOVERY_MEMBERS(U64Keys)
 PMTREE_CIRCTREE_RECOVERY_MEMBERS(BytesKeys)
 #undef PMTREE_CIRCTREE_RECOVERY_MEMBERS
 
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, false>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, true>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, false>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, false>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, true>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, false>(PoolImpl*,
                                                                                             const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, false>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, true>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, false>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, false>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, true>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, false>(PoolImpl*,
                                                                                              const TreeOptions&);
 
 }  // namespace pmtree::circtree

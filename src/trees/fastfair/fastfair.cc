@@ -47,7 +47,7 @@ Status CheckNodeSize(uint32_t node_size) {
 // ---------------------------------------------------------------------------
 
 template <KeyPolicy KP>
-FastFairTree<KP>::FastFairTree(Pool* pool, uint64_t meta_off, Flaws flaws)
+FastFairTree<KP>::FastFairTree(PoolImpl* pool, uint64_t meta_off, Flaws flaws)
     : pool_(pool),
       keys_(pool),
       meta_off_(meta_off),
@@ -766,7 +766,7 @@ Status FastFairTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fil
 // ---------------------------------------------------------------------------
 
 template <KeyPolicy KP>
-Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Create(Pool* pool, const TreeOptions& options,
+Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Create(PoolImpl* pool, const TreeOptions& options,
                                                                   Flaws flaws) {
   if (pool == nullptr) return Status::InvalidArgument("fastfair: a persistent tree needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckNodeSize(options.node_size));
@@ -803,7 +803,7 @@ Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Create(Pool* pool, c
 }
 
 template <KeyPolicy KP>
-Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Recover(Pool* pool, const TreeOptions& /*options*/,
+Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Recover(PoolImpl* pool, const TreeOptions& /*options*/,
                                                                    bool orig) {
   if (pool == nullptr) return Status::InvalidArgument("fastfair: a persistent tree needs a pool");
   const uint64_t meta_off = pool->root(0);
@@ -1206,7 +1206,7 @@ Status Flaws::Parse(std::string_view text, Flaws* out) {
 }
 
 template <class K, bool Orig>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
   Flaws flaws;
   if (Orig) flaws = Flaws::All();
   for (const auto& [key, value] : options.extra) {
@@ -1223,7 +1223,7 @@ Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& opti
 }
 
 template <class K, bool Orig>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
   auto r = FastFairTree<PolicyOf<K>>::Recover(pool, options, Orig);
   if (!r.ok()) return r.status();
   return std::unique_ptr<BasicTree<K>>(std::move(r).value());
@@ -1231,17 +1231,17 @@ Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& opt
 
 template class FastFairTree<U64Keys>;
 template class FastFairTree<BytesKeys>;
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, false>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, true>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, false>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, false>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, true>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, false>(PoolImpl*,
                                                                                              const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, true>(Pool*,
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, true>(PoolImpl*,
                                                                                             const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, false>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, true>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, false>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, false>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, true>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, false>(PoolImpl*,
                                                                                               const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, true>(Pool*,
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, true>(PoolImpl*,
                                                                                              const TreeOptions&);
 
 }  // namespace pmtree::fastfair

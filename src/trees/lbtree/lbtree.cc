@@ -150,7 +150,7 @@ class LbTree final : public BasicTree<K> {
   using Entry = typename BasicTree<K>::Entry;
   using InputEntry = typename BasicTree<K>::InputEntry;
 
-  LbTree(Pool* pool, uint32_t node_size, int hint_target, bool paper_split)
+  LbTree(PoolImpl* pool, uint32_t node_size, int hint_target, bool paper_split)
       : pool_(pool),
         keys_(pool),
         node_size_(node_size),
@@ -363,7 +363,7 @@ class LbTree final : public BasicTree<K> {
     return n;
   }
 
-  Pool* pool_;
+  PoolImpl* pool_;
   KP keys_;
   const uint32_t node_size_;
   const int m_;
@@ -1819,7 +1819,7 @@ Status ParseOptions(const TreeOptions& options, uint32_t* node_size, int* segmen
 
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> CreateVariant(Pool* pool, const TreeOptions& options, bool paper_split) {
+Result<std::unique_ptr<BasicTree<K>>> CreateVariant(PoolImpl* pool, const TreeOptions& options, bool paper_split) {
   if (pool == nullptr) return Status::InvalidArgument("lbtree: needs a pool");
   uint32_t node_size;
   int segments;
@@ -1833,7 +1833,7 @@ Result<std::unique_ptr<BasicTree<K>>> CreateVariant(Pool* pool, const TreeOption
 }
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(Pool* pool, const TreeOptions& options, bool paper_split) {
+Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(PoolImpl* pool, const TreeOptions& options, bool paper_split) {
   if (pool == nullptr) return Status::InvalidArgument("lbtree: needs a pool");
   uint32_t ignored;
   int segments;
@@ -1864,29 +1864,29 @@ Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(Pool* pool, const TreeOptio
 }  // namespace
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
   return CreateVariant<K>(pool, options, false);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
   return RecoverVariant<K>(pool, options, false);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> CreatePaperSplit(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> CreatePaperSplit(PoolImpl* pool, const TreeOptions& options) {
   return CreateVariant<K>(pool, options, true);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> RecoverPaperSplit(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> RecoverPaperSplit(PoolImpl* pool, const TreeOptions& options) {
   return RecoverVariant<K>(pool, options, true);
 }
 
-template Result<std::unique_ptr<BasicTree<uint64_t>>> CreatePaperSplit<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> CreatePaperSplit<std::string_view>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> RecoverPaperSplit<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> RecoverPaperSplit<std::string_view>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view>(Pool*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> CreatePaperSplit<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> CreatePaperSplit<std::string_view>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> RecoverPaperSplit<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> RecoverPaperSplit<std::string_view>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view>(PoolImpl*, const TreeOptions&);
 
 }  // namespace pmtree::lbtree

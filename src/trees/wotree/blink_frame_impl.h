@@ -102,7 +102,7 @@ Status BlinkFrame<Keys, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64
 template <class Keys, class L>
 Result<bool> BlinkFrame<Keys, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_t child) {
   std::lock_guard<std::mutex> g(root_mu_);
-  const uint64_t old = Pool::Load64(&meta_->root);
+  const uint64_t old = PoolImpl::Load64(&meta_->root);
   if (Level(P(old)) >= level) return false;
   PMTREE_ASSIGN_OR_RETURN(uint64_t nr, pool_->allocator().Allocate(node_size_));
   struct {
@@ -130,7 +130,7 @@ Result<bool> BlinkFrame<Keys, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_
 // after each record.
 class ShiftLines {
  public:
-  explicit ShiftLines(Pool* pool) : pool_(pool) {}
+  explicit ShiftLines(PoolImpl* pool) : pool_(pool) {}
   void Enter(const void* rec) {
     const uintptr_t line = reinterpret_cast<uintptr_t>(rec) & ~uintptr_t{63};
     if (line == cur_) {
@@ -161,7 +161,7 @@ class ShiftLines {
   }
 
  private:
-  Pool* pool_;
+  PoolImpl* pool_;
   uintptr_t cur_ = 0;
   bool dirty_ = false;
 };
@@ -285,7 +285,7 @@ Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uin
 template <class Keys, class L>
 Status BlinkFrame<Keys, L>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
   PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
-  const uint64_t old_root = Pool::Load64(&meta_->root);
+  const uint64_t old_root = PoolImpl::Load64(&meta_->root);
   const NodePrefix* old_prefix = P(old_root);
   if (old_prefix->level != 0 || old_prefix->next != 0 || leaf_.Count(old_root) != 0)
     return Status::InvalidArgument("bulk load: tree not empty");
