@@ -94,10 +94,10 @@ template <class K>
 Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 }  // namespace cdds
 
-template <class Keys>
-class CddsTree final : public BasicTree<typename Keys::Arg> {
+template <KeyPolicy KP>
+class CddsTree final : public BasicTree<typename KP::Arg> {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   using Base = BasicTree<Arg>;
   using Entry = typename Base::Entry;
   using InputEntry = typename Base::InputEntry;
@@ -235,7 +235,7 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   Status Walk(WalkStats* ws, bool rebuild, bool verify);
 
   PoolImpl* pool_;
-  Keys keys_;
+  KP keys_;
   uint64_t meta_off_;
   uint32_t node_size_ = cdds::kDefaultNodeSize;
   uint32_t cap_ = cdds::NodeCapacity(cdds::kDefaultNodeSize);
@@ -247,7 +247,7 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   bool closed_ = false;
   bool bounds_relaxed_ = false;   // an underflow was left for lack of space
   uint32_t ops_since_gc_ = 0;
-  std::optional<typename Keys::Owned> gc_cursor_;  // exclusive lower bound of the next GC step
+  std::optional<typename KP::Owned> gc_cursor_;  // exclusive lower bound of the next GC step
   cdds::CddsCounts counts_;
 
   // Version references (§4.3.1): pinned snapshots and running readers.

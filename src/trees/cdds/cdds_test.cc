@@ -44,26 +44,26 @@ double Extra(const TreeStats& st, const std::string& key) {
   return -1;
 }
 
-template <class Keys>
+template <KeyPolicy KP>
 struct Fixture {
   std::unique_ptr<PoolImpl> pool;
-  std::unique_ptr<CddsTree<Keys>> tree;
+  std::unique_ptr<CddsTree<KP>> tree;
 };
 
-template <class Keys = U64Keys>
-Fixture<Keys> Make(uint32_t gc_every = 8, uint32_t node_size = 512, uint64_t pool_size = 64ull << 20) {
+template <KeyPolicy KP = U64Keys>
+Fixture<KP> Make(uint32_t gc_every = 8, uint32_t node_size = 512, uint64_t pool_size = 64ull << 20) {
   PoolOptions po;
   po.backend = BackendKind::kDram;
   po.use_env = false;
-  Fixture<Keys> f;
-  auto p = PoolImpl::CreateAnonymous(pool_size, "cdds", static_cast<uint64_t>(Keys::kKind), po);
+  Fixture<KP> f;
+  auto p = PoolImpl::CreateAnonymous(pool_size, "cdds", static_cast<uint64_t>(KP::kKind), po);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   f.pool = std::move(*p);
   TreeOptions o;
   o.node_size = node_size;
-  o.key_kind = Keys::kKind;
+  o.key_kind = KP::kKind;
   o.extra["gc_every"] = std::to_string(gc_every);
-  auto t = CddsTree<Keys>::Create(f.pool.get(), o);
+  auto t = CddsTree<KP>::Create(f.pool.get(), o);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   f.tree = std::move(*t);
   return f;

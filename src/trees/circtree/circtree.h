@@ -90,11 +90,11 @@ struct RecoveryReport {
   uint64_t roots_collapsed = 0;        // case 9: root with one child replaced by it
 };
 
-template <class P>
-class CircTree final : public BasicTree<typename P::Arg> {
+template <KeyPolicy KP>
+class CircTree final : public BasicTree<typename KP::Arg> {
  public:
-  using Base = BasicTree<typename P::Arg>;
-  using K = typename P::Arg;
+  using Base = BasicTree<typename KP::Arg>;
+  using K = typename KP::Arg;
   using Entry = typename Base::Entry;
 
   // Creates a tree on a fresh pool (root slot 0 empty).  `paper` makes the
@@ -164,13 +164,13 @@ class CircTree final : public BasicTree<typename P::Arg> {
   // key; its version check then fails and it retries, but a byte-key slot 0
   // must not be dereferenced meanwhile.  (A u64 slot 0 compares as key 0.)
   int SafeCompare(uint64_t slot, K key) const {
-    if constexpr (!P::kInline) {
+    if constexpr (!KP::kInline) {
       if (slot == 0) return -1;
     }
     return keys_.Compare(slot, key);
   }
   int SafeCompareSlots(uint64_t a, uint64_t b) const {
-    if constexpr (!P::kInline) {
+    if constexpr (!KP::kInline) {
       if (a == 0) return -1;
     }
     return keys_.CompareSlots(a, b);
@@ -275,7 +275,7 @@ class CircTree final : public BasicTree<typename P::Arg> {
   Status CheckNodeInvariants(uint64_t off, size_t idx) const;
 
   PoolImpl* pool_;
-  P keys_;
+  KP keys_;
   const uint64_t meta_off_;
   Meta* meta_;
   uint32_t node_size_;
@@ -302,8 +302,8 @@ class CircTree final : public BasicTree<typename P::Arg> {
 };
 
 // Stores of one shift, persisted line by line in the order they are made.
-template <class P>
-class CircTree<P>::LineWriter {
+template <KeyPolicy KP>
+class CircTree<KP>::LineWriter {
  public:
   explicit LineWriter(PoolImpl* pool) : pool_(pool) {}
   void Store(uint64_t* word, uint64_t v) {

@@ -39,16 +39,16 @@ using wotree::kWritten;
 using wotree::Meta;
 using wotree::NodePrefix;
 
-template <class Keys>
+template <KeyPolicy KP>
 class SortedLeafOps {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   static constexpr const char* kName = "sortedtree";
   static constexpr const char* kPaperName = "sortedtree";
   static constexpr uint64_t kMagic = kSortedMagic;
   static constexpr uint32_t kVariants = 0;
 
-  SortedLeafOps(PoolImpl* pool, Keys* keys, Meta* /*meta*/, uint32_t node_size, uint32_t /*variant*/)
+  SortedLeafOps(PoolImpl* pool, KP* keys, Meta* /*meta*/, uint32_t node_size, uint32_t /*variant*/)
       : pool_(pool), keys_(keys), cap_(SortedCapacity(node_size)) {}
 
   using Record = SortedRecord;
@@ -254,7 +254,7 @@ class SortedLeafOps {
   SortedLeaf* Lf(uint64_t off) const { return pool_->At<SortedLeaf>(off); }
 
   Result<uint64_t> MakeSeparator(uint64_t slot) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return slot;
     } else {
       // The separator owns a blob: the record it copies may be deleted.
@@ -263,7 +263,7 @@ class SortedLeafOps {
   }
 
   PoolImpl* const pool_;
-  Keys* const keys_;
+  KP* const keys_;
   const int cap_;
 };
 

@@ -121,10 +121,10 @@ struct RecoveryReport {
   uint64_t separators_inserted = 0;  // R6
 };
 
-template <class Keys, class L>
-class BlinkFrame final : public BasicTree<typename Keys::Arg> {
+template <KeyPolicy KP, class L>
+class BlinkFrame final : public BasicTree<typename KP::Arg> {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   using Base = BasicTree<Arg>;
   using Entry = typename Base::Entry;
 
@@ -146,7 +146,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
     head.version = kFormatVersion;
     head.node_size = node_size;
     head.root = *leaf_r;
-    head.key_kind = static_cast<uint32_t>(Keys::kKind);
+    head.key_kind = static_cast<uint32_t>(KP::kKind);
     head.variant = variant;
     pool->Write(meta, &head, 64);
     std::unique_ptr<BlinkFrame> t(new BlinkFrame(pool, meta_off));
@@ -178,7 +178,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
         !pool->layout().empty() && pool->layout() != want)
       return Status::Incompatible(name + ": the pool is labelled '" + std::string(pool->layout()) +
                                   "' but its tree was created as '" + std::string(want) + "'");
-    if (m->key_kind != static_cast<uint32_t>(Keys::kKind))
+    if (m->key_kind != static_cast<uint32_t>(KP::kKind))
       return Status::Incompatible(name + ": the pool holds a tree with " +
                                   (m->key_kind == 0 ? "u64" : "byte-string") + " keys");
     std::unique_ptr<BlinkFrame> t(new BlinkFrame(pool, meta_off));
@@ -218,7 +218,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
   Result<bool> Upsert(Arg key, uint64_t value) override { return Put(key, value, Mode::kUpsert); }
 
   Result<bool> Remove(Arg key) override {
-    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+    PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
     auto guard = pool_->epochs().Protect();
     const uint64_t leaf = LockLeaf(key, /*exclusive=*/true);
     const int h = leaf_.Find(leaf, key);
@@ -307,7 +307,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
 
   // The key argument a slot stands for (a view of an immutable blob).
   Arg ArgOf(uint64_t slot) const {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return slot;
     } else {
       return keys_.View(slot);
@@ -405,7 +405,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
   }
 
   PoolImpl* const pool_;
-  Keys keys_;
+  KP keys_;
   const uint64_t meta_off_;
   Meta* const meta_;
   const uint32_t node_size_;

@@ -68,16 +68,16 @@ class LogSlots {
 
 namespace {
 
-template <class Keys>
+template <KeyPolicy KP>
 class WoLeafOps {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   static constexpr const char* kName = "wotree";
   static constexpr const char* kPaperName = "wotree-paper";
   static constexpr uint64_t kMagic = kWoMagic;
   static constexpr uint32_t kVariants = kVariantPaperSplit;
 
-  WoLeafOps(PoolImpl* pool, Keys* keys, Meta* meta, uint32_t node_size, uint32_t variant)
+  WoLeafOps(PoolImpl* pool, KP* keys, Meta* meta, uint32_t node_size, uint32_t variant)
       : pool_(pool),
         keys_(keys),
         meta_(meta),
@@ -298,7 +298,7 @@ class WoLeafOps {
   }
 
   Result<uint64_t> MakeSeparator(uint64_t slot) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return slot;
     } else {
       // The separator gets a blob of its own: the entry it copies may be
@@ -403,7 +403,7 @@ class WoLeafOps {
   }
 
   PoolImpl* const pool_;
-  Keys* const keys_;
+  KP* const keys_;
   Meta* const meta_;
   const int cap_;
   const uint32_t hdr_;
