@@ -47,6 +47,7 @@
 //      insert and delete.
 
 #include "trees/circtree/circtree.h"
+#include "trees/common/fair_split.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -581,23 +582,9 @@ Status CircTree<KP>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint
   }
   if (goes_left) InsertAt(off, pos, slot, value);
   splits_.fetch_add(1, std::memory_order_relaxed);
-  if (Ld(&meta_->root) == off) {
-    // Only the holder of the root's lock changes meta.root, so the check is
-    // stable while we hold it.
-    std::lock_guard<std::mutex> g(root_mu_);
-    Status rs = InstallRoot(off, low, sib);
-    Unlock(off);
-    if (rs.code() == Status::Code::kInternal) return rs;
-    // Out of space here leaves a root with a sibling: lookups stay correct,
-    // and CompleteRootSplit (next separator insert, or recovery) retries.
-    return Status::Ok();
-  }
-  Unlock(off);
-  Status ps = InsertSeparator(level + 1, low, sib);
-  if (ps.code() == Status::Code::kInternal) return ps;
-  // The pair is in; a separator that could not be placed (out of space)
-  // leaves a child reachable through its left sibling, linked by recovery.
-  return Status::Ok();
+  return PublishSplit(
+      Ld(&meta_->root) == off, root_mu_, [&] { return InstallRoot(off, low, sib); }, [&] { Unlock(off); },
+      [&] { return InsertSeparator(level + 1, low, sib); });
 }
 
 // Root split: the new root (level + 1; pairs (unused, old root), (low, sib))

@@ -43,6 +43,7 @@
 #include <unordered_set>
 
 #include "trees/circtree/circtree.h"
+#include "trees/common/space_check.h"
 
 namespace pmtree::circtree {
 
@@ -569,12 +570,7 @@ Status CircTree<KP>::Verify() {
     std::lock_guard<std::mutex> g(spare_mu_);
     spare_bytes = spares_.size() * Allocator::RoundUp(NodeBytes(node_size_));
   }
-  const uint64_t in_use = pool_->allocator().bytes_in_use();
-  if (bytes + spare_bytes != in_use)
-    return Status::Corruption("circtree: invariant C10 violated: " + std::to_string(bytes) + " bytes reached + " +
-                              std::to_string(spare_bytes) + " reserved != " + std::to_string(in_use) +
-                              " bytes in use (leak or double use)");
-  return Status::Ok();
+  return CheckSpaceAccounted("circtree: invariant C10", bytes, spare_bytes, pool_->allocator().bytes_in_use());
 }
 
 template <KeyPolicy KP>

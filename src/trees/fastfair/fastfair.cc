@@ -5,6 +5,8 @@
 // only.
 
 #include "trees/common/bulk_input.h"
+#include "trees/common/fair_split.h"
+#include "trees/common/space_check.h"
 #include "trees/fastfair/fastfair.h"
 
 #include <algorithm>
@@ -502,24 +504,9 @@ Status FastFairTree<KP>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, 
   }
   if (!goes_right) FastInsert(off, pos, slot, value);
   splits_.fetch_add(1, std::memory_order_relaxed);
-
-  if (Ld(&meta_->root) == off) {
-    // Only the holder of the root's lock changes meta.root, so the check is
-    // stable while we hold it.
-    std::lock_guard<std::mutex> g(root_mu_);
-    Status rs = InstallRoot(off, low, sib);
-    Unlock(off);
-    if (rs.code() == Status::Code::kInternal) return rs;
-    // Out of space here leaves a root with a sibling: lookups stay correct,
-    // and CompleteRootSplit (next writer at that level, or recovery) retries.
-    return Status::Ok();
-  }
-  Unlock(off);
-  Status ps = InsertSeparator(level + 1, low, sib);
-  if (ps.code() == Status::Code::kInternal) return ps;
-  // The record is in; a separator that could not be placed (out of space)
-  // leaves an orphan reachable through its left sibling, linked by recovery.
-  return Status::Ok();
+  return PublishSplit(
+      Ld(&meta_->root) == off, root_mu_, [&] { return InstallRoot(off, low, sib); }, [&] { Unlock(off); },
+      [&] { return InsertSeparator(level + 1, low, sib); });
 }
 
 // Root split, write order: the new root (level + 1, leftmost = old root,
@@ -1104,12 +1091,7 @@ Status FastFairTree<KP>::Verify() {
     std::lock_guard<std::mutex> g(spare_mu_);
     spare_bytes = spares_.size() * Allocator::RoundUp(node_size_);
   }
-  const uint64_t in_use = pool_->allocator().bytes_in_use();
-  if (bytes + spare_bytes != in_use)
-    return Status::Corruption("fastfair: invariant 10 violated: " + std::to_string(bytes) + " bytes reached + " +
-                              std::to_string(spare_bytes) + " reserved != " + std::to_string(in_use) +
-                              " bytes in use (leak or double use)");
-  return Status::Ok();
+  return CheckSpaceAccounted("fastfair: invariant 10", bytes, spare_bytes, pool_->allocator().bytes_in_use());
 }
 
 template <KeyPolicy KP>
