@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "pm/pool_format.h"
+#include "pm/pool_impl.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
 
@@ -463,7 +464,7 @@ TEST_P(ConformanceTest, CrashWithoutCloseRecoversEveryAcknowledgedOperation) {
     if (round > 0) {
       EXPECT_FALSE(h->pool->clean_shutdown());
       ExpectEqualsModel(*h->tree, model);
-      EXPECT_EQ(h->pool->allocator().bytes_in_use(), h->tree->Stats().pm_bytes)
+      EXPECT_EQ(PoolImpl::Of(*h->pool).allocator().bytes_in_use(), h->tree->Stats().pm_bytes)
           << "allocator disagrees with what the tree reaches after recovery";
     }
     ASSERT_NO_FATAL_FAILURE(RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0));

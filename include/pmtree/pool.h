@@ -1,58 +1,49 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Pool: a persistent-memory region holding one tree, and the only way a tree
-// writes to persistent memory.
+// Pool: a persistent-memory region holding one tree (the embedder's face).
 //
 // A pool is a file mapped with libpmem2 (a pool under /dev/shm, on a DAX
 // mount, or on any file system), or an anonymous region for tests and the
 // crash explorer.  It starts with a 4 KiB header (docs/pool_format.md) that
 // names the format version and the tree ("layout") it holds, records whether
 // the last close was clean, and carries eight root slots in which a tree
-// anchors its metadata.  The rest is the heap, managed by the Allocator.
+// anchors its metadata.  The rest is the heap, managed by the tree's
+// allocator.
 //
-// Persistent references are byte offsets from the pool base (0 = null), never
-// pointers, so a pool reopens at any address.
-//
-// Writing.  Trees never store to pool memory directly and never issue a flush
-// or fence instruction: they call Write/Store64/Flush/Fence/Persist on the
-// pool, which forwards to the backend chosen once at open (PMDK's design).
-// That single choke point is what makes counting, media-latency emulation and
-// crash tracing possible without a single `if` in tree code.  In crash-explorer
-// runs the tree's view of the pool is mapped read-only, so a store that
-// bypasses this API faults and is reported.
-//
-// Vocabulary (PMDK's): Flush starts the write-back of the cache lines of a
-// range; Fence orders (every earlier flush completes before any later store);
-// Persist = Flush + Fence.  The only failure-atomic unit is an aligned 8-byte
-// store, written with Store64.
+// This header is what a program that embeds pmtree uses: create, open and
+// close a pool, choose its persistence backend, read its identity.  Most
+// programs never name it: CreateTree/OpenTree (pmtree/registry.h) and
+// KvStore (pmtree/kv.h) open the pool for them.  How a tree writes to the
+// pool (stores, flushes, fences, root slots, the allocator) is the tree
+// author's face, PoolImpl in src/pm/pool_impl.h, which is not installed
+// (LevelDB's db.h vs db_impl.h).  Every Pool is a PoolImpl.
 //
 // Durability of a /dev/shm pool: flush instructions really execute, but the
 // memory is DRAM, so data survives a process crash, not a power loss.  On a
 // DAX mount of real persistent memory the same code gives power-loss
 // durability; on a non-DAX disk file use the `msync` backend.
 //
-// Thread safety: all persistence calls are safe from any number of threads.
-// Open/Create/Close are not concurrent with anything else on the same pool.
+// Thread safety: Open/Create/Close are not concurrent with anything else on
+// the same pool; the accessors below may be called from any thread.
 
 #ifndef PMTREE_POOL_H_
 #define PMTREE_POOL_H_
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <type_traits>
 
-#include "pmtree/allocator.h"
 #include "pmtree/backend.h"
 #include "pmtree/status.h"
 #include "pmtree/write_profile.h"
 
 namespace pmtree {
+
+class Allocator;
+class PoolImpl;
 
 // Which persistence mechanism a pool uses; chosen once at open.
 enum class BackendKind : uint8_t {
@@ -169,7 +160,7 @@ class Pool {
                                                      bool read_only_view = false);
 
   // Unmaps without marking a clean shutdown: the next Open sees a crash.
-  ~Pool();
+  virtual ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
@@ -189,13 +180,6 @@ class Pool {
   // True when the previous session closed cleanly (so the allocator state was
   // restored and a tree may restart instantly).  A fresh pool counts as clean.
   bool clean_shutdown() const { return clean_shutdown_; }
-  // Bytes in use according to the allocator state saved by the last clean
-  // close (0 when none was restored).  A tree that rebuilds the allocator
-  // from what it reaches even after a clean close must reach exactly this
-  // many bytes; fewer means blocks became unreachable (a cut list, a damaged
-  // pointer), which it reports as Corruption instead of absorbing the loss
-  // (docs/pool_format.md, "What a damaged pool gets").
-  uint64_t saved_bytes_in_use() const { return saved_bytes_in_use_; }
   // Human description: backend, flush instruction, latency, mapping granularity.
   std::string Describe() const;
   BackendKind backend_kind() const { return backend_kind_; }
@@ -205,80 +189,8 @@ class Pool {
   std::string_view granularity() const { return granularity_; }
   int memfd() const { return memfd_; }  // -1 for file pools
 
-  // ---- addressing -----------------------------------------------------------
-  char* base() const { return base_; }
-  template <class T>
-  T* At(uint64_t offset) const {
-    return offset == 0 ? nullptr : reinterpret_cast<T*>(base_ + offset);
-  }
-  uint64_t OffsetOf(const void* p) const {
-    return p == nullptr ? 0 : static_cast<uint64_t>(static_cast<const char*>(p) - base_);
-  }
-  // True when [offset, offset+len) lies inside the heap.  Recovery and
-  // Verify() check every offset they follow with this.
-  bool InHeap(uint64_t offset, uint64_t len) const {
-    return offset >= kPoolHeaderSize && offset <= size_ && len <= size_ - offset;
-  }
-
-  // ---- writing (the only way to change pool bytes) ---------------------------
-  // Each call takes the caller's source line as a defaulted last argument
-  // (see Site in pmtree/backend.h); callers never pass it.
-  //
-  // Plain stores of n bytes; a crash may leave any 8-byte-aligned subset.
-  // n == 0 writes nothing (src may then be null, as an empty vector's data()).
-  void Write(void* dst, const void* src, size_t n, const Site& site = Site::current()) {
-    if (n != 0) backend_->Write(dst, src, n, site);
-  }
-  // One failure-atomic aligned 8-byte store with release ordering.
-  void Store64(void* dst, uint64_t value, const Site& site = Site::current()) {
-    backend_->Store64(dst, value, site);
-  }
-  // Writes n zero bytes.
-  void Zero(void* dst, size_t n, const Site& site = Site::current()) { backend_->Zero(dst, n, site); }
-  // Non-temporal stores (bypass the cache); ordered by the next Fence.
-  void NtWrite(void* dst, const void* src, size_t n, const Site& site = Site::current()) {
-    backend_->NtWrite(dst, src, n, site);
-  }
-  // Starts write-back of every cache line overlapping [p, p+n).
-  void Flush(const void* p, size_t n, const Site& site = Site::current()) { backend_->Flush(p, n, site); }
-  // Orders: earlier flushes complete before later stores.
-  void Fence(const Site& site = Site::current()) { backend_->Fence(site); }
-  void Persist(const void* p, size_t n, const Site& site = Site::current()) {
-    backend_->Flush(p, n, site);
-    backend_->Fence(site);
-  }
-  // Typed convenience: Set(&node->count, 3).  8-byte fields use Store64.
-  template <class T>
-  void Set(T* field, const T& value, const Site& site = Site::current()) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    if constexpr (sizeof(T) == 8 && alignof(T) == 8) {
-      uint64_t v;
-      std::memcpy(&v, &value, 8);
-      backend_->Store64(field, v, site);
-    } else {
-      backend_->Write(field, &value, sizeof(T), site);
-    }
-  }
-  // Reads an 8-byte word that concurrent writers change with Store64
-  // (acquire ordering, no torn read, no data race for TSan).
-  static uint64_t Load64(const void* src) {
-    return __atomic_load_n(static_cast<const uint64_t*>(src), __ATOMIC_ACQUIRE);
-  }
-
-  // ---- root slots ------------------------------------------------------------
-  uint64_t root(int slot) const;
-  // Stores and persists root slot `slot` (one failure-atomic 8-byte store).
-  void SetRoot(int slot, uint64_t offset);
-
-  // ---- space -----------------------------------------------------------------
-  Allocator& allocator() { return *allocator_; }
-  EpochManager& epochs() { return allocator_->epochs(); }
-
-  PersistBackend& backend() { return *backend_; }
-  // PoolOptions::write_profile, or null.
-  WriteProfile* write_profile() const { return profile_.get(); }
-
  private:
+  friend class PoolImpl;  // the tree author's face (src/pm/pool_impl.h): no state of its own
   Pool() = default;
   struct Mapping;
   // Wraps a validated mapping: creating writes a new header, else the header

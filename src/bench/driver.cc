@@ -387,7 +387,7 @@ Status CheckNewPoolPath(const BenchConfig& c, const std::string& path, const std
   peek.use_env = false;
   peek.counting = false;
   peek.backend = BackendKind::kDram;
-  auto p = Pool::Open(path, name, peek);
+  auto p = PoolImpl::Open(path, name, peek);
   if (!p.ok())
     return Status::Busy("--reuse-pool: " + path + " is not a pool of tree '" + name + "' (" +
                         std::string(p.status().message()) + "); refusing to replace it");

@@ -379,7 +379,7 @@ std::unique_ptr<Target> AnonTreeTarget(const TreeFactory& f, uint32_t value_size
 }
 
 // Runs every pending epoch callback (no guard is held in these tests).
-void Reclaim(Pool* pool) {
+void Reclaim(PoolImpl* pool) {
   for (int i = 0; i < 4; i++) pool->epochs().Reclaim();
 }
 

@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/registry.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
@@ -95,7 +95,7 @@ class Target {
   virtual void Abandon() {}
   // The pool a tree target lives in (nullptr for peers and volatile trees);
   // for tests that check the pool's space accounting.
-  virtual Pool* pool() { return nullptr; }
+  virtual PoolImpl* pool() { return nullptr; }
 };
 
 inline uint64_t ValueFor(uint64_t key) { return key ^ 0x5bd1e9955bd1e995ull; }

@@ -56,7 +56,7 @@ class TreeTarget final : public Target {
         c_(c),
         records_(c.value_size > 8),
         record_bytes_(Allocator::RoundUp(c.value_size)),
-        profile_(h_.pool ? h_.pool->write_profile() : nullptr) {}
+        profile_(h_.pool ? PoolImpl::Of(*h_.pool).write_profile() : nullptr) {}
   ~TreeTarget() override {
     // Finish() not called (an error path): drop the tree, then the file.
     if (!finished_) FreeDramRecords();
@@ -71,7 +71,7 @@ class TreeTarget final : public Target {
   std::string describe() const override { return h_.pool ? h_.pool->Describe() : "no pool"; }
   bool counted() const override { return h_.pool != nullptr; }
 
-  Pool* pool() override { return h_.pool.get(); }
+  PoolImpl* pool() override { return PoolImpl::Of(h_.pool.get()); }
 
   bool Lookup(uint64_t key, std::string_view bkey, uint64_t* value) override {
     OpTick tick(profile_);
@@ -230,18 +230,18 @@ class TreeTarget final : public Target {
       memcpy(p, buf.data(), c_.value_size);
       return reinterpret_cast<uint64_t>(p);
     }
-    auto off = h_.pool->allocator().Allocate(c_.value_size);
+    auto off = pool()->allocator().Allocate(c_.value_size);
     if (!off.ok())
       return Status::OutOfSpace("value record of " + std::to_string(c_.value_size) +
                                 " bytes (--value-size): " + std::string(off.status().message()) +
                                 "; raise --pool-size");
     tls_record_allocations++;
-    char* dst = h_.pool->template At<char>(*off);
-    h_.pool->Write(dst, buf.data(), c_.value_size);
+    char* dst = pool()->template At<char>(*off);
+    pool()->Write(dst, buf.data(), c_.value_size);
     // One flush per line of the record and one fence before the tree call
     // that references it: a crash after the tree's store must never leave a
     // durable reference to a record whose bytes are not yet durable.
-    h_.pool->Persist(dst, c_.value_size);
+    pool()->Persist(dst, c_.value_size);
     return *off;
   }
   Result<bool> InsertRecord(K key, uint64_t value) {
@@ -272,13 +272,13 @@ class TreeTarget final : public Target {
   // A record no tree entry ever referenced: no reader can hold it.
   void FreeUnpublished(uint64_t ref) {
     if (h_.pool)
-      h_.pool->allocator().Free(ref, c_.value_size);
+      pool()->allocator().Free(ref, c_.value_size);
     else
       delete[] reinterpret_cast<char*>(ref);
   }
   void RetireRecord(uint64_t ref) {
     if (h_.pool) {
-      h_.pool->allocator().Retire(ref, c_.value_size);
+      pool()->allocator().Retire(ref, c_.value_size);
     } else {
       char* p = reinterpret_cast<char*>(ref);
       dram_epochs_.Retire([p] { delete[] p; });
@@ -287,11 +287,11 @@ class TreeTarget final : public Target {
   // Looks `key` up and copies its record to out (value_size bytes), inside
   // an epoch guard so the record cannot be freed and reused meanwhile.
   bool ReadRecord(K key, char* out) {
-    EpochManager& epochs = h_.pool ? h_.pool->epochs() : dram_epochs_;
+    EpochManager& epochs = h_.pool ? pool()->epochs() : dram_epochs_;
     auto guard = epochs.Protect();
     uint64_t ref;
     if (!h_.tree->Lookup(key, &ref)) return false;
-    const char* src = h_.pool ? h_.pool->template At<const char>(ref) : reinterpret_cast<const char*>(ref);
+    const char* src = h_.pool ? pool()->template At<const char>(ref) : reinterpret_cast<const char*>(ref);
     memcpy(out, src, c_.value_size);
     return true;
   }

@@ -170,7 +170,7 @@ class KvTarget final : public Target {
   std::string backend() const override { return PoolBackendLabel(store_->pool()); }
   std::string describe() const override { return "kv store over " + c_.engine + "; " + store_->pool().Describe(); }
   bool counted() const override { return true; }
-  Pool* pool() override { return &store_->pool(); }
+  PoolImpl* pool() override { return &PoolImpl::Of(store_->pool()); }
 
   // Reads all fields; *value = how many (the driver ignores it).
   bool Lookup(uint64_t, std::string_view bkey, uint64_t* value) override {

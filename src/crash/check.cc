@@ -101,7 +101,7 @@ int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::str
   return 0;
 }
 
-std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check) {
+std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, bool reachable_check) {
   Status v = tree->Verify();
   if (!v.ok()) return "Verify() failed: " + v.ToString();
   const size_t room = std::max(e.m0->size(), e.effect.bulk ? e.effect.bulk->size() : 0) + 64;
@@ -163,7 +163,7 @@ std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool 
   return "";
 }
 
-std::string RunContinuation(Pool* pool, Tree* tree, Model* model, uint64_t center, uint32_t n, uint64_t seed) {
+std::string RunContinuation(PoolImpl* pool, Tree* tree, Model* model, uint64_t center, uint32_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   if (center < 64) center = 64;
   std::vector<Tree::Entry> buf(16);

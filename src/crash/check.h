@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "crash/model.h"
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 
 namespace pmtree::crash {
@@ -27,11 +27,11 @@ int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::str
 // reservation is held) bytes in use == Stats().pm_bytes: fewer is double
 // use, more a leak; both are violations.  Returns "" or the failure;
 // *which = MatchContents' answer.
-std::string CheckTree(Pool* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true);
+std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true);
 
 // Runs `n` deterministic operations around `center` on a recovered tree and
 // checks every result and the final state against `model` (updated).
-std::string RunContinuation(Pool* pool, Tree* tree, Model* model, uint64_t center, uint32_t n, uint64_t seed);
+std::string RunContinuation(PoolImpl* pool, Tree* tree, Model* model, uint64_t center, uint32_t n, uint64_t seed);
 
 }  // namespace pmtree::crash
 

@@ -123,7 +123,7 @@ Result<std::vector<uint32_t>> ValidNodeSizes(const TreeFactory& f) {
   po.counting = false;
   po.use_env = false;
   for (uint32_t n = 64; n <= 65536; n += 64) {
-    PMTREE_ASSIGN_OR_RETURN(auto pool, Pool::CreateAnonymous(4ull << 20, f.name, 0, po));
+    PMTREE_ASSIGN_OR_RETURN(auto pool, PoolImpl::CreateAnonymous(4ull << 20, f.name, 0, po));
     TreeOptions to;
     to.node_size = n;
     auto t = f.create(pool.get(), to);

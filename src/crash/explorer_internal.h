@@ -25,7 +25,7 @@
 #include "crash/check.h"
 #include "crash/explorer.h"
 #include "crash/model.h"
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/registry.h"
 #include "pmtree/tree.h"
 

@@ -211,7 +211,7 @@ std::string CheckRecovered(const TreeFactory& f, const KillOptions& o, const std
     e.focus_key = in_flight->key;
   }
   int which = 0;
-  std::string failure = CheckTree(h->pool.get(), h->tree.get(), e, &which);
+  std::string failure = CheckTree(PoolImpl::Of(h->pool.get()), h->tree.get(), e, &which);
   if (failure.empty() && which == 2 && in_flight) {
     if (e.effect.changes) rep->in_flight_survived++;
     ApplyEffect(model, e.effect);

@@ -19,7 +19,7 @@ namespace pmtree::crash {
 namespace {
 
 struct Probe {
-  std::unique_ptr<Pool> pool;
+  std::unique_ptr<PoolImpl> pool;
   std::unique_ptr<Tree> tree;
 };
 
@@ -29,7 +29,7 @@ Result<Probe> OpenProbe(const TreeFactory& f, const ExploreOptions& o) {
   po.counting = false;
   po.use_env = false;
   Probe p;
-  PMTREE_ASSIGN_OR_RETURN(p.pool, Pool::CreateAnonymous(o.pool_size, f.name, PoolLayoutFlags(o.keys), po));
+  PMTREE_ASSIGN_OR_RETURN(p.pool, PoolImpl::CreateAnonymous(o.pool_size, f.name, PoolLayoutFlags(o.keys), po));
   PMTREE_ASSIGN_OR_RETURN(p.tree, CreateFor(f, p.pool.get(), o));
   return p;
 }

@@ -6,7 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
+#include "trees/common/upcast.h"
 
 namespace pmtree::crash::testing {
 namespace {
@@ -31,7 +32,7 @@ uint64_t ArrayBytes(uint64_t n) { return 16 + 16 * n; }
 
 class CowArray : public Tree {
  public:
-  CowArray(Pool* pool, uint64_t meta) : pool_(pool), meta_(meta) {}
+  CowArray(PoolImpl* pool, uint64_t meta) : pool_(pool), meta_(meta) {}
 
   std::string_view name() const override { return "cowarray"; }
   uint32_t capabilities() const override { return kCapPersistent; }
@@ -188,11 +189,11 @@ class CowArray : public Tree {
     return Status::Ok();
   }
 
-  Pool* pool_;
+  PoolImpl* pool_;
   uint64_t meta_;
 };
 
-Result<std::unique_ptr<Tree>> Create(Pool* pool, const TreeOptions&) {
+Result<std::unique_ptr<Tree>> Create(PoolImpl* pool, const TreeOptions&) {
   PMTREE_ASSIGN_OR_RETURN(uint64_t meta, pool->allocator().Allocate(sizeof(Meta)));
   Meta init{};
   init.magic = kMetaMagic;
@@ -203,7 +204,7 @@ Result<std::unique_ptr<Tree>> Create(Pool* pool, const TreeOptions&) {
   return std::unique_ptr<Tree>(new CowArray(pool, meta));
 }
 
-Result<std::unique_ptr<Tree>> Recover(Pool* pool, const TreeOptions&) {
+Result<std::unique_ptr<Tree>> Recover(PoolImpl* pool, const TreeOptions&) {
   const uint64_t meta = pool->root(0);
   if (meta == 0) return Status::NotFound("cowarray: root slot 0 is empty (no tree in this pool)");
   if (!pool->InHeap(meta, sizeof(Meta))) return Status::Corruption("cowarray: meta offset outside the heap");
@@ -233,7 +234,7 @@ void SetCowArrayMode(CowArrayMode mode) { g_mode = mode; }
 const TreeFactory& CowArrayFactory() {
   static const TreeFactory f = {"cowarray", "copy-on-write sorted array (explorer tests only)",
                                 kCapPersistent | kCapTestOnly, 0, "any",
-                                &Create, &Recover, nullptr, nullptr};
+                                &RegistryEntry<&Create>, &RegistryEntry<&Recover>, nullptr, nullptr};
   return f;
 }
 

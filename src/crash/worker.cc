@@ -164,12 +164,12 @@ class Worker {
     po.backend_factory = TracingFactory(&run->log, &tb);
     po.counting = false;
     po.use_env = false;
-    auto created = Pool::CreateAnonymous(o_.pool_size, f_.name, PoolLayoutFlags(o_.keys), po, /*read_only_view=*/true);
+    auto created = PoolImpl::CreateAnonymous(o_.pool_size, f_.name, PoolLayoutFlags(o_.keys), po, /*read_only_view=*/true);
     if (!created.ok()) {
       run->failure = "cannot create the traced pool: " + created.status().ToString();
       return;
     }
-    std::unique_ptr<Pool> pool = std::move(*created);
+    std::unique_ptr<PoolImpl> pool = std::move(*created);
     g_view.store(pool->base());
     g_view_size.store(pool->size());
     Model m;
@@ -226,7 +226,7 @@ class Worker {
   // the live tree must be consistent and hold M0 + *e (contract item 5; a
   // crash image would hide it: recovery could repair what the failure left,
   // e.g. a separator a split never added).
-  Result<bool> RunTreeOp(const Op& op, Pool* pool, Tree* tree, const Model& m, Effect* e, TraceRun* run) {
+  Result<bool> RunTreeOp(const Op& op, PoolImpl* pool, Tree* tree, const Model& m, Effect* e, TraceRun* run) {
     if (op.fail_alloc == 0) return RunOp(*tree, op);
     pool->allocator().FailAllocationsAfter(op.fail_alloc - 1);
     Result<bool> r = RunOp(*tree, op);
@@ -259,7 +259,7 @@ class Worker {
   // Close writes what instant restart needs, the new pool object opens the
   // same bytes and the tree recovers from them.  The new pool's backend
   // reports to the same trace (`po`'s factory).  False: run->failure says why.
-  bool Reopen(const PoolOptions& po, std::unique_ptr<Pool>* pool, std::unique_ptr<Tree>* tree, TraceRun* run) {
+  bool Reopen(const PoolOptions& po, std::unique_ptr<PoolImpl>* pool, std::unique_ptr<Tree>* tree, TraceRun* run) {
     // Pool::Close releases the memfd: keep a descriptor of the bytes.
     const int fd = dup((*pool)->memfd());
     if (fd < 0) {
@@ -273,7 +273,7 @@ class Worker {
       run->failure = "close failed: " + cs.ToString();
       return false;
     }
-    auto reopened = Pool::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
+    auto reopened = PoolImpl::OpenAnonymous(fd, o_.pool_size, f_.name, po, /*read_only_view=*/true);
     close(fd);  // OpenAnonymous duplicated it
     if (!reopened.ok()) {
       run->failure = "reopening the closed pool failed: " + reopened.status().ToString();
@@ -322,7 +322,7 @@ class Worker {
       *read = tracker.order();
       sh_->lazy_faults.fetch_add(tracker.faults());
     };
-    auto pool = Pool::OpenAnonymous(file.fd, file.size, f_.name, po, false);
+    auto pool = PoolImpl::OpenAnonymous(file.fd, file.size, f_.name, po, false);
     if (!pool.ok()) {
       finish_tracking();
       return "the pool does not open: " + pool.status().ToString();
@@ -363,7 +363,7 @@ class Worker {
     po.counting = false;
     po.use_env = false;
     {
-      auto pool = Pool::OpenAnonymous(rec_a_.fd, rec_a_.size, f_.name, po, /*read_only_view=*/true);
+      auto pool = PoolImpl::OpenAnonymous(rec_a_.fd, rec_a_.size, f_.name, po, /*read_only_view=*/true);
       if (!pool.ok()) return false;
       tb->BeginOp(0);
       auto tree = RecoverFor(f_, pool->get(), o_);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kv/kv_test_util.h"
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
 
 namespace pmtree::kv {
@@ -127,7 +128,7 @@ TEST(KvStoreTest, ACrashFreesAnUnlinkedRecordAndKeepsEveryLinkedOne) {
     linked = (*s)->Stats().record_bytes;
     // A record written but never linked: the window between a version's
     // allocation and its tree update.
-    ASSERT_TRUE((*s)->pool().allocator().Allocate(4096, kAllocGranule, BlockOwner::kStore).ok());
+    ASSERT_TRUE(PoolImpl::Of((*s)->pool()).allocator().Allocate(4096, kAllocGranule, BlockOwner::kStore).ok());
     EXPECT_EQ((*s)->Stats().record_bytes, linked + 4096);
   }  // destroyed without Close: a crash
   auto s = Store::Open(path, SmallOptions("lbtree"));
@@ -155,7 +156,7 @@ TEST(KvStoreTest, NegativeControlTheTreesRecoveryAloneWouldFreeTheRecords) {
   }  // crash
   auto h = OpenBytesTree(path, FindTree("lbtree"), {});
   ASSERT_TRUE(h.ok()) << h.status().ToString();
-  Allocator& al = h->pool->allocator();
+  Allocator& al = PoolImpl::Of(*h->pool).allocator();
   EXPECT_EQ(al.bytes_in_use(BlockOwner::kStore), 0u);
   EXPECT_EQ(al.bytes_free() + al.bytes_in_use(), al.heap_bytes());  // the records' space is free
 }

@@ -24,7 +24,7 @@ uint64_t BodyBytes(VersionKind kind, uint64_t length) {
 }  // namespace
 
 Result<VersionView> Store::Impl::ReadVersion(uint64_t off) const {
-  const Pool& p = *h_.pool;
+  const PoolImpl& p = PoolImpl::Of(*h_.pool);
   if (!p.InHeap(off, sizeof(VersionHeader)) || off % kAllocGranule != 0)
     return Status::Corruption("kv: version offset " + std::to_string(off) + " is not an aligned block in the heap");
   const auto* h = p.At<VersionHeader>(off);
@@ -32,7 +32,7 @@ Result<VersionView> Store::Impl::ReadVersion(uint64_t off) const {
   v.off = off;
   v.kind = static_cast<VersionKind>(h->kind);
   v.ts = h->ts;
-  v.prev = Pool::Load64(&h->prev);
+  v.prev = PoolImpl::Load64(&h->prev);
   v.length = h->length;
   if (h->magic != kVersionMagic ||
       (v.kind != VersionKind::kValue && v.kind != VersionKind::kFields && v.kind != VersionKind::kTombstone))
@@ -59,14 +59,14 @@ Result<uint64_t> Store::Impl::NewTombstone() {
 }
 
 uint64_t Store::Impl::FieldBlockBytes(uint64_t block) const {
-  const auto* h = h_.pool->At<FieldBlockHeader>(block);
+  const auto* h = pool().At<FieldBlockHeader>(block);
   return sizeof(FieldBlockHeader) + h->name_len + h->value_len;
 }
 
 std::vector<uint64_t> Store::Impl::FieldBlocksOf(const VersionView& v) const {
   std::vector<uint64_t> out;
   if (v.kind != VersionKind::kFields) return out;
-  const auto* table = reinterpret_cast<const uint64_t*>(h_.pool->base() + v.off + sizeof(VersionHeader));
+  const auto* table = reinterpret_cast<const uint64_t*>(pool().base() + v.off + sizeof(VersionHeader));
   out.assign(table, table + v.length);
   return out;
 }
@@ -153,7 +153,7 @@ void Store::Impl::DropVersion(uint64_t off, std::unordered_set<uint64_t>* done, 
 Status Store::Impl::ReadValue(const VersionView& v, std::string* out) const {
   if (v.kind != VersionKind::kValue)
     return Status::InvalidArgument("kv: the key holds a field record, not a plain value (use GetFields)");
-  out->assign(h_.pool->base() + v.off + sizeof(VersionHeader), v.length);
+  out->assign(pool().base() + v.off + sizeof(VersionHeader), v.length);
   return Status::Ok();
 }
 
@@ -161,9 +161,9 @@ Status Store::Impl::ReadFields(const VersionView& v, const std::vector<std::stri
   if (v.kind != VersionKind::kFields)
     return Status::InvalidArgument("kv: the key holds a plain value, not a field record (use Get)");
   out->clear();
-  const char* base = h_.pool->base();
+  const char* base = pool().base();
   for (uint64_t b : FieldBlocksOf(v)) {
-    const auto* fh = h_.pool->At<FieldBlockHeader>(b);
+    const auto* fh = pool().At<FieldBlockHeader>(b);
     std::string_view name(base + b + sizeof(FieldBlockHeader), fh->name_len);
     if (!names.empty() && std::find(names.begin(), names.end(), name) == names.end()) continue;
     out->emplace(std::string(name), std::string(name.data() + name.size(), fh->value_len));

@@ -39,7 +39,7 @@ struct LogInfo {
   std::vector<std::pair<std::string, uint64_t>> entries;  // key, new version
 };
 
-Result<LogInfo> ReadLog(const Pool& p, int slot, uint64_t off) {
+Result<LogInfo> ReadLog(const PoolImpl& p, int slot, uint64_t off) {
   LogInfo li{slot, off, 0, 0, {}};
   if (!p.InHeap(off, sizeof(CommitLogHeader)))
     return Status::Corruption("kv: commit log slot " + std::to_string(slot) + " names offset " +
@@ -211,7 +211,7 @@ static Status Recover(Store::Impl& s) {
 }
 
 // The pool holds a store of this build's format (read-only checks).
-static Result<KvMeta*> CheckStorePool(const Pool& pool, const std::string& path, const TreeFactory* f) {
+static Result<KvMeta*> CheckStorePool(const PoolImpl& pool, const std::string& path, const TreeFactory* f) {
   if (static_cast<KeyKind>(pool.layout_flags()) != KeyKind::kBytes)
     return Status::Incompatible(path + " holds a " + std::string(f->name) +
                                 " tree with 64-bit integer keys, not a key-value store");
@@ -238,10 +238,10 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string
     peek.private_mapping = true;
     peek.use_env = false;
     peek.counting = false;
-    PMTREE_ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Open(path, f->name, peek));
+    PMTREE_ASSIGN_OR_RETURN(std::unique_ptr<PoolImpl> pool, PoolImpl::Open(path, f->name, peek));
     PMTREE_RETURN_IF_ERROR(CheckStorePool(*pool, path, f).status());
   }
-  PMTREE_ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Open(path, f->name, o.pool_options));
+  PMTREE_ASSIGN_OR_RETURN(std::unique_ptr<PoolImpl> pool, PoolImpl::Open(path, f->name, o.pool_options));
   PMTREE_ASSIGN_OR_RETURN(KvMeta * meta, CheckStorePool(*pool, path, f));
   // Keep the store's blocks out of the tree's rebuild until we report them.
   pool->allocator().HoldRebuild();
@@ -274,19 +274,20 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::CreateNew(const std::string& p
   po.overwrite = true;
   TreeOptions to = o.tree_options;
   PMTREE_ASSIGN_OR_RETURN(TreeHandle<BytesTree> h, CreateBytesTree(*f, tmp, o.pool_size, to, po));
-  auto meta_off = h.pool->allocator().Allocate(sizeof(KvMeta), kAllocGranule, BlockOwner::kStore);
+  PoolImpl& pool = PoolImpl::Of(*h.pool);
+  auto meta_off = pool.allocator().Allocate(sizeof(KvMeta), kAllocGranule, BlockOwner::kStore);
   if (!meta_off.ok()) return meta_off.status().Annotate("kv: allocating the meta block");
-  auto* meta = h.pool->At<KvMeta>(*meta_off);
+  auto* meta = pool.At<KvMeta>(*meta_off);
   KvMeta m{};
   m.magic = kKvMagic;
   m.format = kKvFormat;
   m.log_slots = kLogSlots;
   m.store_bytes = Allocator::RoundUp(sizeof(KvMeta));  // the store's only block so far (read after a clean close)
-  h.pool->Write(meta, &m, sizeof(m));
+  pool.Write(meta, &m, sizeof(m));
   // The meta block is complete before root slot 7 names it (K1's rule for
   // the anchor); SetRoot persists the slot.
-  h.pool->Persist(meta, sizeof(m));
-  h.pool->SetRoot(kKvRootSlot, *meta_off);
+  pool.Persist(meta, sizeof(m));
+  pool.SetRoot(kKvRootSlot, *meta_off);
   if (path.empty()) {
     auto impl = std::make_unique<Impl>(f, std::move(h), meta);
     impl->skip_record_persist_ = o.testing_skip_record_persist;

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "kv/layout.h"
+#include "pm/pool_impl.h"
 #include "pmtree/kv.h"
 #include "pmtree/registry.h"
 #include "trees/common/version_lock.h"
@@ -150,9 +151,10 @@ class Store::Impl {
   uint64_t NextTs() { return next_ts_.fetch_add(1, std::memory_order_acq_rel) + 1; }
   void Publish(uint64_t ts);
 
-  Pool& pool() { return *h_.pool; }
+  PoolImpl& pool() { return PoolImpl::Of(*h_.pool); }
+  const PoolImpl& pool() const { return PoolImpl::Of(*h_.pool); }
   BytesTree& tree() { return *h_.tree; }
-  Allocator& alloc() { return h_.pool->allocator(); }
+  Allocator& alloc() { return pool().allocator(); }
 
   const TreeFactory* factory_;
   TreeHandle<BytesTree> h_;

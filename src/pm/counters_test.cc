@@ -3,17 +3,17 @@
 
 #include <gtest/gtest.h>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 
 namespace pmtree {
 namespace {
 
-std::unique_ptr<Pool> MakePool(BackendKind kind, uint32_t latency_ns = 0) {
+std::unique_ptr<PoolImpl> MakePool(BackendKind kind, uint32_t latency_ns = 0) {
   PoolOptions o;
   o.backend = kind;
   o.write_latency_ns = latency_ns;
   o.use_env = false;
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "test", 0, o);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, "test", 0, o);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return std::move(p).value();
 }

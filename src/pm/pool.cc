@@ -6,7 +6,7 @@
 // file that is not a pool, is truncated, has another format version or holds
 // another tree is rejected without a single byte changed.
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 
 #include <cpuid.h>
 #include <fcntl.h>
@@ -191,6 +191,7 @@ Status Pool::InstallBackend(const PoolOptions& options) {
 }
 
 void Pool::InitHeader(std::string_view layout, uint64_t layout_flags) {
+  PoolImpl& self = PoolImpl::Of(*this);
   auto* h = reinterpret_cast<PoolHeader*>(base_);
   PoolHeader init;
   std::memset(&init, 0, sizeof(init));
@@ -206,20 +207,20 @@ void Pool::InitHeader(std::string_view layout, uint64_t layout_flags) {
   init.checksum = Fnv1a64(&init, kChecksummedBytes);
   // Everything but the magic first: a crash before the magic is durable
   // leaves a file that Open rejects as "not a pool", never a half pool.
-  Write(reinterpret_cast<char*>(h) + sizeof(kPoolMagic), reinterpret_cast<char*>(&init) + sizeof(kPoolMagic),
+  self.Write(reinterpret_cast<char*>(h) + sizeof(kPoolMagic), reinterpret_cast<char*>(&init) + sizeof(kPoolMagic),
         sizeof(init) - sizeof(kPoolMagic));
   // Persist the body before the magic so a durable magic implies a complete header.
-  Persist(h, sizeof(*h));
-  Write(h->magic, kPoolMagic, sizeof(kPoolMagic));
+  self.Persist(h, sizeof(*h));
+  self.Write(h->magic, kPoolMagic, sizeof(kPoolMagic));
   // Persist the magic: the pool exists from here on.
-  Persist(h->magic, sizeof(kPoolMagic));
+  self.Persist(h->magic, sizeof(kPoolMagic));
 }
 
 Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const PoolOptions& options_in, bool creating, std::string_view layout,
                                            uint64_t layout_flags) {
   PoolOptions options = options_in;
   PMTREE_RETURN_IF_ERROR(ApplyEnv(&options));
-  std::unique_ptr<Pool> pool(new Pool());
+  std::unique_ptr<PoolImpl> pool(new PoolImpl());
   pool->map_ = std::move(m);
   pool->base_ = pool->map_->view;
   pool->size_ = pool->map_->size;
@@ -241,7 +242,7 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
     pool->layout_ = std::string(layout);
     pool->layout_flags_ = layout_flags;
     pool->clean_shutdown_ = true;
-    return pool;
+    return std::unique_ptr<Pool>(std::move(pool));
   }
   pool->layout_ = std::string(h->layout);
   pool->layout_flags_ = h->layout_flags;
@@ -285,7 +286,7 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
   // Persist "dirty" before the tree changes anything: otherwise a crash
   // could reopen as clean with a stale saved allocator state.
   pool->Persist(&h->shutdown_state, 24);
-  return pool;
+  return std::unique_ptr<Pool>(std::move(pool));
 }
 
 namespace {
@@ -432,6 +433,7 @@ Result<std::unique_ptr<Pool>> Pool::OpenAnonymous(int fd, uint64_t size, std::st
 Pool::~Pool() = default;
 
 Status Pool::Close() {
+  PoolImpl& self = PoolImpl::Of(*this);
   if (closed_) return Status::Ok();
   closed_ = true;
   auto* h = reinterpret_cast<PoolHeader*>(base_);
@@ -460,7 +462,7 @@ Status Pool::Close() {
     allocator_->Free(*b, bytes);
   }
   if (block.ok()) {
-    auto* saved = At<SavedAllocState>(*block);
+    auto* saved = self.At<SavedAllocState>(*block);
     std::vector<uint64_t> words;
     words.reserve(2 * extents.size());
     for (const auto& [off, len] : extents) {
@@ -468,31 +470,31 @@ Status Pool::Close() {
       words.push_back(len);
     }
     const uint64_t head[2] = {extents.size(), Fnv1a64(words.data(), 8 * words.size())};
-    Write(saved, head, sizeof(head));
-    Write(saved->extents, words.data(), 8 * words.size());
+    self.Write(saved, head, sizeof(head));
+    self.Write(saved->extents, words.data(), 8 * words.size());
     // Persist the saved state before the header names it, so a crash never
     // leaves the header pointing at a half-written list.
-    Persist(saved, sizeof(head) + 8 * words.size());
-    Store64(&h->alloc_state, *block);
+    self.Persist(saved, sizeof(head) + 8 * words.size());
+    self.Store64(&h->alloc_state, *block);
     // Persist alloc_state before the clean flag: clean implies a valid state.
-    Persist(&h->alloc_state, 8);
+    self.Persist(&h->alloc_state, 8);
   }
   // A full pool cannot save its free list; the next open then rebuilds it
   // from the tree (still correct, only slower).
-  Store64(&h->shutdown_state, block.ok() ? kCleanShutdown : 0);
+  self.Store64(&h->shutdown_state, block.ok() ? kCleanShutdown : 0);
   // Persist the clean flag last: everything it vouches for is durable.
-  Persist(&h->shutdown_state, 8);
+  self.Persist(&h->shutdown_state, 8);
   map_.reset();
   base_ = nullptr;
   return Status::Ok();
 }
 
-uint64_t Pool::root(int slot) const {
+uint64_t PoolImpl::root(int slot) const {
   const auto* h = reinterpret_cast<const PoolHeader*>(base_);
   return Load64(&h->root[slot]);
 }
 
-void Pool::SetRoot(int slot, uint64_t offset) {
+void PoolImpl::SetRoot(int slot, uint64_t offset) {
   auto* h = reinterpret_cast<PoolHeader*>(base_);
   Store64(&h->root[slot], offset);
   // Persist the root slot: callers use it as a commit point (creation of the

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -42,7 +42,7 @@ class PoolFileTest : public ::testing::Test {
 
 TEST_F(PoolFileTest, CreateThenOpenKeepsLayoutRootsAndData) {
   {
-    auto p = Pool::Create(path_, kMinPoolSize, "fastfair", 1, opts_);
+    auto p = PoolImpl::Create(path_, kMinPoolSize, "fastfair", 1, opts_);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     auto off = (*p)->allocator().Allocate(64);
     ASSERT_TRUE(off.ok());
@@ -51,7 +51,7 @@ TEST_F(PoolFileTest, CreateThenOpenKeepsLayoutRootsAndData) {
     (*p)->SetRoot(0, *off);
     ASSERT_TRUE((*p)->Close().ok());
   }
-  auto p = Pool::Open(path_, "fastfair", opts_);
+  auto p = PoolImpl::Open(path_, "fastfair", opts_);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ((*p)->layout(), "fastfair");
   EXPECT_EQ((*p)->layout_flags(), 1u);
@@ -63,7 +63,7 @@ TEST_F(PoolFileTest, CreateThenOpenKeepsLayoutRootsAndData) {
 
 TEST_F(PoolFileTest, ACleanCloseTellsTheNextOpenHowManyBytesWereInUse) {
   {
-    auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+    auto p = PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_);
     ASSERT_TRUE(p.ok());
     EXPECT_EQ((*p)->saved_bytes_in_use(), 0u);
     ASSERT_TRUE((*p)->allocator().Allocate(64).ok());
@@ -71,18 +71,18 @@ TEST_F(PoolFileTest, ACleanCloseTellsTheNextOpenHowManyBytesWereInUse) {
     ASSERT_TRUE((*p)->Close().ok());
   }
   {
-    auto p = Pool::Open(path_, "t", opts_);
+    auto p = PoolImpl::Open(path_, "t", opts_);
     ASSERT_TRUE(p.ok());
     EXPECT_EQ((*p)->saved_bytes_in_use(), 320u);
   }  // a crash: nothing saved for the next open
-  auto p = Pool::Open(path_, "t", opts_);
+  auto p = PoolImpl::Open(path_, "t", opts_);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->saved_bytes_in_use(), 0u);
 }
 
 TEST_F(PoolFileTest, ACleanPoolWithADamagedSavedAllocatorStateIsCorruptAndUnchanged) {
   {
-    auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+    auto p = PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_);
     ASSERT_TRUE(p.ok());
     ASSERT_TRUE((*p)->allocator().Allocate(64).ok());
     ASSERT_TRUE((*p)->Close().ok());
@@ -94,7 +94,7 @@ TEST_F(PoolFileTest, ACleanPoolWithADamagedSavedAllocatorStateIsCorruptAndUnchan
   ASSERT_NE(h.alloc_state, 0u);
   bytes[h.alloc_state + offsetof(SavedAllocState, checksum)] ^= 1;
   WriteFile(bytes);
-  auto p = Pool::Open(path_, "t", opts_);
+  auto p = PoolImpl::Open(path_, "t", opts_);
   EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
   EXPECT_NE(p.status().message().find("saved allocator state"), std::string_view::npos) << p.status().ToString();
   EXPECT_EQ(ReadFile(), bytes);
@@ -102,17 +102,17 @@ TEST_F(PoolFileTest, ACleanPoolWithADamagedSavedAllocatorStateIsCorruptAndUnchan
 
 TEST_F(PoolFileTest, DestroyWithoutCloseIsSeenAsACrashAndTheAllocatorAwaitsRebuild) {
   {
-    auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+    auto p = PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_);
     ASSERT_TRUE(p.ok());
     ASSERT_TRUE((*p)->Close().ok());
   }
   {
-    auto p = Pool::Open(path_, "t", opts_);
+    auto p = PoolImpl::Open(path_, "t", opts_);
     ASSERT_TRUE(p.ok());
     EXPECT_TRUE((*p)->clean_shutdown());
     (void)(*p)->allocator().Allocate(128);
   }  // no Close: a crash
-  auto p = Pool::Open(path_, "t", opts_);
+  auto p = PoolImpl::Open(path_, "t", opts_);
   ASSERT_TRUE(p.ok());
   EXPECT_FALSE((*p)->clean_shutdown());
   EXPECT_TRUE((*p)->allocator().rebuilding());
@@ -123,19 +123,19 @@ TEST_F(PoolFileTest, DestroyWithoutCloseIsSeenAsACrashAndTheAllocatorAwaitsRebui
 
 TEST_F(PoolFileTest, CreateRefusesAnExistingFileUnlessAskedToOverwrite) {
   WriteFile("precious data");
-  auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+  auto p = PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_);
   EXPECT_EQ(p.status().code(), Status::Code::kBusy);
   EXPECT_EQ(ReadFile(), "precious data");
   // Overwrite replaces only a pmtree pool: any other file is refused, intact.
   PoolOptions o = opts_;
   o.overwrite = true;
-  auto q = Pool::Create(path_, kMinPoolSize, "t", 0, o);
+  auto q = PoolImpl::Create(path_, kMinPoolSize, "t", 0, o);
   EXPECT_EQ(q.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(q.status().message().find("not a pmtree pool"), std::string_view::npos) << q.status().ToString();
   EXPECT_EQ(ReadFile(), "precious data");
   ASSERT_EQ(unlink(path_.c_str()), 0);
-  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "old", 0, opts_))->Close().ok()); }
-  auto r = Pool::Create(path_, kMinPoolSize, "t", 0, o);
+  { ASSERT_TRUE((*PoolImpl::Create(path_, kMinPoolSize, "old", 0, opts_))->Close().ok()); }
+  auto r = PoolImpl::Create(path_, kMinPoolSize, "t", 0, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE((*r)->created_file());
   EXPECT_EQ((*r)->layout(), "t");
@@ -144,9 +144,9 @@ TEST_F(PoolFileTest, CreateRefusesAnExistingFileUnlessAskedToOverwrite) {
 TEST_F(PoolFileTest, CreateNeverOpensOrRemovesSomethingThatIsNotARegularFile) {
   ASSERT_EQ(mkfifo(path_.c_str(), 0600), 0);
   PoolOptions o = opts_;
-  EXPECT_EQ(Pool::Create(path_, kMinPoolSize, "t", 0, o).status().code(), Status::Code::kBusy);
+  EXPECT_EQ(PoolImpl::Create(path_, kMinPoolSize, "t", 0, o).status().code(), Status::Code::kBusy);
   o.overwrite = true;
-  auto p = Pool::Create(path_, kMinPoolSize, "t", 0, o);
+  auto p = PoolImpl::Create(path_, kMinPoolSize, "t", 0, o);
   EXPECT_EQ(p.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(p.status().message().find("not a regular file"), std::string_view::npos) << p.status().ToString();
   struct stat st;
@@ -157,11 +157,11 @@ TEST_F(PoolFileTest, CreateNeverOpensOrRemovesSomethingThatIsNotARegularFile) {
 TEST_F(PoolFileTest, AFailedCreateRemovesOnlyAFileItMade) {
   PoolOptions bad = opts_;
   bad.write_latency_ns = kMaxWriteLatencyNs + 1;  // fails after the file is made and sized
-  EXPECT_EQ(Pool::Create(path_, kMinPoolSize, "t", 0, bad).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(PoolImpl::Create(path_, kMinPoolSize, "t", 0, bad).status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(access(path_.c_str(), F_OK), 0) << "the file this call made was left behind";
-  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
+  { ASSERT_TRUE((*PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
   bad.overwrite = true;
-  EXPECT_EQ(Pool::Create(path_, kMinPoolSize, "t", 0, bad).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(PoolImpl::Create(path_, kMinPoolSize, "t", 0, bad).status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(access(path_.c_str(), F_OK), 0) << "a file that existed before was removed";
 }
 
@@ -170,20 +170,20 @@ TEST_F(PoolFileTest, APoolLargerThanTheFileSystemIsOutOfSpaceAndLeavesNothing) {
   ASSERT_EQ(statvfs("/dev/shm", &fs), 0);
   const uint64_t whole = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
   const uint64_t size = (whole / 4096 + 1) * 4096 + (1ull << 30);  // more than the file system holds
-  auto p = Pool::Create(path_, size, "t", 0, opts_);
+  auto p = PoolImpl::Create(path_, size, "t", 0, opts_);
   EXPECT_EQ(p.status().code(), Status::Code::kOutOfSpace) << p.status().ToString();
   EXPECT_NE(access(path_.c_str(), F_OK), 0) << "a failed create left its file behind";
 }
 
 TEST_F(PoolFileTest, CreateReservesTheWholeFile) {
-  ASSERT_TRUE(Pool::Create(path_, 4 * kMinPoolSize, "t", 0, opts_).ok());
+  ASSERT_TRUE(PoolImpl::Create(path_, 4 * kMinPoolSize, "t", 0, opts_).ok());
   struct stat st;
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4 * kMinPoolSize) << "the pool file is sparse";
 }
 
 TEST_F(PoolFileTest, AnOpenRefusedByAcceptChangesNothing) {
-  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 1, opts_))->Close().ok()); }
+  { ASSERT_TRUE((*PoolImpl::Create(path_, kMinPoolSize, "t", 1, opts_))->Close().ok()); }
   std::string before = ReadFile();
   PoolOptions o = opts_;
   uint64_t seen = 99;
@@ -191,13 +191,13 @@ TEST_F(PoolFileTest, AnOpenRefusedByAcceptChangesNothing) {
     seen = flags;
     return layout == "t" ? Status::Incompatible("no, thanks") : Status::Ok();
   };
-  EXPECT_EQ(Pool::Open(path_, "", o).status().code(), Status::Code::kIncompatible);
+  EXPECT_EQ(PoolImpl::Open(path_, "", o).status().code(), Status::Code::kIncompatible);
   EXPECT_EQ(seen, 1u);
   EXPECT_EQ(ReadFile(), before);
 }
 
 TEST_F(PoolFileTest, APrivateOpenNeedsOnlyReadAccess) {
-  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
+  { ASSERT_TRUE((*PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
   ASSERT_EQ(chmod(path_.c_str(), 0444), 0);
   std::string before = ReadFile();
   // In a child that cannot write the file (root drops to nobody).
@@ -208,7 +208,7 @@ TEST_F(PoolFileTest, APrivateOpenNeedsOnlyReadAccess) {
     if (open(path_.c_str(), O_RDWR) >= 0) _exit(4);  // the test would prove nothing
     PoolOptions o = opts_;
     o.private_mapping = true;
-    auto p = Pool::Open(path_, "t", o);
+    auto p = PoolImpl::Open(path_, "t", o);
     if (!p.ok()) _exit(5);
     (*p)->SetRoot(3, 4096);  // a private copy: never reaches the file
     _exit((*p)->Close().ok() ? 0 : 6);
@@ -223,28 +223,28 @@ TEST_F(PoolFileTest, APrivateOpenNeedsOnlyReadAccess) {
 TEST_F(PoolFileTest, OpeningAFileThatIsNotAPoolFailsAndChangesNothing) {
   std::string junk(kMinPoolSize, 'x');
   WriteFile(junk);
-  auto p = Pool::Open(path_, "", opts_);
+  auto p = PoolImpl::Open(path_, "", opts_);
   EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
   EXPECT_NE(p.status().message().find("not a pmtree pool"), std::string_view::npos);
   EXPECT_EQ(ReadFile(), junk);
 }
 
 TEST_F(PoolFileTest, OpeningATruncatedPoolFailsAndChangesNothing) {
-  ASSERT_TRUE(Pool::Create(path_, kMinPoolSize, "t", 0, opts_).ok());
+  ASSERT_TRUE(PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_).ok());
   ASSERT_EQ(truncate(path_.c_str(), kMinPoolSize / 2), 0);
   std::string before = ReadFile();
-  auto p = Pool::Open(path_, "", opts_);
+  auto p = PoolImpl::Open(path_, "", opts_);
   EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
   EXPECT_NE(p.status().message().find("truncated"), std::string_view::npos);
   EXPECT_EQ(ReadFile(), before);
   ASSERT_EQ(truncate(path_.c_str(), 100), 0);  // shorter than a header
-  EXPECT_EQ(Pool::Open(path_, "", opts_).status().code(), Status::Code::kCorruption);
+  EXPECT_EQ(PoolImpl::Open(path_, "", opts_).status().code(), Status::Code::kCorruption);
 }
 
 TEST_F(PoolFileTest, OpeningAPoolOfAnotherVersionOrTreeFailsAndChangesNothing) {
-  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "fastfair", 0, opts_))->Close().ok()); }
+  { ASSERT_TRUE((*PoolImpl::Create(path_, kMinPoolSize, "fastfair", 0, opts_))->Close().ok()); }
   std::string good = ReadFile();
-  auto other = Pool::Open(path_, "lbtree", opts_);
+  auto other = PoolImpl::Open(path_, "lbtree", opts_);
   EXPECT_EQ(other.status().code(), Status::Code::kIncompatible);
   EXPECT_NE(other.status().message().find("fastfair"), std::string_view::npos);
   EXPECT_EQ(ReadFile(), good);
@@ -256,33 +256,33 @@ TEST_F(PoolFileTest, OpeningAPoolOfAnotherVersionOrTreeFailsAndChangesNothing) {
   h.checksum = Fnv1a64(&h, kChecksummedBytes);
   std::memcpy(v2.data(), &h, sizeof(h));
   WriteFile(v2);
-  auto p = Pool::Open(path_, "", opts_);
+  auto p = PoolImpl::Open(path_, "", opts_);
   EXPECT_EQ(p.status().code(), Status::Code::kIncompatible);
   EXPECT_EQ(ReadFile(), v2);
 }
 
 TEST_F(PoolFileTest, ADamagedHeaderFailsItsChecksum) {
-  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
+  { ASSERT_TRUE((*PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
   std::string bytes = ReadFile();
   bytes[20] ^= 1;  // pool_size
   WriteFile(bytes);
-  auto p = Pool::Open(path_, "", opts_);
+  auto p = PoolImpl::Open(path_, "", opts_);
   EXPECT_EQ(p.status().code(), Status::Code::kCorruption);
   EXPECT_NE(p.status().message().find("checksum"), std::string_view::npos);
 }
 
 TEST_F(PoolFileTest, APoolOpenInOneHandleIsBusyForAnother) {
-  auto p = Pool::Create(path_, kMinPoolSize, "t", 0, opts_);
+  auto p = PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_);
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(Pool::Open(path_, "", opts_).status().code(), Status::Code::kBusy);
+  EXPECT_EQ(PoolImpl::Open(path_, "", opts_).status().code(), Status::Code::kBusy);
 }
 
 TEST_F(PoolFileTest, PrivateMappingNeverChangesTheFile) {
-  { ASSERT_TRUE((*Pool::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
+  { ASSERT_TRUE((*PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_))->Close().ok()); }
   std::string before = ReadFile();
   PoolOptions o = opts_;
   o.private_mapping = true;
-  auto p = Pool::Open(path_, "", o);
+  auto p = PoolImpl::Open(path_, "", o);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   (*p)->SetRoot(3, 4096);
   ASSERT_TRUE((*p)->Close().ok());
@@ -290,23 +290,23 @@ TEST_F(PoolFileTest, PrivateMappingNeverChangesTheFile) {
 }
 
 TEST_F(PoolFileTest, MissingFileIsNotFound) {
-  EXPECT_EQ(Pool::Open(path_ + "-absent", "", opts_).status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(PoolImpl::Open(path_ + "-absent", "", opts_).status().code(), Status::Code::kNotFound);
 }
 
 TEST(PoolTest, EnvironmentOverridesTheBackendWhenAskedAndRejectsNonsense) {
   PoolOptions o;
   o.use_env = true;
   setenv("PMTREE_BACKEND", "dram", 1);
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, "t", 0, o);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->backend_kind(), BackendKind::kDram);
   setenv("PMTREE_BACKEND", "floppy", 1);
-  auto q = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o);
+  auto q = PoolImpl::CreateAnonymous(kMinPoolSize, "t", 0, o);
   EXPECT_EQ(q.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(q.status().message().find("valid:"), std::string_view::npos);
   unsetenv("PMTREE_BACKEND");
   setenv("PMTREE_WRITE_LATENCY_NS", "12x", 1);
-  EXPECT_FALSE(Pool::CreateAnonymous(kMinPoolSize, "t", 0, o).ok());
+  EXPECT_FALSE(PoolImpl::CreateAnonymous(kMinPoolSize, "t", 0, o).ok());
   unsetenv("PMTREE_WRITE_LATENCY_NS");
 }
 
@@ -314,7 +314,7 @@ TEST(PoolTest, EnvironmentOverridesTheBackendWhenAskedAndRejectsNonsense) {
 TEST(PoolTest, DefaultOptionsIgnoreTheEnvironment) {
   setenv("PMTREE_BACKEND", "dram", 1);
   setenv("PMTREE_WRITE_LATENCY_NS", "300", 1);
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, "t", 0);
   unsetenv("PMTREE_BACKEND");
   unsetenv("PMTREE_WRITE_LATENCY_NS");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
@@ -325,7 +325,7 @@ TEST(PoolTest, DefaultOptionsIgnoreTheEnvironment) {
 TEST(PoolTest, HardwareBackendPicksTheBestFlushInstruction) {
   PoolOptions o;
   o.use_env = false;
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, "t", 0, o);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->flush_instruction(), DetectFlushInstruction());
   EXPECT_NE((*p)->Describe().find("process crash"), std::string::npos);
@@ -334,7 +334,7 @@ TEST(PoolTest, HardwareBackendPicksTheBestFlushInstruction) {
 TEST(PoolTest, ReadOnlyViewNeedsACustomBackend) {
   PoolOptions o;
   o.use_env = false;
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o, /*read_only_view=*/true);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, "t", 0, o, /*read_only_view=*/true);
   EXPECT_EQ(p.status().code(), Status::Code::kInvalidArgument);
 }
 
@@ -362,7 +362,7 @@ TEST(PoolDeathTest, ReadOnlyViewFaultsOnARawStoreButTakesBackendWrites) {
   o.use_env = false;
   o.backend = BackendKind::kCustom;
   o.backend_factory = [](char* view, char* alias, uint64_t) { return std::make_unique<AliasBackend>(view, alias); };
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 0, o, /*read_only_view=*/true);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, "t", 0, o, /*read_only_view=*/true);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   (*p)->SetRoot(2, 8192);
   EXPECT_EQ((*p)->root(2), 8192u);  // visible through the read-only view
@@ -373,10 +373,10 @@ TEST(PoolDeathTest, ReadOnlyViewFaultsOnARawStoreButTakesBackendWrites) {
 TEST(PoolTest, AnonymousPoolReopensFromItsMemfd) {
   PoolOptions o;
   o.use_env = false;
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "t", 7, o);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, "t", 7, o);
   ASSERT_TRUE(p.ok());
   (*p)->SetRoot(1, 4096);
-  auto q = Pool::OpenAnonymous((*p)->memfd(), kMinPoolSize, "t", o);
+  auto q = PoolImpl::OpenAnonymous((*p)->memfd(), kMinPoolSize, "t", o);
   ASSERT_TRUE(q.ok()) << q.status().ToString();
   EXPECT_EQ((*q)->root(1), 4096u);
   EXPECT_EQ((*q)->layout_flags(), 7u);
@@ -384,9 +384,9 @@ TEST(PoolTest, AnonymousPoolReopensFromItsMemfd) {
 }
 
 TEST(PoolTest, InvalidSizesAndNamesAreRejected) {
-  EXPECT_EQ(Pool::CreateAnonymous(1000, "t", 0).status().code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(Pool::CreateAnonymous(kMinPoolSize, "", 0).status().code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(Pool::CreateAnonymous(kMinPoolSize, std::string(40, 'a'), 0).status().code(),
+  EXPECT_EQ(PoolImpl::CreateAnonymous(1000, "t", 0).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(PoolImpl::CreateAnonymous(kMinPoolSize, "", 0).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(PoolImpl::CreateAnonymous(kMinPoolSize, std::string(40, 'a'), 0).status().code(),
             Status::Code::kInvalidArgument);
 }
 

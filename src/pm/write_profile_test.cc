@@ -9,16 +9,16 @@
 #include <thread>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 
 namespace pmtree {
 namespace {
 
-std::unique_ptr<Pool> MakePool(std::shared_ptr<WriteProfile> profile, BackendKind kind = BackendKind::kHardware) {
+std::unique_ptr<PoolImpl> MakePool(std::shared_ptr<WriteProfile> profile, BackendKind kind = BackendKind::kHardware) {
   PoolOptions o;
   o.backend = kind;
   o.write_profile = std::move(profile);
-  auto p = Pool::CreateAnonymous(kMinPoolSize, "test", 0, o);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, "test", 0, o);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return std::move(p).value();
 }
@@ -201,7 +201,7 @@ TEST(WriteProfileTest, APoolWithoutAProfileRecordsNothingAndDescribesItself) {
   auto pool = MakePool(prof);
   EXPECT_NE(pool->Describe().find("profiled"), std::string::npos);
   PoolOptions o;
-  auto plain = Pool::CreateAnonymous(kMinPoolSize, "test", 0, o);
+  auto plain = PoolImpl::CreateAnonymous(kMinPoolSize, "test", 0, o);
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ((*plain)->Describe().find("profiled"), std::string::npos);
 }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "pm/pool_impl.h"
 #include "pmtree/kv.h"
 #include "pmtree/registry.h"
 
@@ -31,7 +32,7 @@ int Report(const InspectArgs& a, TreeHandle<T>& h) {
   Status verify = h.tree->Verify();
   TreeStats st;
   if (verify.ok()) st = h.tree->Stats();
-  Pool& pool = *h.pool;
+  PoolImpl& pool = PoolImpl::Of(*h.pool);
   if (a.json) {
     nlohmann::json j;
     j["pool"] = {{"path", a.path},
@@ -87,7 +88,7 @@ int ReportStore(const InspectArgs& a, kv::Store& s) {
   Status verify = s.Verify();
   kv::StoreStats st{};
   if (verify.ok()) st = s.Stats();
-  Pool& pool = s.pool();
+  PoolImpl& pool = PoolImpl::Of(s.pool());
   if (a.json) {
     nlohmann::json j;
     j["pool"] = {{"path", a.path},
@@ -121,7 +122,7 @@ int Run(const InspectArgs& a) {
   po.private_mapping = true;  // never change the file
   po.use_env = true;          // a tool: PMTREE_BACKEND applies (README, Durability)
   // Peek at the key kind so the right key type opens the tree.
-  auto peek = Pool::Open(a.path, "", po);
+  auto peek = PoolImpl::Open(a.path, "", po);
   if (!peek.ok()) {
     std::fprintf(stderr, "pmtree inspect: %s\n", peek.status().ToString().c_str());
     return 2;

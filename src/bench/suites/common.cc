@@ -10,7 +10,7 @@
 #include <cstdio>
 
 #include "bench/media.h"
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 
 namespace pmtree::bench {
 
@@ -111,7 +111,7 @@ Measurement FlushThroughput(const BenchConfig& base, uint64_t size, uint64_t tot
   // object are size / 64 by construction.
   po.counting = false;
   uint64_t pool_size = std::max<uint64_t>(kMinPoolSize * 4, size * 2 + (1 << 20));
-  auto pool = Pool::CreateAnonymous(pool_size, "flushbench", 0, po);
+  auto pool = PoolImpl::CreateAnonymous(pool_size, "flushbench", 0, po);
   if (!pool.ok()) {
     m.error = pool.status().ToString();
     return m;

@@ -36,8 +36,8 @@
 //       current_version = v is stored before the root pointer, in the same
 //       line, so a crash shows the empty tree or the whole load.
 
-#include "trees/common/bulk_input.h"
 #include "trees/cdds/cdds.h"
+#include "trees/common/bulk_input.h"
 #include "trees/common/upcast.h"
 
 #include <algorithm>
@@ -86,8 +86,8 @@ Status ParseOptions(const TreeOptions& o, uint32_t* gc_every) {
 // ---------------------------------------------------------------------------
 // Lifecycle
 
-template <class Keys>
-CddsTree<Keys>::CddsTree(Pool* pool, uint64_t meta_off, uint32_t gc_every)
+template <KeyPolicy KP>
+CddsTree<KP>::CddsTree(PoolImpl* pool, uint64_t meta_off, uint32_t gc_every)
     : pool_(pool), keys_(pool), meta_off_(meta_off), gc_every_(gc_every), readers_(new ReaderSlot[kReaderSlots]) {
   node_size_ = meta()->node_size;
   bounds_relaxed_ = (meta()->flags & cdds::kFlagBoundsRelaxed) != 0;
@@ -95,16 +95,16 @@ CddsTree<Keys>::CddsTree(Pool* pool, uint64_t meta_off, uint32_t gc_every)
   min_live_ = cdds::MinLive(cap_);
 }
 
-template <class Keys>
-CddsTree<Keys>::~CddsTree() = default;
+template <KeyPolicy KP>
+CddsTree<KP>::~CddsTree() = default;
 
-template <class Keys>
-uint32_t CddsTree<Keys>::capabilities() const {
+template <KeyPolicy KP>
+uint32_t CddsTree<KP>::capabilities() const {
   return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapBulkLoadFill | kCapInstantRestart | kCapAssumesLineOrder;
 }
 
-template <class Keys>
-Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Create(Pool* pool, const TreeOptions& options) {
+template <KeyPolicy KP>
+Result<std::unique_ptr<CddsTree<KP>>> CddsTree<KP>::Create(PoolImpl* pool, const TreeOptions& options) {
   if (pool == nullptr) return Status::InvalidArgument("cdds: needs a pool");
   uint32_t gc_every = 8;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &gc_every));
@@ -127,7 +127,7 @@ Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Create(Pool* pool, const
   m.magic = cdds::kMetaMagic;
   m.version = cdds::kLayoutVersion;
   m.node_size = node_size;
-  m.key_kind = static_cast<uint32_t>(Keys::kKind);
+  m.key_kind = static_cast<uint32_t>(KP::kKind);
   m.root = *root_r;
   m.current_version = 1;  // 0 marks an idle reader slot
   pool->Write(pool->At<char>(meta_off), &m, sizeof(m));
@@ -138,8 +138,8 @@ Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Create(Pool* pool, const
   return std::unique_ptr<CddsTree>(new CddsTree(pool, meta_off, gc_every));
 }
 
-template <class Keys>
-Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Recover(Pool* pool, const TreeOptions& options) {
+template <KeyPolicy KP>
+Result<std::unique_ptr<CddsTree<KP>>> CddsTree<KP>::Recover(PoolImpl* pool, const TreeOptions& options) {
   if (pool == nullptr) return Status::InvalidArgument("cdds: needs a pool");
   uint32_t gc_every = 8;
   PMTREE_RETURN_IF_ERROR(ParseOptions(TreeOptions{0, options.key_kind, 1, options.extra}, &gc_every));
@@ -153,7 +153,7 @@ Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Recover(Pool* pool, cons
     return Status::Incompatible("cdds meta at offset " + Hex(meta_off) + ": layout version " +
                                 std::to_string(m->version) + ", this build reads " +
                                 std::to_string(cdds::kLayoutVersion));
-  if (m->key_kind != static_cast<uint32_t>(Keys::kKind))
+  if (m->key_kind != static_cast<uint32_t>(KP::kKind))
     return Status::Incompatible("cdds meta at offset " + Hex(meta_off) + ": pool holds " +
                                 (m->key_kind == 0 ? "u64" : "byte-string") + " keys");
   if (!ValidNodeSize(m->node_size) || m->current_version == 0 || m->current_version >= cdds::kMovedBit)
@@ -170,8 +170,8 @@ Result<std::unique_ptr<CddsTree<Keys>>> CddsTree<Keys>::Recover(Pool* pool, cons
   return t;
 }
 
-template <class Keys>
-Status CddsTree<Keys>::Close() {
+template <KeyPolicy KP>
+Status CddsTree<KP>::Close() {
   std::lock_guard lock(write_mu_);
   if (closed_) return Status::Ok();
   closed_ = true;
@@ -180,41 +180,41 @@ Status CddsTree<Keys>::Close() {
   return pool_->Close();
 }
 
-template <class Keys>
-Status CddsTree<Keys>::CheckUsable() const {
+template <KeyPolicy KP>
+Status CddsTree<KP>::CheckUsable() const {
   if (closed_) return Status::Busy("cdds: tree is closed");
   return Status::Ok();
 }
 
-template <class Keys>
-cdds::CddsCounts CddsTree<Keys>::counts() const {
+template <KeyPolicy KP>
+cdds::CddsCounts CddsTree<KP>::counts() const {
   std::lock_guard lock(write_mu_);
   return counts_;
 }
 
-template <class Keys>
-uint64_t CddsTree<Keys>::current_version() const {
-  return Pool::Load64(&meta()->current_version);
+template <KeyPolicy KP>
+uint64_t CddsTree<KP>::current_version() const {
+  return PoolImpl::Load64(&meta()->current_version);
 }
 
 // ---------------------------------------------------------------------------
 // Writer helpers
 
-template <class Keys>
-void CddsTree<Keys>::BeginOp(Op* op) {
+template <KeyPolicy KP>
+void CddsTree<KP>::BeginOp(Op* op) {
   op->cv = current_version();
   op->v = op->cv + 1;
   op->before = ReclaimBefore();
   op->old_root = root();
 }
 
-template <class Keys>
-uint64_t CddsTree<Keys>::ReclaimBefore() {
+template <KeyPolicy KP>
+uint64_t CddsTree<KP>::ReclaimBefore() {
   return oldest_retained_version();
 }
 
-template <class Keys>
-Status CddsTree<Keys>::Commit(Op* op) {
+template <KeyPolicy KP>
+Status CddsTree<KP>::Commit(Op* op) {
   // C1: complete every flush of the operation before the commit store.
   pool_->Fence();
   pool_->Store64(&meta()->current_version, op->v);
@@ -226,14 +226,14 @@ Status CddsTree<Keys>::Commit(Op* op) {
   return Status::Ok();
 }
 
-template <class Keys>
-void CddsTree<Keys>::FinishOp(Op* op) {
+template <KeyPolicy KP>
+void CddsTree<KP>::FinishOp(Op* op) {
   FreeOwned(op->released);
   op->released.clear();
 }
 
-template <class Keys>
-void CddsTree<Keys>::Abort(Op* op) {
+template <KeyPolicy KP>
+void CddsTree<KP>::Abort(Op* op) {
   // In-process forward GC of this operation (Alg. 6 on the nodes it wrote).
   if (op->root_changed) {
     pool_->Store64(&meta()->root, op->old_root);
@@ -247,13 +247,13 @@ void CddsTree<Keys>::Abort(Op* op) {
   FinishOp(op);
 }
 
-template <class Keys>
-void CddsTree<Keys>::Touch(Op* op, uint64_t off) {
+template <KeyPolicy KP>
+void CddsTree<KP>::Touch(Op* op, uint64_t off) {
   if (std::find(op->touched.begin(), op->touched.end(), off) == op->touched.end()) op->touched.push_back(off);
 }
 
-template <class Keys>
-void CddsTree<Keys>::FindPath(Arg key, Path* path) const {
+template <KeyPolicy KP>
+void CddsTree<KP>::FindPath(Arg key, Path* path) const {
   path->clear();
   uint64_t off = root();
   for (uint32_t depth = 0; depth < cdds::kMaxHeight; depth++) {
@@ -282,8 +282,8 @@ void CddsTree<Keys>::FindPath(Arg key, Path* path) const {
   }
 }
 
-template <class Keys>
-int CddsTree<Keys>::FindLeafEntry(uint64_t leaf, Arg key) const {
+template <KeyPolicy KP>
+int CddsTree<KP>::FindLeafEntry(uint64_t leaf, Arg key) const {
   const NodeEntry* es = entries(leaf);
   uint32_t n = count(leaf), lo = 0, hi = n;
   while (lo < hi) {
@@ -298,8 +298,8 @@ int CddsTree<Keys>::FindLeafEntry(uint64_t leaf, Arg key) const {
   return -1;
 }
 
-template <class Keys>
-uint32_t CddsTree<Keys>::InsertPos(uint64_t off, uint64_t key_slot) const {
+template <KeyPolicy KP>
+uint32_t CddsTree<KP>::InsertPos(uint64_t off, uint64_t key_slot) const {
   // After every entry with a smaller or equal key: a new entry has the
   // largest start version of its key (C3).
   const NodeEntry* es = entries(off);
@@ -314,21 +314,21 @@ uint32_t CddsTree<Keys>::InsertPos(uint64_t off, uint64_t key_slot) const {
   return lo;
 }
 
-template <class Keys>
-bool CddsTree<Keys>::Reclaimable(const NodeEntry& e, uint64_t before) const {
+template <KeyPolicy KP>
+bool CddsTree<KP>::Reclaimable(const NodeEntry& e, uint64_t before) const {
   return e.end != 0 && e.start != kInvalidVersion && EndVersion(e.end) <= before;
 }
 
-template <class Keys>
-uint32_t CddsTree<Keys>::LiveCount(uint64_t off) const {
+template <KeyPolicy KP>
+uint32_t CddsTree<KP>::LiveCount(uint64_t off) const {
   uint32_t l = 0;
   const NodeEntry* es = entries(off);
   for (uint32_t i = 0, n = count(off); i < n; i++) l += Live(es[i]);
   return l;
 }
 
-template <class Keys>
-std::vector<NodeEntry> CddsTree<Keys>::LiveEntries(uint64_t off, int skip) const {
+template <KeyPolicy KP>
+std::vector<NodeEntry> CddsTree<KP>::LiveEntries(uint64_t off, int skip) const {
   std::vector<NodeEntry> out;
   const NodeEntry* es = entries(off);
   for (uint32_t i = 0, n = count(off); i < n; i++)
@@ -336,8 +336,8 @@ std::vector<NodeEntry> CddsTree<Keys>::LiveEntries(uint64_t off, int skip) const
   return out;
 }
 
-template <class Keys>
-void CddsTree<Keys>::SetEnd(Op* op, uint64_t off, uint32_t idx, uint64_t end) {
+template <KeyPolicy KP>
+void CddsTree<KP>::SetEnd(Op* op, uint64_t off, uint32_t idx, uint64_t end) {
   Touch(op, off);
   NodeEntry* e = entries(off) + idx;
   VersionLock& lk = locks_.For(off);
@@ -350,8 +350,8 @@ void CddsTree<Keys>::SetEnd(Op* op, uint64_t off, uint32_t idx, uint64_t end) {
   lk.unlock();
 }
 
-template <class Keys>
-void CddsTree<Keys>::CopyEntry(NodeEntry* dst, const NodeEntry& src) {
+template <KeyPolicy KP>
+void CddsTree<KP>::CopyEntry(NodeEntry* dst, const NodeEntry& src) {
   // C4: a torn copy reads as start = kInvalidVersion, which recovery drops.
   pool_->Store64(&dst->start, kInvalidVersion);
   pool_->Store64(&dst->key, src.key);
@@ -360,8 +360,8 @@ void CddsTree<Keys>::CopyEntry(NodeEntry* dst, const NodeEntry& src) {
   pool_->Store64(&dst->start, src.start);
 }
 
-template <class Keys>
-void CddsTree<Keys>::PersistEntryIfOtherLine(const NodeEntry* written, const NodeEntry* next) {
+template <KeyPolicy KP>
+void CddsTree<KP>::PersistEntryIfOtherLine(const NodeEntry* written, const NodeEntry* next) {
   if (cdds::LineOf(written) == cdds::LineOf(next)) return;  // one line reaches memory in store order (C4)
   // §4.4.2: the entry is durable in its new slot before the slot it came
   // from (on another line) is overwritten, so a crash never loses it.
@@ -372,8 +372,8 @@ void CddsTree<Keys>::PersistEntryIfOtherLine(const NodeEntry* written, const Nod
 // (Alg. 2 lines 14-17, with the shift of §4.4.1), or over the lowest dead
 // entry no retained version sees (can_reuse_version, lines 6-10 and 21-28).
 // False when neither exists.
-template <class Keys>
-bool CddsTree<Keys>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
+template <KeyPolicy KP>
+bool CddsTree<KP>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
   NodeHeader* h = node(off);
   NodeEntry* es = entries(off);
   const uint32_t n = count(off);
@@ -445,13 +445,13 @@ bool CddsTree<Keys>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
   return true;
 }
 
-template <class Keys>
-void CddsTree<Keys>::ReleaseOwned(Op* op, const NodeEntry& e, uint32_t level) {
+template <KeyPolicy KP>
+void CddsTree<KP>::ReleaseOwned(Op* op, const NodeEntry& e, uint32_t level) {
   if (!cdds::Moved(e.end)) op->released.emplace_back(e, level);  // C6: the owner frees
 }
 
-template <class Keys>
-Result<uint64_t> CddsTree<Keys>::NewNode(Op* op, uint16_t level, std::span<const NodeEntry> es) {
+template <KeyPolicy KP>
+Result<uint64_t> CddsTree<KP>::NewNode(Op* op, uint16_t level, std::span<const NodeEntry> es) {
   PMTREE_ASSIGN_OR_RETURN(uint64_t off, pool_->allocator().Allocate(node_size_));
   op->new_nodes.push_back(off);
   NodeHeader h{};
@@ -467,11 +467,11 @@ Result<uint64_t> CddsTree<Keys>::NewNode(Op* op, uint16_t level, std::span<const
   return off;
 }
 
-template <class Keys>
-Result<uint64_t> CddsTree<Keys>::CopyKey(Op* op, uint64_t slot) {
+template <KeyPolicy KP>
+Result<uint64_t> CddsTree<KP>::CopyKey(Op* op, uint64_t slot) {
   auto owned = keys_.Load(slot);
   PMTREE_ASSIGN_OR_RETURN(uint64_t s, keys_.MakeSlot(owned));
-  if constexpr (!Keys::kInline) op->new_slots.push_back(s);
+  if constexpr (!KP::kInline) op->new_slots.push_back(s);
   return s;
 }
 
@@ -482,8 +482,8 @@ Result<uint64_t> CddsTree<Keys>::CopyKey(Op* op, uint64_t slot) {
 // `adds` (start v), in place when free or reclaimable slots suffice, else by
 // split_insert (Alg. 3): copy-on-write into new nodes, then the same change
 // one level up.
-template <class Keys>
-Status CddsTree<Keys>::ApplyChange(Op* op, const Path& path, size_t depth,
+template <KeyPolicy KP>
+Status CddsTree<KP>::ApplyChange(Op* op, const Path& path, size_t depth,
                                    std::span<const std::pair<uint32_t, uint64_t>> ends, std::vector<NodeEntry> adds,
                                    bool* replaced) {
   const uint64_t off = path[depth].node;
@@ -516,8 +516,8 @@ Status CddsTree<Keys>::ApplyChange(Op* op, const Path& path, size_t depth,
 // than 4 m_l + 1 (Alg. 3 lines 4-20; Alg. 4's merge and copy), marks every
 // live entry of `olds` moved at v (lines 21-22), and links the new nodes in
 // the parent (or a new root).
-template <class Keys>
-Status CddsTree<Keys>::ReplaceNodes(Op* op, const Path& path, size_t depth, std::span<const uint64_t> olds,
+template <KeyPolicy KP>
+Status CddsTree<KP>::ReplaceNodes(Op* op, const Path& path, size_t depth, std::span<const uint64_t> olds,
                                     std::span<const uint32_t> old_idx, std::vector<NodeEntry> live,
                                     bool* parent_replaced) {
   const uint16_t level = node(olds[0])->level;
@@ -586,8 +586,8 @@ Status CddsTree<Keys>::ReplaceNodes(Op* op, const Path& path, size_t depth, std:
 // Alg. 4 lines 6-12: a non-root node left with m_l live entries or fewer
 // takes a sibling's live entries: one new node (merge_with_sibling) or two
 // (copy_from_sibling), then the parent is checked in turn.
-template <class Keys>
-Status CddsTree<Keys>::Rebalance(Op* op, const Path& path, size_t depth) {
+template <KeyPolicy KP>
+Status CddsTree<KP>::Rebalance(Op* op, const Path& path, size_t depth) {
   for (; depth > 0; depth--) {
     const uint64_t off = path[depth].node;
     if (LiveCount(off) > min_live_) return Status::Ok();
@@ -618,9 +618,9 @@ Status CddsTree<Keys>::Rebalance(Op* op, const Path& path, size_t depth) {
 // ---------------------------------------------------------------------------
 // Operations
 
-template <class Keys>
-Status CddsTree<Keys>::Mutate(Arg key, uint64_t value, bool allow_insert, bool allow_update, bool* existed) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+template <KeyPolicy KP>
+Status CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool allow_update, bool* existed) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   std::lock_guard lock(write_mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   Op op;
@@ -641,7 +641,7 @@ Status CddsTree<Keys>::Mutate(Arg key, uint64_t value, bool allow_insert, bool a
   } else {
     auto slot = keys_.MakeSlot(key);
     if (!slot.ok()) return slot.status();
-    if constexpr (!Keys::kInline) op.new_slots.push_back(*slot);
+    if constexpr (!KP::kInline) op.new_slots.push_back(*slot);
     e.key = *slot;
   }
   bool replaced = false;
@@ -655,29 +655,29 @@ Status CddsTree<Keys>::Mutate(Arg key, uint64_t value, bool allow_insert, bool a
   return Status::Ok();
 }
 
-template <class Keys>
-Result<bool> CddsTree<Keys>::Insert(Arg key, uint64_t value) {
+template <KeyPolicy KP>
+Result<bool> CddsTree<KP>::Insert(Arg key, uint64_t value) {
   bool existed = false;
   PMTREE_RETURN_IF_ERROR(Mutate(key, value, true, false, &existed));
   return !existed;
 }
 
-template <class Keys>
-Result<bool> CddsTree<Keys>::Update(Arg key, uint64_t value) {
+template <KeyPolicy KP>
+Result<bool> CddsTree<KP>::Update(Arg key, uint64_t value) {
   bool existed = false;
   PMTREE_RETURN_IF_ERROR(Mutate(key, value, false, true, &existed));
   return existed;
 }
 
-template <class Keys>
-Result<bool> CddsTree<Keys>::Upsert(Arg key, uint64_t value) {
+template <KeyPolicy KP>
+Result<bool> CddsTree<KP>::Upsert(Arg key, uint64_t value) {
   bool existed = false;
   PMTREE_RETURN_IF_ERROR(Mutate(key, value, true, true, &existed));
   return !existed;
 }
 
-template <class Keys>
-Status CddsTree<Keys>::RemoveKey(Arg key, bool* removed, bool rebalance) {
+template <KeyPolicy KP>
+Status CddsTree<KP>::RemoveKey(Arg key, bool* removed, bool rebalance) {
   Op op;
   BeginOp(&op);
   Path path;
@@ -700,9 +700,9 @@ Status CddsTree<Keys>::RemoveKey(Arg key, bool* removed, bool rebalance) {
   return Status::Ok();
 }
 
-template <class Keys>
-Result<bool> CddsTree<Keys>::Remove(Arg key) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+template <KeyPolicy KP>
+Result<bool> CddsTree<KP>::Remove(Arg key) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   std::lock_guard lock(write_mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   bool removed = false;
@@ -732,9 +732,9 @@ Result<bool> CddsTree<Keys>::Remove(Arg key) {
 // 2 (m_l + 1), so every non-root node keeps more than m_l live entries);
 // an inner entry's key is its child's largest key, as split_insert makes
 // them.  Commit by C9.
-template <class Keys>
-Status CddsTree<Keys>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
-  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
+template <KeyPolicy KP>
+Status CddsTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
   std::lock_guard lock(write_mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   const uint64_t old_root = root();
@@ -771,7 +771,7 @@ Status CddsTree<Keys>::BulkLoad(std::span<const InputEntry> sorted, double fill)
       0, sorted.size(),
       [&](size_t i) -> Result<NodeEntry> {
         PMTREE_ASSIGN_OR_RETURN(uint64_t slot, keys_.MakeSlot(sorted[i].first));
-        if constexpr (!Keys::kInline) op.new_slots.push_back(slot);
+        if constexpr (!KP::kInline) op.new_slots.push_back(slot);
         return NodeEntry{slot, sorted[i].second, op.v, 0};
       },
       &nodes, &last_keys);

@@ -48,7 +48,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 #include "trees/cdds/layout.h"
@@ -89,26 +89,26 @@ namespace cdds {
 // 2048 or 4096; extra "gc_every" (writer operations between two incremental
 // GC steps, default 8; 0 = GC only through CollectGarbage()).
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 }  // namespace cdds
 
-template <class Keys>
-class CddsTree final : public BasicTree<typename Keys::Arg> {
+template <KeyPolicy KP>
+class CddsTree final : public BasicTree<typename KP::Arg> {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   using Base = BasicTree<Arg>;
   using Entry = typename Base::Entry;
   using InputEntry = typename Base::InputEntry;
 
   // Creation commits when root slot 0 names the meta block.
-  static Result<std::unique_ptr<CddsTree>> Create(Pool* pool, const TreeOptions& options);
+  static Result<std::unique_ptr<CddsTree>> Create(PoolImpl* pool, const TreeOptions& options);
   // After a clean shutdown: restarts without a walk.  After a crash: forward
   // GC (Alg. 6) from the root, then the allocator is rebuilt from what the
   // root reaches.  Idempotent; a crash during it is recovered by running it
   // again.
-  static Result<std::unique_ptr<CddsTree>> Recover(Pool* pool, const TreeOptions& options);
+  static Result<std::unique_ptr<CddsTree>> Recover(PoolImpl* pool, const TreeOptions& options);
 
   ~CddsTree() override;
 
@@ -172,10 +172,10 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   struct NodeCopy;
   struct WalkStats;
 
-  CddsTree(Pool* pool, uint64_t meta_off, uint32_t gc_every);
+  CddsTree(PoolImpl* pool, uint64_t meta_off, uint32_t gc_every);
 
   cdds::CddsMeta* meta() const { return pool_->At<cdds::CddsMeta>(meta_off_); }
-  uint64_t root() const { return Pool::Load64(&meta()->root); }
+  uint64_t root() const { return PoolImpl::Load64(&meta()->root); }
   cdds::NodeHeader* node(uint64_t off) const { return pool_->At<cdds::NodeHeader>(off); }
   cdds::NodeEntry* entries(uint64_t off) const {
     return pool_->At<cdds::NodeEntry>(off + sizeof(cdds::NodeHeader));
@@ -234,8 +234,8 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   Status RebuildAllocator();
   Status Walk(WalkStats* ws, bool rebuild, bool verify);
 
-  Pool* pool_;
-  Keys keys_;
+  PoolImpl* pool_;
+  KP keys_;
   uint64_t meta_off_;
   uint32_t node_size_ = cdds::kDefaultNodeSize;
   uint32_t cap_ = cdds::NodeCapacity(cdds::kDefaultNodeSize);
@@ -247,7 +247,7 @@ class CddsTree final : public BasicTree<typename Keys::Arg> {
   bool closed_ = false;
   bool bounds_relaxed_ = false;   // an underflow was left for lack of space
   uint32_t ops_since_gc_ = 0;
-  std::optional<typename Keys::Owned> gc_cursor_;  // exclusive lower bound of the next GC step
+  std::optional<typename KP::Owned> gc_cursor_;  // exclusive lower bound of the next GC step
   cdds::CddsCounts counts_;
 
   // Version references (§4.3.1): pinned snapshots and running readers.

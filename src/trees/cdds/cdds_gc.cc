@@ -35,8 +35,8 @@ using cdds::Moved;
 using cdds::NodeEntry;
 using cdds::NodeHeader;
 
-template <class Keys>
-struct CddsTree<Keys>::WalkStats {
+template <KeyPolicy KP>
+struct CddsTree<KP>::WalkStats {
   uint64_t nodes = 0, leaf_nodes = 0, inner_nodes = 0, garbage_nodes = 0;
   uint64_t live_entries = 0;  // leaf entries live at the current version
   uint64_t dead_entries = 0;  // ended entries still stored (all levels)
@@ -53,8 +53,8 @@ struct CddsTree<Keys>::WalkStats {
 // slot is persisted before a slot on the next line is overwritten, so the
 // entry a slot held is always durable elsewhere first.  A crash leaves C3's
 // debris (duplicates, invalid starts), which recovery removes again.
-template <class Keys>
-void CddsTree<Keys>::RewriteEntries(uint64_t off, const std::vector<NodeEntry>& keep,
+template <KeyPolicy KP>
+void CddsTree<KP>::RewriteEntries(uint64_t off, const std::vector<NodeEntry>& keep,
                                     const std::vector<uint32_t>& from) {
   NodeEntry* es = entries(off);
   const NodeEntry* dirty = nullptr;
@@ -93,8 +93,8 @@ void CddsTree<Keys>::RewriteEntries(uint64_t off, const std::vector<NodeEntry>& 
 // the stale entries there (§4.4.5).  Such debris always shows as an exact
 // duplicate or a start > cv, so clean nodes -- including dead ones whose
 // moved entries may name freed key blobs (C6) -- are never compared by key.
-template <class Keys>
-Status CddsTree<Keys>::RecoverNode(uint64_t off, uint64_t cv) {
+template <KeyPolicy KP>
+Status CddsTree<KP>::RecoverNode(uint64_t off, uint64_t cv) {
   const NodeEntry* es = entries(off);
   const uint32_t n = count(off);
   bool debris = false;
@@ -143,8 +143,8 @@ Status CddsTree<Keys>::RecoverNode(uint64_t off, uint64_t cv) {
 // ---------------------------------------------------------------------------
 // Garbage collection
 
-template <class Keys>
-void CddsTree<Keys>::CompactNode(uint64_t off, uint64_t before, Released* released) {
+template <KeyPolicy KP>
+void CddsTree<KP>::CompactNode(uint64_t off, uint64_t before, Released* released) {
   const NodeEntry* es = entries(off);
   const uint32_t n = count(off);
   const uint32_t level = node(off)->level;
@@ -166,8 +166,8 @@ void CddsTree<Keys>::CompactNode(uint64_t off, uint64_t before, Released* releas
   lk.unlock();
 }
 
-template <class Keys>
-void CddsTree<Keys>::FreeSubtree(uint64_t off) {
+template <KeyPolicy KP>
+void CddsTree<KP>::FreeSubtree(uint64_t off) {
   // A node whose owner entry was reclaimed: dead since that entry ended, its
   // live entries having moved to copies (C6).  Frees what it owns.
   const NodeEntry* es = entries(off);
@@ -181,8 +181,8 @@ void CddsTree<Keys>::FreeSubtree(uint64_t off) {
   counts_.gc_nodes_freed++;
 }
 
-template <class Keys>
-void CddsTree<Keys>::FreeOwned(Released& released) {
+template <KeyPolicy KP>
+void CddsTree<KP>::FreeOwned(Released& released) {
   // Retire (epochs): a reader that entered before the reclamation may still
   // read these blocks.
   for (const auto& [e, level] : released) {
@@ -194,8 +194,8 @@ void CddsTree<Keys>::FreeOwned(Released& released) {
 
 // §4.4.4: a root left with one entry, live (so visible at every retained
 // version), hands the root over to that entry's child (C7).
-template <class Keys>
-void CddsTree<Keys>::TryPromoteRoot(Released* released, uint64_t before) {
+template <KeyPolicy KP>
+void CddsTree<KP>::TryPromoteRoot(Released* released, uint64_t before) {
   for (;;) {
     const uint64_t r = root();
     if (node(r)->level == 0) return;
@@ -211,8 +211,8 @@ void CddsTree<Keys>::TryPromoteRoot(Released* released, uint64_t before) {
   }
 }
 
-template <class Keys>
-void CddsTree<Keys>::MaybeGc() {
+template <KeyPolicy KP>
+void CddsTree<KP>::MaybeGc() {
   if (gc_every_ == 0 || ++ops_since_gc_ < gc_every_) return;
   ops_since_gc_ = 0;
   GcStep();
@@ -220,13 +220,13 @@ void CddsTree<Keys>::MaybeGc() {
 
 // One step of the collector: the path to the leaf after the cursor.
 // Returns true when the cursor wrapped (a pass is complete).
-template <class Keys>
-bool CddsTree<Keys>::GcStep() {
+template <KeyPolicy KP>
+bool CddsTree<KP>::GcStep() {
   const uint64_t before = ReclaimBefore();
   counts_.gc_steps++;
   Released released;
   TryPromoteRoot(&released, before);
-  std::optional<typename Keys::Owned> next;
+  std::optional<typename KP::Owned> next;
   uint64_t off = root();
   for (uint32_t depth = 0; depth < cdds::kMaxHeight; depth++) {
     CompactNode(off, before, &released);
@@ -250,8 +250,8 @@ bool CddsTree<Keys>::GcStep() {
   return !gc_cursor_;
 }
 
-template <class Keys>
-Status CddsTree<Keys>::CollectGarbage() {
+template <KeyPolicy KP>
+Status CddsTree<KP>::CollectGarbage() {
   std::lock_guard lock(write_mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   gc_cursor_.reset();
@@ -267,8 +267,8 @@ Status CddsTree<Keys>::CollectGarbage() {
 // reaches gets Alg. 6; then a root left with a single live entry (the undone
 // root split) is promoted.  Writes only what Alg. 6 changes, so running it
 // again (after a crash during recovery) finds less or nothing to do.
-template <class Keys>
-Status CddsTree<Keys>::RecoverNodes() {
+template <KeyPolicy KP>
+Status CddsTree<KP>::RecoverNodes() {
   const uint64_t cv = current_version();
   std::vector<std::pair<uint64_t, int>> stack{{root(), -1}};
   std::unordered_set<uint64_t> seen;
@@ -302,8 +302,8 @@ Status CddsTree<Keys>::RecoverNodes() {
   return Status::Ok();
 }
 
-template <class Keys>
-Status CddsTree<Keys>::RebuildAllocator() {
+template <KeyPolicy KP>
+Status CddsTree<KP>::RebuildAllocator() {
   Allocator& a = pool_->allocator();
   a.BeginRebuild();
   WalkStats ws;
@@ -315,8 +315,8 @@ Status CddsTree<Keys>::RebuildAllocator() {
 // ---------------------------------------------------------------------------
 // The walk behind Verify, Stats and the allocator rebuild
 
-template <class Keys>
-Status CddsTree<Keys>::Walk(WalkStats* ws, bool rebuild, bool verify) {
+template <KeyPolicy KP>
+Status CddsTree<KP>::Walk(WalkStats* ws, bool rebuild, bool verify) {
   struct Item {
     uint64_t off;
     int level;          // expected level, -1 for the root
@@ -419,8 +419,8 @@ Status CddsTree<Keys>::Walk(WalkStats* ws, bool rebuild, bool verify) {
   return Status::Ok();
 }
 
-template <class Keys>
-Status CddsTree<Keys>::Verify() {
+template <KeyPolicy KP>
+Status CddsTree<KP>::Verify() {
   std::lock_guard lock(write_mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   // No operation runs: retired blocks can be freed now, so bytes in use are
@@ -435,8 +435,8 @@ Status CddsTree<Keys>::Verify() {
   return Status::Ok();
 }
 
-template <class Keys>
-TreeStats CddsTree<Keys>::Stats() {
+template <KeyPolicy KP>
+TreeStats CddsTree<KP>::Stats() {
   std::lock_guard lock(write_mu_);
   TreeStats s;
   if (!CheckUsable().ok()) return s;

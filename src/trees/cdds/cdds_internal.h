@@ -38,10 +38,10 @@ inline uint64_t LineOf(const void* p) { return reinterpret_cast<uintptr_t>(p) / 
 // Store64s).
 inline NodeEntry LoadEntry(const NodeEntry* p) {
   NodeEntry e;
-  e.key = Pool::Load64(&p->key);
-  e.value = Pool::Load64(&p->value);
-  e.start = Pool::Load64(&p->start);
-  e.end = Pool::Load64(&p->end);
+  e.key = PoolImpl::Load64(&p->key);
+  e.value = PoolImpl::Load64(&p->value);
+  e.start = PoolImpl::Load64(&p->start);
+  e.end = PoolImpl::Load64(&p->end);
   return e;
 }
 
@@ -52,8 +52,8 @@ inline constexpr uint32_t kMaxCapacity = NodeCapacity(kMaxNodeSize);
 namespace pmtree {
 
 // One writer operation at version v = current + 1 (cdds.cc, "Op").
-template <class Keys>
-struct CddsTree<Keys>::Op {
+template <KeyPolicy KP>
+struct CddsTree<KP>::Op {
   uint64_t cv = 0;       // the last consistent version
   uint64_t v = 0;        // v' of the algorithms
   uint64_t before = 0;   // entries that ended at or before this are reclaimable
@@ -68,8 +68,8 @@ struct CddsTree<Keys>::Op {
 };
 
 // A reader's copy of one node, taken under the node's seqlock.
-template <class Keys>
-struct CddsTree<Keys>::NodeCopy {
+template <KeyPolicy KP>
+struct CddsTree<KP>::NodeCopy {
   uint32_t n = 0;
   uint16_t level = 0;
   cdds::NodeEntry e[cdds::kMaxCapacity];

@@ -30,8 +30,8 @@ constexpr uint64_t kClaiming = ~0ull;
 
 // Announces a reader's version in a reader slot (C8) and holds an epoch
 // guard, so nodes and blobs GC retires stay readable until the reader leaves.
-template <class Keys>
-class CddsTree<Keys>::ReaderPin {
+template <KeyPolicy KP>
+class CddsTree<KP>::ReaderPin {
  public:
   // Pins the current version (version == 0) or `version`.
   ReaderPin(const CddsTree* t, uint64_t version) : t_(t), guard_(t->pool_->epochs().Protect()) {
@@ -75,8 +75,8 @@ class CddsTree<Keys>::ReaderPin {
   uint64_t v_ = 0;
 };
 
-template <class Keys>
-uint64_t CddsTree<Keys>::GetSnapshot() {
+template <KeyPolicy KP>
+uint64_t CddsTree<KP>::GetSnapshot() {
   std::lock_guard lock(snap_mu_);
   // Writers read snapshots_ under snap_mu_ when they compute the oldest
   // version, so a snapshot registered here is either seen by a writer or
@@ -86,8 +86,8 @@ uint64_t CddsTree<Keys>::GetSnapshot() {
   return v;
 }
 
-template <class Keys>
-Status CddsTree<Keys>::ReleaseSnapshot(uint64_t version) {
+template <KeyPolicy KP>
+Status CddsTree<KP>::ReleaseSnapshot(uint64_t version) {
   std::lock_guard lock(snap_mu_);
   auto it = snapshots_.find(version);
   if (it == snapshots_.end())
@@ -96,15 +96,15 @@ Status CddsTree<Keys>::ReleaseSnapshot(uint64_t version) {
   return Status::Ok();
 }
 
-template <class Keys>
-bool CddsTree<Keys>::IsRetained(uint64_t version) {
+template <KeyPolicy KP>
+bool CddsTree<KP>::IsRetained(uint64_t version) {
   if (version == current_version()) return true;
   std::lock_guard lock(snap_mu_);
   return snapshots_.count(version) != 0;
 }
 
-template <class Keys>
-uint64_t CddsTree<Keys>::oldest_retained_version() {
+template <KeyPolicy KP>
+uint64_t CddsTree<KP>::oldest_retained_version() {
   uint64_t oldest = current_version();
   {
     std::lock_guard lock(snap_mu_);
@@ -124,14 +124,14 @@ uint64_t CddsTree<Keys>::oldest_retained_version() {
 // ---------------------------------------------------------------------------
 // Readers (Algorithm 1)
 
-template <class Keys>
-void CddsTree<Keys>::ReadNode(uint64_t off, NodeCopy* out) const {
+template <KeyPolicy KP>
+void CddsTree<KP>::ReadNode(uint64_t off, NodeCopy* out) const {
   const NodeHeader* h = node(off);
   const NodeEntry* es = entries(off);
   // A seqlock read: a writer shifting entries in this node makes us retry;
   // we never make it wait.
   locks_.For(off).ReadStable([&] {
-    uint64_t n = Pool::Load64(&h->num_entries);
+    uint64_t n = PoolImpl::Load64(&h->num_entries);
     out->n = static_cast<uint32_t>(std::min<uint64_t>(n, cap_));
     out->level = h->level;
     for (uint32_t i = 0; i < out->n; i++) out->e[i] = cdds::LoadEntry(es + i);
@@ -142,8 +142,8 @@ void CddsTree<Keys>::ReadNode(uint64_t off, NodeCopy* out) const {
 namespace {
 
 // First entry of c whose key is >= key (binary search, lines 11-17).
-template <class Keys, class C, class A>
-uint32_t LowerBoundIn(const Keys& keys, const C& c, A key) {
+template <KeyPolicy KP, class C, class A>
+uint32_t LowerBoundIn(const KP& keys, const C& c, A key) {
   uint32_t lo = 0, hi = c.n;
   while (lo < hi) {
     uint32_t mid = (lo + hi) / 2;
@@ -169,8 +169,8 @@ int RouteIn(const C& c, uint32_t lb, uint64_t v) {
 
 }  // namespace
 
-template <class Keys>
-bool CddsTree<Keys>::LookupAtVersion(uint64_t v, Arg key, uint64_t* value) const {
+template <KeyPolicy KP>
+bool CddsTree<KP>::LookupAtVersion(uint64_t v, Arg key, uint64_t* value) const {
   thread_local NodeCopy copy;
   NodeCopy* c = &copy;
   uint64_t off = root();
@@ -193,8 +193,8 @@ bool CddsTree<Keys>::LookupAtVersion(uint64_t v, Arg key, uint64_t* value) const
   return false;
 }
 
-template <class Keys>
-bool CddsTree<Keys>::ScanNode(uint64_t off, uint64_t v, Arg start, const Arg* end, std::span<Entry> out, size_t* n,
+template <KeyPolicy KP>
+bool CddsTree<KP>::ScanNode(uint64_t off, uint64_t v, Arg start, const Arg* end, std::span<Entry> out, size_t* n,
                               uint32_t depth) const {
   if (depth >= cdds::kMaxHeight) return false;
   auto c = std::make_unique<NodeCopy>();
@@ -223,31 +223,31 @@ bool CddsTree<Keys>::ScanNode(uint64_t off, uint64_t v, Arg start, const Arg* en
   return true;
 }
 
-template <class Keys>
-size_t CddsTree<Keys>::ScanAtVersion(uint64_t v, Arg start, const Arg* end, std::span<Entry> out) const {
+template <KeyPolicy KP>
+size_t CddsTree<KP>::ScanAtVersion(uint64_t v, Arg start, const Arg* end, std::span<Entry> out) const {
   size_t n = 0;
   if (out.empty()) return 0;
   ScanNode(root(), v, start, end, out, &n, 0);
   return n;
 }
 
-template <class Keys>
-bool CddsTree<Keys>::Lookup(Arg key, uint64_t* value) {
-  if (closed_ || !Keys::CheckArg(key).ok()) return false;
+template <KeyPolicy KP>
+bool CddsTree<KP>::Lookup(Arg key, uint64_t* value) {
+  if (closed_ || !KP::CheckArg(key).ok()) return false;
   ReaderPin pin(this, 0);
   return LookupAtVersion(pin.version(), key, value);
 }
 
-template <class Keys>
-size_t CddsTree<Keys>::Scan(Arg start, const Arg* end, std::span<Entry> out) {
+template <KeyPolicy KP>
+size_t CddsTree<KP>::Scan(Arg start, const Arg* end, std::span<Entry> out) {
   if (closed_) return 0;
   ReaderPin pin(this, 0);
   return ScanAtVersion(pin.version(), start, end, out);
 }
 
-template <class Keys>
-Result<bool> CddsTree<Keys>::LookupAt(uint64_t version, Arg key, uint64_t* value) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+template <KeyPolicy KP>
+Result<bool> CddsTree<KP>::LookupAt(uint64_t version, Arg key, uint64_t* value) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   ReaderPin pin(this, version);
   if (!IsRetained(version))
@@ -256,8 +256,8 @@ Result<bool> CddsTree<Keys>::LookupAt(uint64_t version, Arg key, uint64_t* value
   return LookupAtVersion(version, key, value);
 }
 
-template <class Keys>
-Result<size_t> CddsTree<Keys>::ScanAt(uint64_t version, Arg start, const Arg* end, std::span<Entry> out) {
+template <KeyPolicy KP>
+Result<size_t> CddsTree<KP>::ScanAt(uint64_t version, Arg start, const Arg* end, std::span<Entry> out) {
   PMTREE_RETURN_IF_ERROR(CheckUsable());
   ReaderPin pin(this, version);
   if (!IsRetained(version))

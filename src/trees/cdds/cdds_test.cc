@@ -30,6 +30,7 @@
 #include "testutil.h"
 #include "trees/cdds/cdds.h"
 #include "trees/cdds/layout.h"
+#include "trees/common/upcast.h"
 
 namespace pmtree {
 namespace {
@@ -43,26 +44,26 @@ double Extra(const TreeStats& st, const std::string& key) {
   return -1;
 }
 
-template <class Keys>
+template <KeyPolicy KP>
 struct Fixture {
-  std::unique_ptr<Pool> pool;
-  std::unique_ptr<CddsTree<Keys>> tree;
+  std::unique_ptr<PoolImpl> pool;
+  std::unique_ptr<CddsTree<KP>> tree;
 };
 
-template <class Keys = U64Keys>
-Fixture<Keys> Make(uint32_t gc_every = 8, uint32_t node_size = 512, uint64_t pool_size = 64ull << 20) {
+template <KeyPolicy KP = U64Keys>
+Fixture<KP> Make(uint32_t gc_every = 8, uint32_t node_size = 512, uint64_t pool_size = 64ull << 20) {
   PoolOptions po;
   po.backend = BackendKind::kDram;
   po.use_env = false;
-  Fixture<Keys> f;
-  auto p = Pool::CreateAnonymous(pool_size, "cdds", static_cast<uint64_t>(Keys::kKind), po);
+  Fixture<KP> f;
+  auto p = PoolImpl::CreateAnonymous(pool_size, "cdds", static_cast<uint64_t>(KP::kKind), po);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   f.pool = std::move(*p);
   TreeOptions o;
   o.node_size = node_size;
-  o.key_kind = Keys::kKind;
+  o.key_kind = KP::kKind;
   o.extra["gc_every"] = std::to_string(gc_every);
-  auto t = CddsTree<Keys>::Create(f.pool.get(), o);
+  auto t = CddsTree<KP>::Create(f.pool.get(), o);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   f.tree = std::move(*t);
   return f;
@@ -496,7 +497,7 @@ TEST(CddsTreeTest, FlushBudgetsPerOperation) {
   PoolOptions po;
   po.use_env = false;
   po.counting = true;
-  auto p = Pool::CreateAnonymous(16ull << 20, "cdds", 0, po);
+  auto p = PoolImpl::CreateAnonymous(16ull << 20, "cdds", 0, po);
   ASSERT_TRUE(p.ok());
   TreeOptions o;
   o.extra["gc_every"] = "0";
@@ -581,11 +582,11 @@ class BytesAsU64 final : public Tree {
   TreeStats Stats() override { return t_->Stats(); }
   Status Close() override { return t_->Close(); }
 
-  static Result<std::unique_ptr<Tree>> Create(Pool* pool, const TreeOptions& o) {
+  static Result<std::unique_ptr<Tree>> Create(PoolImpl* pool, const TreeOptions& o) {
     PMTREE_ASSIGN_OR_RETURN(auto t, CddsTree<BytesKeys>::Create(pool, o));
     return std::unique_ptr<Tree>(new BytesAsU64(std::move(t)));
   }
-  static Result<std::unique_ptr<Tree>> Recover(Pool* pool, const TreeOptions& o) {
+  static Result<std::unique_ptr<Tree>> Recover(PoolImpl* pool, const TreeOptions& o) {
     PMTREE_ASSIGN_OR_RETURN(auto t, CddsTree<BytesKeys>::Recover(pool, o));
     return std::unique_ptr<Tree>(new BytesAsU64(std::move(t)));
   }
@@ -597,8 +598,8 @@ class BytesAsU64 final : public Tree {
 const TreeFactory& BytesFactory() {
   static const TreeFactory f = [] {
     TreeFactory x = *FindTree("cdds");
-    x.create = &BytesAsU64::Create;
-    x.recover = &BytesAsU64::Recover;
+    x.create = &RegistryEntry<&BytesAsU64::Create>;
+    x.recover = &RegistryEntry<&BytesAsU64::Recover>;
     x.create_bytes = nullptr;
     x.recover_bytes = nullptr;
     return x;

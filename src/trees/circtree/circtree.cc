@@ -47,6 +47,7 @@
 //      insert and delete.
 
 #include "trees/circtree/circtree.h"
+#include "trees/common/fair_split.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -78,8 +79,8 @@ Status CheckNodeSize(uint32_t node_size) {
 // Construction
 // ---------------------------------------------------------------------------
 
-template <class P>
-CircTree<P>::CircTree(Pool* pool, uint64_t meta_off, bool linear, bool paper)
+template <KeyPolicy KP>
+CircTree<KP>::CircTree(PoolImpl* pool, uint64_t meta_off, bool linear, bool paper)
     : pool_(pool),
       keys_(pool),
       meta_off_(meta_off),
@@ -92,23 +93,23 @@ CircTree<P>::CircTree(Pool* pool, uint64_t meta_off, bool linear, bool paper)
   cap_ = Capacity(node_size_);
 }
 
-template <class P>
-CircTree<P>::~CircTree() = default;
+template <KeyPolicy KP>
+CircTree<KP>::~CircTree() = default;
 
-template <class P>
-uint32_t CircTree<P>::capabilities() const {
+template <KeyPolicy KP>
+uint32_t CircTree<KP>::capabilities() const {
   return kCapPersistent | kCapConcurrent | kCapBytesKeys | kCapInstantRestart | kCapAssumesLineOrder |
          (paper_ ? static_cast<uint32_t>(kCapTestOnly) : 0u);
 }
 
-template <class P>
-typename CircTree<P>::Span CircTree<P>::LoadSpan(const Node* x) const {
+template <KeyPolicy KP>
+typename CircTree<KP>::Span CircTree<KP>::LoadSpan(const Node* x) const {
   const uint64_t w = Ld(&x->hdr.base_count);
   return Span{static_cast<uint32_t>(w) & mask_, std::min<uint32_t>(static_cast<uint32_t>(w >> 32), cap_)};
 }
 
-template <class P>
-void CircTree<P>::Commit(Node* x, uint32_t b, uint32_t n) {
+template <KeyPolicy KP>
+void CircTree<KP>::Commit(Node* x, uint32_t b, uint32_t n) {
   pool_->Store64(&x->hdr.base_count, PackBaseCount(b & mask_, n));
   // S4: persist the commit before the call returns and before the lock is
   // released, so the operation is durable on return and no reader sees it
@@ -116,8 +117,8 @@ void CircTree<P>::Commit(Node* x, uint32_t b, uint32_t n) {
   pool_->Persist(&x->hdr.base_count, sizeof(uint64_t));
 }
 
-template <class P>
-void CircTree<P>::WritePair(LineWriter& w, Pair* dst, uint64_t key, uint64_t value, bool leaf, bool identity_first) {
+template <KeyPolicy KP>
+void CircTree<KP>::WritePair(LineWriter& w, Pair* dst, uint64_t key, uint64_t value, bool leaf, bool identity_first) {
   uint64_t* id = leaf ? &dst->key : &dst->value;
   uint64_t* other = leaf ? &dst->value : &dst->key;
   const uint64_t id_v = leaf ? key : value, other_v = leaf ? value : key;
@@ -145,9 +146,9 @@ void CircTree<P>::WritePair(LineWriter& w, Pair* dst, uint64_t key, uint64_t val
 // physical slot 0 (the smallest key of the wrapped part) picks the one
 // segment that can hold the answer, which is then searched without wrapping.
 // Linear (Circ-Tree_ls): from the base location to the last pair, wrapping.
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-uint32_t CircTree<P>::UpperBound(const Node* x, const Span& s, uint32_t from, Cmp&& cmp) const {
+uint32_t CircTree<KP>::UpperBound(const Node* x, const Span& s, uint32_t from, Cmp&& cmp) const {
   if (from >= s.n) return std::max(from, s.n);
   if (linear_) {
     uint32_t p = from;
@@ -174,9 +175,9 @@ uint32_t CircTree<P>::UpperBound(const Node* x, const Span& s, uint32_t from, Cm
   return lo;
 }
 
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-bool CircTree<P>::MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const {
+bool CircTree<KP>::MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const {
   // §5.4: a key at or above the sibling's low key belongs to the sibling,
   // even before the parent knows it.
   const uint64_t sib = Ld(&x->hdr.sibling);
@@ -186,9 +187,9 @@ bool CircTree<P>::MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const {
   return true;
 }
 
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-uint64_t CircTree<P>::DescendTo(uint32_t level, Cmp&& cmp) {
+uint64_t CircTree<KP>::DescendTo(uint32_t level, Cmp&& cmp) {
   uint64_t off = Ld(&meta_->root);
   for (;;) {
     const Node* x = N(off);
@@ -203,9 +204,9 @@ uint64_t CircTree<P>::DescendTo(uint32_t level, Cmp&& cmp) {
   }
 }
 
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-uint64_t CircTree<P>::LockAt(uint64_t off, Cmp&& cmp) {
+uint64_t CircTree<KP>::LockAt(uint64_t off, Cmp&& cmp) {
   Lock(off);
   uint64_t sib;
   while (MoveRight(N(off), cmp, &sib)) {
@@ -220,10 +221,10 @@ uint64_t CircTree<P>::LockAt(uint64_t off, Cmp&& cmp) {
 // Point operations
 // ---------------------------------------------------------------------------
 
-template <class P>
-bool CircTree<P>::Lookup(K key, uint64_t* value) {
-  if (!P::CheckArg(key).ok()) return false;
-  if constexpr (P::kInline) {
+template <KeyPolicy KP>
+bool CircTree<KP>::Lookup(K key, uint64_t* value) {
+  if (!KP::CheckArg(key).ok()) return false;
+  if constexpr (KP::kInline) {
     if (key == 0) {
       struct Z {
         bool present;
@@ -269,8 +270,8 @@ bool CircTree<P>::Lookup(K key, uint64_t* value) {
 
 // Key 0 of a 64-bit tree lives in the meta block (layout.h): present flag
 // and value, each changed by one Store64.
-template <class P>
-Result<bool> CircTree<P>::PutZero(uint64_t value, PutMode mode) {
+template <KeyPolicy KP>
+Result<bool> CircTree<KP>::PutZero(uint64_t value, PutMode mode) {
   std::lock_guard<VersionLock> g(zero_lock_);
   const bool present = Ld(&meta_->zero_present) == 1;
   if (present ? mode == PutMode::kInsert : mode == PutMode::kUpdate) return false;
@@ -285,8 +286,8 @@ Result<bool> CircTree<P>::PutZero(uint64_t value, PutMode mode) {
   return true;
 }
 
-template <class P>
-Result<bool> CircTree<P>::RemoveZero() {
+template <KeyPolicy KP>
+Result<bool> CircTree<KP>::RemoveZero() {
   std::lock_guard<VersionLock> g(zero_lock_);
   if (Ld(&meta_->zero_present) != 1) return false;
   pool_->Store64(&meta_->zero_present, 0);
@@ -295,10 +296,10 @@ Result<bool> CircTree<P>::RemoveZero() {
   return true;
 }
 
-template <class P>
-Result<bool> CircTree<P>::Put(K key, uint64_t value, PutMode mode) {
-  PMTREE_RETURN_IF_ERROR(P::CheckArg(key));
-  if constexpr (P::kInline) {
+template <KeyPolicy KP>
+Result<bool> CircTree<KP>::Put(K key, uint64_t value, PutMode mode) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
+  if constexpr (KP::kInline) {
     if (key == 0) return PutZero(value, mode);
   }
   auto guard = pool_->epochs().Protect();
@@ -349,10 +350,10 @@ Result<bool> CircTree<P>::Put(K key, uint64_t value, PutMode mode) {
   return true;
 }
 
-template <class P>
-Result<bool> CircTree<P>::Remove(K key) {
-  PMTREE_RETURN_IF_ERROR(P::CheckArg(key));
-  if constexpr (P::kInline) {
+template <KeyPolicy KP>
+Result<bool> CircTree<KP>::Remove(K key) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
+  if constexpr (KP::kInline) {
     if (key == 0) return RemoveZero();
   }
   auto guard = pool_->epochs().Protect();
@@ -384,8 +385,8 @@ Result<bool> CircTree<P>::Remove(K key) {
 //   right: for j = n-1 .. pos: slot j+1 := slot j (S1); slot pos := new;
 //          persist the last line; commit (b, n + 1).
 // Flushes: one per line the shift and the new pair touch, plus the header.
-template <class P>
-void CircTree<P>::InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
+template <KeyPolicy KP>
+void CircTree<KP>::InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
   Node* x = N(off);
   const bool leaf = x->hdr.level == 0;
   const Span s = LoadSpan(x);
@@ -413,14 +414,14 @@ void CircTree<P>::InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t v
 // shifting the greater pairs left and NULLing the old last slot; any other
 // by shifting the smaller pairs right and NULLing the old base (S2).  An end
 // pair needs no shift, only its NULL.  Commit: (b, n-1) or (b+1, n-1).
-template <class P>
-void CircTree<P>::RemoveAt(uint64_t off, uint32_t pos) {
+template <KeyPolicy KP>
+void CircTree<KP>::RemoveAt(uint64_t off, uint32_t pos) {
   LineWriter w(pool_);
   RemoveAt(off, pos, w);
 }
 
-template <class P>
-void CircTree<P>::RemoveAt(uint64_t off, uint32_t pos, LineWriter& w) {
+template <KeyPolicy KP>
+void CircTree<KP>::RemoveAt(uint64_t off, uint32_t pos, LineWriter& w) {
   Node* x = N(off);
   const bool leaf = x->hdr.level == 0;
   const Span s = LoadSpan(x);
@@ -445,8 +446,8 @@ void CircTree<P>::RemoveAt(uint64_t off, uint32_t pos, LineWriter& w) {
 // Split (§5.2, Figure 5)
 // ---------------------------------------------------------------------------
 
-template <class P>
-Status CircTree<P>::EnsureSpares(size_t want) {
+template <KeyPolicy KP>
+Status CircTree<KP>::EnsureSpares(size_t want) {
   std::lock_guard<std::mutex> g(spare_mu_);
   while (spares_.size() < want) {
     auto r = pool_->allocator().Allocate(NodeBytes(node_size_), kLine);
@@ -456,8 +457,8 @@ Status CircTree<P>::EnsureSpares(size_t want) {
   return Status::Ok();
 }
 
-template <class P>
-Result<uint64_t> CircTree<P>::TakeSpare() {
+template <KeyPolicy KP>
+Result<uint64_t> CircTree<KP>::TakeSpare() {
   {
     std::lock_guard<std::mutex> g(spare_mu_);
     if (!spares_.empty()) {
@@ -469,8 +470,8 @@ Result<uint64_t> CircTree<P>::TakeSpare() {
   return pool_->allocator().Allocate(NodeBytes(node_size_), kLine);
 }
 
-template <class P>
-void CircTree<P>::WriteNewNode(uint64_t off, uint32_t level, uint64_t sibling, uint64_t low, bool has_low,
+template <KeyPolicy KP>
+void CircTree<KP>::WriteNewNode(uint64_t off, uint32_t level, uint64_t sibling, uint64_t low, bool has_low,
                                const std::vector<Pair>& pairs) {
   std::vector<uint64_t> img(NodeBytes(node_size_) / 8, 0);
   Node* x = reinterpret_cast<Node*>(img.data());
@@ -505,8 +506,8 @@ void CircTree<P>::WriteNewNode(uint64_t off, uint32_t level, uint64_t sibling, u
 //        installed.
 // Between the steps the tree is a valid B-link tree: lookups follow the
 // sibling for keys >= S.low_key.  Recovery finishes 4 and 5 (cases 3-5).
-template <class P>
-Status CircTree<P>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
+template <KeyPolicy KP>
+Status CircTree<KP>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) {
   Node* x = N(off);
   const uint32_t level = x->hdr.level;
   const bool leaf = level == 0;
@@ -581,29 +582,15 @@ Status CircTree<P>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint6
   }
   if (goes_left) InsertAt(off, pos, slot, value);
   splits_.fetch_add(1, std::memory_order_relaxed);
-  if (Ld(&meta_->root) == off) {
-    // Only the holder of the root's lock changes meta.root, so the check is
-    // stable while we hold it.
-    std::lock_guard<std::mutex> g(root_mu_);
-    Status rs = InstallRoot(off, low, sib);
-    Unlock(off);
-    if (rs.code() == Status::Code::kInternal) return rs;
-    // Out of space here leaves a root with a sibling: lookups stay correct,
-    // and CompleteRootSplit (next separator insert, or recovery) retries.
-    return Status::Ok();
-  }
-  Unlock(off);
-  Status ps = InsertSeparator(level + 1, low, sib);
-  if (ps.code() == Status::Code::kInternal) return ps;
-  // The pair is in; a separator that could not be placed (out of space)
-  // leaves a child reachable through its left sibling, linked by recovery.
-  return Status::Ok();
+  return PublishSplit(
+      Ld(&meta_->root) == off, root_mu_, [&] { return InstallRoot(off, low, sib); }, [&] { Unlock(off); },
+      [&] { return InsertSeparator(level + 1, low, sib); });
 }
 
 // Root split: the new root (level + 1; pairs (unused, old root), (low, sib))
 // is persisted whole, then meta.root is switched by one 8-byte store.
-template <class P>
-Status CircTree<P>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib) {
+template <KeyPolicy KP>
+Status CircTree<KP>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib) {
   auto r = TakeSpare();
   if (!r.ok()) return r.status();
   WriteNewNode(*r, N(old_root)->hdr.level + 1, 0, 0, false, {Pair{0, old_root}, Pair{low, sib}});
@@ -614,8 +601,8 @@ Status CircTree<P>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib) {
   return Status::Ok();
 }
 
-template <class P>
-void CircTree<P>::CollapseRoot(uint64_t child) {
+template <KeyPolicy KP>
+void CircTree<KP>::CollapseRoot(uint64_t child) {
   std::lock_guard<std::mutex> g(root_mu_);
   pool_->Store64(&meta_->root, child);
   // The collapse is durable before the merge returns (and before the old
@@ -624,8 +611,8 @@ void CircTree<P>::CollapseRoot(uint64_t child) {
   root_collapses_.fetch_add(1, std::memory_order_relaxed);
 }
 
-template <class P>
-Status CircTree<P>::CompleteRootSplit() {
+template <KeyPolicy KP>
+Status CircTree<KP>::CompleteRootSplit() {
   uint64_t root;
   for (;;) {
     root = Ld(&meta_->root);
@@ -641,8 +628,8 @@ Status CircTree<P>::CompleteRootSplit() {
   return s;
 }
 
-template <class P>
-Status CircTree<P>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t child) {
+template <KeyPolicy KP>
+Status CircTree<KP>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t child) {
   auto cmp = [&](uint64_t s) { return SafeCompareSlots(s, slot); };
   while (N(Ld(&meta_->root))->hdr.level < level) {
     // The level above does not exist yet: a root split at level - 1 is in
@@ -669,8 +656,8 @@ Status CircTree<P>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t chil
 // Merge (§5.3)
 // ---------------------------------------------------------------------------
 
-template <class P>
-std::vector<uint64_t> CircTree<P>::LockStripes(std::initializer_list<uint64_t> offs) {
+template <KeyPolicy KP>
+std::vector<uint64_t> CircTree<KP>::LockStripes(std::initializer_list<uint64_t> offs) {
   std::vector<uint64_t> held;
   for (uint64_t o : offs)
     if (o != 0) held.push_back(o);
@@ -682,9 +669,9 @@ std::vector<uint64_t> CircTree<P>::LockStripes(std::initializer_list<uint64_t> o
   return held;
 }
 
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-void CircTree<P>::MergeAfterRemove(Cmp&& cmp) {
+void CircTree<KP>::MergeAfterRemove(Cmp&& cmp) {
   // Merges run one at a time: a merge is the only operation holding more
   // than one stripe, so it cannot deadlock with writers (they hold one stripe
   // and wait for none while holding it).
@@ -713,9 +700,9 @@ void CircTree<P>::MergeAfterRemove(Cmp&& cmp) {
 // Then the locks go and X (and a collapsed root) is retired: readers inside
 // an epoch guard may still hold it, and they find it empty with R's fence
 // equal to its own, so the move-right rule takes them to R.
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-typename CircTree<P>::MergeResult CircTree<P>::MergeAt(uint32_t level, Cmp&& cmp) {
+typename CircTree<KP>::MergeResult CircTree<KP>::MergeAt(uint32_t level, Cmp&& cmp) {
   const uint32_t half = slots_ / 2;  // §5.3: underutilized below N / 2 pairs
   for (int attempt = 0; attempt < 3; attempt++) {
     if (Ld32(&N(Ld(&meta_->root))->hdr.level) <= level) return MergeResult::kNone;
@@ -744,9 +731,9 @@ typename CircTree<P>::MergeResult CircTree<P>::MergeAt(uint32_t level, Cmp&& cmp
 // P is the parent on the key's path at level + 1, X its child there, R the
 // next child and L the node whose sibling is X (0 when X has no fence).  A
 // snapshot read without locks; MergeAt validates it again under them.
-template <class P>
+template <KeyPolicy KP>
 template <class Cmp>
-bool CircTree<P>::FindMergeNodes(uint32_t level, Cmp&& cmp, MergeNodes* m) {
+bool CircTree<KP>::FindMergeNodes(uint32_t level, Cmp&& cmp, MergeNodes* m) {
   const uint32_t half = slots_ / 2;
   struct PathView {
     uint64_t next = 0, x = 0, r = 0, left_child = 0;
@@ -800,8 +787,8 @@ bool CircTree<P>::FindMergeNodes(uint32_t level, Cmp&& cmp, MergeNodes* m) {
   return true;
 }
 
-template <class P>
-typename CircTree<P>::MergeResult CircTree<P>::MergeLocked(uint32_t level, const MergeNodes& m, uint32_t i,
+template <KeyPolicy KP>
+typename CircTree<KP>::MergeResult CircTree<KP>::MergeLocked(uint32_t level, const MergeNodes& m, uint32_t i,
                                                            const std::vector<uint64_t>& held) {
   const uint32_t half = slots_ / 2;
   const uint64_t p = m.p, x = m.x, r = m.r, l = m.l;
@@ -870,13 +857,13 @@ typename CircTree<P>::MergeResult CircTree<P>::MergeLocked(uint32_t level, const
 // Scan
 // ---------------------------------------------------------------------------
 
-template <class P>
-size_t CircTree<P>::Scan(K start, const K* end, std::span<Entry> out) {
+template <KeyPolicy KP>
+size_t CircTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
   // Bounds are compared, never stored: any length is a valid bound
   // (contract in pmtree/tree.h), so no CheckArg here.
   if (out.empty()) return 0;
   size_t got = 0;
-  if constexpr (P::kInline) {
+  if constexpr (KP::kInline) {
     if (start == 0) {
       struct Z {
         bool present;
@@ -941,13 +928,13 @@ Status ParseSearch(const TreeOptions& options, bool* linear) {
 }
 }  // namespace
 
-template <class P>
-Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeOptions& options, bool paper) {
+template <KeyPolicy KP>
+Result<std::unique_ptr<CircTree<KP>>> CircTree<KP>::Create(PoolImpl* pool, const TreeOptions& options, bool paper) {
   if (pool == nullptr) return Status::InvalidArgument("circtree: a persistent tree needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckNodeSize(options.node_size));
   bool linear;
   PMTREE_RETURN_IF_ERROR(ParseSearch(options, &linear));
-  if (options.key_kind != P::kKind)
+  if (options.key_kind != KP::kKind)
     return Status::InvalidArgument("circtree: key kind of the options does not match the tree's key type");
   if (pool->root(0) != 0) return Status::Busy("circtree: pool root slot 0 is already in use");
   const uint32_t node_size = options.node_size == 0 ? kDefaultNodeSize : options.node_size;
@@ -962,7 +949,7 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeO
   m.version = kFormatVersion;
   m.node_size = node_size;
   m.root = *leaf;
-  m.key_kind = static_cast<uint32_t>(P::kKind);
+  m.key_kind = static_cast<uint32_t>(KP::kKind);
   m.variant = paper ? 1 : 0;
   pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
   // Flush the tree header now; the fence of the first leaf's persist below
@@ -976,8 +963,8 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Create(Pool* pool, const TreeO
   return t;
 }
 
-template <class P>
-Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(Pool* pool, const TreeOptions& options, bool paper) {
+template <KeyPolicy KP>
+Result<std::unique_ptr<CircTree<KP>>> CircTree<KP>::Recover(PoolImpl* pool, const TreeOptions& options, bool paper) {
   if (pool == nullptr) return Status::InvalidArgument("circtree: a persistent tree needs a pool");
   bool linear;
   PMTREE_RETURN_IF_ERROR(ParseSearch(options, &linear));
@@ -993,7 +980,7 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(Pool* pool, const Tree
                                 std::to_string(kFormatVersion));
   if (m->node_size == 0 || !CheckNodeSize(m->node_size).ok())
     return Status::Corruption(where + "invariant C1 violated: node size " + std::to_string(m->node_size));
-  if (m->key_kind != static_cast<uint32_t>(P::kKind))
+  if (m->key_kind != static_cast<uint32_t>(KP::kKind))
     return Status::Incompatible(where + "the tree holds keys of another kind");
   if (m->root % kLine != 0 || !pool->InHeap(m->root, NodeBytes(m->node_size)))
     return Status::Corruption(where + "invariant C1 violated: root " + Hex(m->root) + " outside the heap");
@@ -1004,8 +991,8 @@ Result<std::unique_ptr<CircTree<P>>> CircTree<P>::Recover(Pool* pool, const Tree
   return t;
 }
 
-template <class P>
-Status CircTree<P>::Close() {
+template <KeyPolicy KP>
+Status CircTree<KP>::Close() {
   if (closed_) return Status::Busy("circtree: already closed");
   {
     std::lock_guard<std::mutex> g(spare_mu_);

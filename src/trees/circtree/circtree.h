@@ -47,7 +47,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 #include "trees/circtree/layout.h"
 #include "trees/common/keys.h"
@@ -90,19 +90,19 @@ struct RecoveryReport {
   uint64_t roots_collapsed = 0;        // case 9: root with one child replaced by it
 };
 
-template <class P>
-class CircTree final : public BasicTree<typename P::Arg> {
+template <KeyPolicy KP>
+class CircTree final : public BasicTree<typename KP::Arg> {
  public:
-  using Base = BasicTree<typename P::Arg>;
-  using K = typename P::Arg;
+  using Base = BasicTree<typename KP::Arg>;
+  using K = typename KP::Arg;
   using Entry = typename Base::Entry;
 
   // Creates a tree on a fresh pool (root slot 0 empty).  `paper` makes the
   // test-only variant circtree-paper (PaperVariant below).
-  static Result<std::unique_ptr<CircTree>> Create(Pool* pool, const TreeOptions& options, bool paper = false);
+  static Result<std::unique_ptr<CircTree>> Create(PoolImpl* pool, const TreeOptions& options, bool paper = false);
   // Recovers the tree in `pool`: instant restart after a clean shutdown,
   // the §5.5 repairs after a crash.  `paper` must match the creating variant.
-  static Result<std::unique_ptr<CircTree>> Recover(Pool* pool, const TreeOptions& options, bool paper = false);
+  static Result<std::unique_ptr<CircTree>> Recover(PoolImpl* pool, const TreeOptions& options, bool paper = false);
 
   ~CircTree() override;
 
@@ -141,7 +141,7 @@ class CircTree final : public BasicTree<typename P::Arg> {
   };
   class LineWriter;
 
-  CircTree(Pool* pool, uint64_t meta_off, bool linear, bool paper);
+  CircTree(PoolImpl* pool, uint64_t meta_off, bool linear, bool paper);
 
   Node* N(uint64_t off) const { return pool_->At<Node>(off); }
   static uint64_t Ld(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -164,13 +164,13 @@ class CircTree final : public BasicTree<typename P::Arg> {
   // key; its version check then fails and it retries, but a byte-key slot 0
   // must not be dereferenced meanwhile.  (A u64 slot 0 compares as key 0.)
   int SafeCompare(uint64_t slot, K key) const {
-    if constexpr (!P::kInline) {
+    if constexpr (!KP::kInline) {
       if (slot == 0) return -1;
     }
     return keys_.Compare(slot, key);
   }
   int SafeCompareSlots(uint64_t a, uint64_t b) const {
-    if constexpr (!P::kInline) {
+    if constexpr (!KP::kInline) {
       if (a == 0) return -1;
     }
     return keys_.CompareSlots(a, b);
@@ -274,8 +274,8 @@ class CircTree final : public BasicTree<typename P::Arg> {
   Status LinkChildren(std::vector<std::vector<uint64_t>>* levels);
   Status CheckNodeInvariants(uint64_t off, size_t idx) const;
 
-  Pool* pool_;
-  P keys_;
+  PoolImpl* pool_;
+  KP keys_;
   const uint64_t meta_off_;
   Meta* meta_;
   uint32_t node_size_;
@@ -302,10 +302,10 @@ class CircTree final : public BasicTree<typename P::Arg> {
 };
 
 // Stores of one shift, persisted line by line in the order they are made.
-template <class P>
-class CircTree<P>::LineWriter {
+template <KeyPolicy KP>
+class CircTree<KP>::LineWriter {
  public:
-  explicit LineWriter(Pool* pool) : pool_(pool) {}
+  explicit LineWriter(PoolImpl* pool) : pool_(pool) {}
   void Store(uint64_t* word, uint64_t v) {
     const uintptr_t l = reinterpret_cast<uintptr_t>(word) & ~(kLine - 1);
     if (line_ != 0 && l != line_) {
@@ -328,7 +328,7 @@ class CircTree<P>::LineWriter {
   }
 
  private:
-  Pool* pool_;
+  PoolImpl* pool_;
   uintptr_t line_ = 0;
 };
 
@@ -343,9 +343,9 @@ class CircTree<P>::LineWriter {
 // (Algorithm 1, lines 9-10, 18-19, 27-28, 36-37), deletes and NULLs included.
 // docs/trees/circtree.md, "Paper flaws", explains what the explorer finds.
 template <class K, bool Paper = false>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K, bool Paper = false>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 
 // InvalidArgument unless node_size is 0 (default) or 512, 1024, 2048, 4096.
 Status CheckNodeSize(uint32_t node_size);

@@ -28,10 +28,11 @@
 #include <vector>
 
 #include "crash/explorer.h"
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
-#include "pmtree/pool.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
+#include "trees/common/upcast.h"
 
 namespace pmtree::circtree {
 namespace {
@@ -73,7 +74,7 @@ PoolOptions PlainOptions() {
   return po;
 }
 
-Result<std::unique_ptr<U64Tree>> MakeTree(Pool* pool, uint32_t node_size, bool linear = false) {
+Result<std::unique_ptr<U64Tree>> MakeTree(PoolImpl* pool, uint32_t node_size, bool linear = false) {
   TreeOptions o;
   o.node_size = node_size;
   if (linear) o.extra["search"] = "linear";
@@ -84,7 +85,7 @@ Result<std::unique_ptr<U64Tree>> MakeTree(Pool* pool, uint32_t node_size, bool l
 struct NodeView {
   uint32_t b, n;
 };
-NodeView ViewOf(Pool& pool, uint64_t off) {
+NodeView ViewOf(PoolImpl& pool, uint64_t off) {
   const Node* x = pool.At<Node>(off);
   return {static_cast<uint32_t>(x->hdr.base_count), static_cast<uint32_t>(x->hdr.base_count >> 32)};
 }
@@ -105,7 +106,7 @@ TEST(CircTreeTest, LayoutMatchesThePaper) {
 }
 
 TEST(CircTreeTest, InvalidNodeSizeAndUnknownOptionsAreRejected) {
-  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
   ASSERT_TRUE(pool.ok());
   for (uint32_t bad : {256u, 768u, 8192u}) {
     auto t = MakeTree(pool->get(), bad);
@@ -131,7 +132,7 @@ TEST(CircTreeTest, BinaryAndLinearSearchAgreeAcrossWrappedRings) {
   for (uint32_t ns : {512u, 1024u, 2048u, 4096u}) {
     for (bool linear : {false, true}) {
       SCOPED_TRACE("node size " + std::to_string(ns) + (linear ? " linear" : " binary"));
-      auto pool = Pool::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
+      auto pool = PoolImpl::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
       ASSERT_TRUE(pool.ok());
       auto t = MakeTree(pool->get(), ns, linear);
       ASSERT_TRUE(t.ok());
@@ -165,7 +166,7 @@ TEST(CircTreeTest, BinaryAndLinearSearchAgreeAcrossWrappedRings) {
 
 // Figure 1d: a new smallest key goes left of the base without shifting.
 TEST(CircTreeTest, DescendingInsertsShiftNothing) {
-  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
   auto t = MakeTree(pool->get(), 4096);
   ASSERT_TRUE(t.ok());
   for (uint64_t k = 255; k >= 1; --k) ASSERT_TRUE(*(*t)->Insert(k, k));
@@ -207,7 +208,7 @@ TEST(CircTreeTest, InsertFlushesTouchedLinesPlusHeaderNeverMoreThanTheFarEnd) {
     SCOPED_TRACE("position " + std::to_string(pos));
     PoolOptions po;
     po.use_env = false;
-    auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
+    auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, po);
     auto t = MakeTree(pool->get(), ns);
     ASSERT_TRUE(t.ok());
     for (uint64_t i = 1; i <= n; i++) ASSERT_TRUE(*(*t)->Insert(10 * i, i));
@@ -229,7 +230,7 @@ TEST(CircTreeTest, DeleteFlushesTouchedLinesPlusHeader) {
     SCOPED_TRACE("position " + std::to_string(pos));
     PoolOptions po;
     po.use_env = false;
-    auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
+    auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, po);
     auto t = MakeTree(pool->get(), ns);
     ASSERT_TRUE(t.ok());
     for (uint64_t i = 1; i <= n; i++) ASSERT_TRUE(*(*t)->Insert(10 * i, i));
@@ -245,7 +246,7 @@ TEST(CircTreeTest, DeleteFlushesTouchedLinesPlusHeader) {
 TEST(CircTreeTest, UpdateIsOneEightByteStorePersisted) {
   PoolOptions po;
   po.use_env = false;
-  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, po);
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
   for (uint64_t k = 1; k <= 20; k++) ASSERT_TRUE(*(*t)->Insert(k, k));
@@ -309,7 +310,7 @@ SweepResult SweepCrashes(uint32_t node_size, const std::function<void(U64Tree&)>
   const std::string base = TmpPath("base"), work = TmpPath("work");
   std::map<uint64_t, uint64_t> m0, m1;
   {
-    auto pool = Pool::Create(base, kPoolSize, "circtree", 0, PlainOptions());
+    auto pool = PoolImpl::Create(base, kPoolSize, "circtree", 0, PlainOptions());
     EXPECT_TRUE(pool.ok());
     auto t = MakeTree(pool->get(), node_size);
     EXPECT_TRUE(t.ok());
@@ -326,7 +327,7 @@ SweepResult SweepCrashes(uint32_t node_size, const std::function<void(U64Tree&)>
   // The run with every store applied: its store count and the state after.
   auto run = [&](int64_t k) {
     std::filesystem::copy_file(base, work, std::filesystem::copy_options::overwrite_existing);
-    auto pool = Pool::Open(work, "circtree", bo);
+    auto pool = PoolImpl::Open(work, "circtree", bo);
     EXPECT_TRUE(pool.ok()) << pool.status().ToString();
     auto t = U64Tree::Recover(pool->get(), {});
     EXPECT_TRUE(t.ok());
@@ -338,7 +339,7 @@ SweepResult SweepCrashes(uint32_t node_size, const std::function<void(U64Tree&)>
   run(-1);
   res.stores = taken.load();
   {
-    auto pool = Pool::Open(work, "circtree", PlainOptions());
+    auto pool = PoolImpl::Open(work, "circtree", PlainOptions());
     auto t = U64Tree::Recover(pool->get(), {});
     EXPECT_TRUE(t.ok());
     m1 = Contents(**t);
@@ -346,7 +347,7 @@ SweepResult SweepCrashes(uint32_t node_size, const std::function<void(U64Tree&)>
   for (int64_t k = 0; k <= res.stores; k++) {
     SCOPED_TRACE("crash after store " + std::to_string(k) + " of " + std::to_string(res.stores));
     run(k);
-    auto pool = Pool::Open(work, "circtree", PlainOptions());
+    auto pool = PoolImpl::Open(work, "circtree", PlainOptions());
     EXPECT_TRUE(pool.ok()) << pool.status().ToString();
     if (!pool.ok()) continue;
     auto t = U64Tree::Recover(pool->get(), {});
@@ -435,7 +436,7 @@ TEST(CircTreeRecoveryTest, RecoveryClearsLockWordsAndStaleWords) {
   const std::string path = TmpPath("lock");
   uint64_t root;
   {
-    auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+    auto pool = PoolImpl::Create(path, kPoolSize, "circtree", 0, PlainOptions());
     auto t = MakeTree(pool->get(), 512);
     ASSERT_NO_FATAL_FAILURE(Fill(**t, 10));
     root = (*t)->root_offset();
@@ -444,7 +445,7 @@ TEST(CircTreeRecoveryTest, RecoveryClearsLockWordsAndStaleWords) {
     (*pool)->Store64(&x->hdr.lock, 1);
     (*pool)->Store64(&x->pairs[(v.b + v.n + 3) & 31].value, 99);  // a value without its key
   }  // crash
-  auto pool = Pool::Open(path, "circtree", PlainOptions());
+  auto pool = PoolImpl::Open(path, "circtree", PlainOptions());
   auto t = U64Tree::Recover(pool->get(), {});
   ASSERT_TRUE(t.ok());
   EXPECT_EQ((*t)->recovery_report().locks_cleared, 1u);
@@ -465,14 +466,14 @@ TEST(CircTreeRecoveryTest, EverySplitStopPointRecovers) {
       const std::string path = TmpPath("stop");
       std::map<uint64_t, uint64_t> before;
       {
-        auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+        auto pool = PoolImpl::Create(path, kPoolSize, "circtree", 0, PlainOptions());
         auto t = MakeTree(pool->get(), 512);
         ASSERT_NO_FATAL_FAILURE(Fill(**t, 31));
         before = Contents(**t);
         (*t)->SetStopHookForTest([sp](StopPoint p) { return p == sp; });
         EXPECT_EQ((*t)->Insert(key, 7).status().code(), Status::Code::kInternal);
       }
-      auto pool = Pool::Open(path, "circtree", PlainOptions());
+      auto pool = PoolImpl::Open(path, "circtree", PlainOptions());
       auto t = U64Tree::Recover(pool->get(), {});
       ASSERT_TRUE(t.ok()) << t.status().ToString();
       ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
@@ -500,7 +501,7 @@ TEST(CircTreeMergeTest, RemovalsMergeNodesAndCollapseTheRoot) {
   const uint64_t seed = 42;
   for (uint32_t ns : {512u, 4096u}) {
     SCOPED_TRACE("node size " + std::to_string(ns));
-    auto pool = Pool::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
+    auto pool = PoolImpl::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
     auto t = MakeTree(pool->get(), ns);
     ASSERT_TRUE(t.ok());
     const uint64_t n = ns == 512 ? 3000 : 40000;
@@ -535,7 +536,7 @@ TEST(CircTreeMergeTest, RemovalsMergeNodesAndCollapseTheRoot) {
 // while it has a right sibling under the same parent that can take it: the
 // first leaf merges as soon as it drops below N / 2.
 TEST(CircTreeMergeTest, UnderfullLeafMergesIntoItsRightSibling) {
-  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
   ASSERT_NO_FATAL_FAILURE(Fill(**t, 48));  // leaves of 16, 16 and 16 pairs under one root
@@ -557,7 +558,7 @@ TEST(CircTreeMergeTest, UnderfullLeafMergesIntoItsRightSibling) {
 TEST(CircTreeMergeTest, MergeFlushesItsLinesAndOneHeaderPersistPerStep) {
   PoolOptions po;
   po.use_env = false;
-  auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, po);
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, po);
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
   ASSERT_NO_FATAL_FAILURE(Fill(**t, 32));  // root + leaves X (10..160) and R (170..320), 16 pairs each
@@ -607,7 +608,7 @@ TEST(CircTreeRecoveryTest, MiddleLeafMergeRemovesTheParentsExtraChildAfterEveryS
 TEST(CircTreeRecoveryTest, InnerMergeCascadeRecoversAfterEveryStore) {
   uint64_t last = 0;
   {
-    auto pool = Pool::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+    auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
     auto t = MakeTree(pool->get(), 512);
     ASSERT_NO_FATAL_FAILURE(Fill(**t, 600));
     ASSERT_EQ((*t)->Stats().height, 3u);
@@ -637,14 +638,14 @@ TEST(CircTreeRecoveryTest, EveryMergeStopPointRecovers) {
     const std::string path = TmpPath("mstop");
     std::map<uint64_t, uint64_t> after;
     {
-      auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+      auto pool = PoolImpl::Create(path, kPoolSize, "circtree", 0, PlainOptions());
       auto t = MakeTree(pool->get(), 512);
       ASSERT_NO_FATAL_FAILURE(Fill(**t, 48));
       (*t)->SetStopHookForTest([sp](StopPoint p) { return p == sp; });
       ASSERT_TRUE(*(*t)->Remove(170));
       after = Contents(**t);
     }
-    auto pool = Pool::Open(path, "circtree", PlainOptions());
+    auto pool = PoolImpl::Open(path, "circtree", PlainOptions());
     auto t = U64Tree::Recover(pool->get(), {});
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
@@ -662,12 +663,12 @@ TEST(CircTreeRecoveryTest, EveryMergeStopPointRecovers) {
 TEST(CircTreeTest, CleanCloseRestartsInstantlyWithoutReadingNodes) {
   const std::string path = TmpPath("clean");
   {
-    auto pool = Pool::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+    auto pool = PoolImpl::Create(path, kPoolSize, "circtree", 0, PlainOptions());
     auto t = MakeTree(pool->get(), 512);
     ASSERT_NO_FATAL_FAILURE(Fill(**t, 2000));
     ASSERT_TRUE((*t)->Close().ok());
   }
-  auto pool = Pool::Open(path, "circtree", PlainOptions());
+  auto pool = PoolImpl::Open(path, "circtree", PlainOptions());
   auto t = U64Tree::Recover(pool->get(), {});
   ASSERT_TRUE(t.ok());
   EXPECT_FALSE((*t)->recovery_report().crashed);
@@ -749,7 +750,7 @@ int RunWritersBesideAReader(U64Tree& tree, uint64_t stable, uint64_t stride, uin
 TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
   const uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  auto pool = Pool::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
+  auto pool = PoolImpl::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
   U64Tree& tree = **t;
@@ -774,7 +775,7 @@ TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
 TEST(CircTreeTest, ConcurrentRemovalsMergeWhileReadersFindEveryStableKey) {
   const uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  auto pool = Pool::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
+  auto pool = PoolImpl::CreateAnonymous(64ull << 20, "circtree", 0, PlainOptions());
   auto t = MakeTree(pool->get(), 512);
   ASSERT_TRUE(t.ok());
   U64Tree& tree = **t;
@@ -832,8 +833,8 @@ TEST(CircTreeCrashTest, ExplorerFindsThePaperVariantsFlaw) {
                           kCapPersistent | kCapConcurrent | kCapInstantRestart | kCapAssumesLineOrder | kCapTestOnly,
                           kDefaultNodeSize,
                           kNodeSizeRule,
-                          &Create<uint64_t, true>,
-                          &Recover<uint64_t, true>,
+                          &RegistryEntry<&Create<uint64_t, true>>,
+                          &RegistryEntry<&Recover<uint64_t, true>>,
                           nullptr,
                           nullptr};
   crash::ExploreOptions o;

@@ -43,6 +43,7 @@
 #include <unordered_set>
 
 #include "trees/circtree/circtree.h"
+#include "trees/common/space_check.h"
 
 namespace pmtree::circtree {
 
@@ -60,8 +61,8 @@ Status NodeError(uint64_t off, const char* invariant, const std::string& what) {
 
 }  // namespace
 
-template <class P>
-Status CircTree<P>::RecoverFromPool(bool clean) {
+template <KeyPolicy KP>
+Status CircTree<KP>::RecoverFromPool(bool clean) {
   report_ = RecoveryReport{};
   report_.crashed = !clean;
   if (clean) return Status::Ok();  // instant restart
@@ -73,8 +74,8 @@ Status CircTree<P>::RecoverFromPool(bool clean) {
   return LinkChildren(&levels);
 }
 
-template <class P>
-Status CircTree<P>::CheckNode(uint64_t off, uint32_t level) const {
+template <KeyPolicy KP>
+Status CircTree<KP>::CheckNode(uint64_t off, uint32_t level) const {
   if (off % kLine != 0 || !pool_->InHeap(off, NodeBytes(node_size_)))
     return Status::Corruption("circtree: node offset " + Hex(off) + " is not a node in the heap (invariant C2)");
   const Node* x = N(off);
@@ -84,7 +85,7 @@ Status CircTree<P>::CheckNode(uint64_t off, uint32_t level) const {
   if ((x->hdr.base_count >> 32) > cap_)
     return NodeError(off, "C2", "count " + std::to_string(x->hdr.base_count >> 32) + " > capacity");
   if ((x->hdr.base_count & 0xffffffffu) >= slots_) return NodeError(off, "C2", "base outside the array");
-  if constexpr (!P::kInline) {
+  if constexpr (!KP::kInline) {
     for (uint32_t i = 0; i < slots_; i++)
       if (x->pairs[i].key != 0) PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(x->pairs[i].key));
     if ((x->hdr.flags & kHasLowKey) && x->hdr.low_key != 0) PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(x->hdr.low_key));
@@ -97,8 +98,8 @@ Status CircTree<P>::CheckNode(uint64_t off, uint32_t level) const {
 // node is repaired (RepairNode) as soon as it is checked: an interrupted
 // shift in an inner node may have moved its leftmost child out of logical
 // position 0, and the walk must read that position only once it is repaired.
-template <class P>
-Status CircTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>* levels, bool repair) {
+template <KeyPolicy KP>
+Status CircTree<KP>::CollectLevels(std::vector<std::vector<uint64_t>>* levels, bool repair) {
   levels->clear();
   uint64_t first = meta_->root;
   if (first % kLine != 0 || !pool_->InHeap(first, NodeBytes(node_size_)))
@@ -141,8 +142,8 @@ Status CircTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>* levels, bo
 // flight (case 1), a delete shifting (case 2a), then the ends of the range
 // (cases 2b, 3b), then stale words.  Each writes with the operations' rules,
 // so running it again after a crash inside it finds the state it left.
-template <class P>
-void CircTree<P>::RepairNode(uint64_t off, uint64_t prev) {
+template <KeyPolicy KP>
+void CircTree<KP>::RepairNode(uint64_t off, uint64_t prev) {
   Node* x = N(off);
   const bool leaf = x->hdr.level == 0;
   report_.nodes++;
@@ -171,8 +172,8 @@ void CircTree<P>::RepairNode(uint64_t off, uint64_t prev) {
 //       Zero every slot outside the range (the copies), clear the mark.
 //   7b  committed, but the rest of M3's store group (fence, mark) was lost
 //       (a later line-order store of the same persist): redo it from X.
-template <class P>
-void CircTree<P>::RepairMergeMark(Node* x, uint64_t prev) {
+template <KeyPolicy KP>
+void CircTree<KP>::RepairMergeMark(Node* x, uint64_t prev) {
   if (x->hdr.base_count == (x->hdr.merge & ~kMergeMark)) {
     LineWriter w(pool_);
     const Span s = LoadSpan(x);
@@ -203,8 +204,8 @@ void CircTree<P>::RepairMergeMark(Node* x, uint64_t prev) {
 //       the complete copy of S3, with delete-order stores (S2) so the copy
 //       rule stays the same if recovery itself is interrupted.
 //   1b  no duplicate: the shift and the new pair are complete; commit.
-template <class P>
-bool CircTree<P>::ResolveInsert(Node* x, bool leaf) {
+template <KeyPolicy KP>
+bool CircTree<KP>::ResolveInsert(Node* x, bool leaf) {
   const Span s = LoadSpan(x);
   if (s.n >= cap_) return false;
   const int64_t n = s.n;
@@ -256,8 +257,8 @@ bool CircTree<P>::ResolveInsert(Node* x, bool leaf) {
 // direction with the same stores (S2): a duplicate below count / 2 comes
 // from a left-half delete (complete copy on the left), any other from a
 // right-half delete (complete copy on the right).
-template <class P>
-bool CircTree<P>::FinishDelete(Node* x, bool leaf) {
+template <KeyPolicy KP>
+bool CircTree<KP>::FinishDelete(Node* x, bool leaf) {
   const Span s = LoadSpan(x);
   const int64_t n = s.n;
   int64_t p = -1;
@@ -290,8 +291,8 @@ bool CircTree<P>::FinishDelete(Node* x, bool leaf) {
 // cleared copies; non-NULL pairs at or above the sibling's low key are copies
 // a split had not cleared yet (they live in the sibling).  NULL the copies,
 // greatest first, then commit the range that remains.
-template <class P>
-void CircTree<P>::TrimEnds(Node* x, bool leaf) {
+template <KeyPolicy KP>
+void CircTree<KP>::TrimEnds(Node* x, bool leaf) {
   const Span s = LoadSpan(x);
   const uint64_t sib = x->hdr.sibling;
   const uint64_t high = sib != 0 ? FenceOf(N(sib)) : 0;
@@ -326,8 +327,8 @@ void CircTree<P>::TrimEnds(Node* x, bool leaf) {
 // Words left in NULL slots by a store that landed without its pair's
 // identity word (S1: an insert's first word).  Harmless, but C4 wants NULL
 // slots all-zero so Verify can tell a stray pair from an empty slot.
-template <class P>
-void CircTree<P>::ZeroStaleWords(Node* x) {
+template <KeyPolicy KP>
+void CircTree<KP>::ZeroStaleWords(Node* x) {
   const Span s = LoadSpan(x);
   LineWriter w(pool_);
   for (uint32_t i = s.n; i < slots_; i++) {
@@ -340,8 +341,8 @@ void CircTree<P>::ZeroStaleWords(Node* x) {
   w.Finish();
 }
 
-template <class P>
-Status CircTree<P>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& levels) {
+template <KeyPolicy KP>
+Status CircTree<KP>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& levels) {
   auto& a = pool_->allocator();
   a.BeginRebuild();
   Status s = a.MarkUsed(meta_off_, sizeof(Meta));
@@ -349,7 +350,7 @@ Status CircTree<P>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& l
     for (uint64_t off : levels[L]) {
       s = a.MarkUsed(off, NodeBytes(node_size_));
       if (!s.ok()) break;
-      if constexpr (!P::kInline) {
+      if constexpr (!KP::kInline) {
         if (L != 0) continue;  // inner key slots share the blobs of leaf low keys
         const Node* x = N(off);
         if (x->hdr.flags & kHasLowKey) s = keys_.MarkUsed(x->hdr.low_key);
@@ -376,8 +377,8 @@ Status CircTree<P>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& l
 //       fence (a crash inside M6) gets the fence.
 //   9   a root inner node with one child and no sibling (a crash between M6
 //       and M7): the child becomes the root.
-template <class P>
-Status CircTree<P>::FinishMerges(std::vector<std::vector<uint64_t>>* levels) {
+template <KeyPolicy KP>
+Status CircTree<KP>::FinishMerges(std::vector<std::vector<uint64_t>>* levels) {
   for (size_t L = 0; L + 1 < levels->size(); L++) {
     uint64_t prev = 0;
     for (uint64_t off : (*levels)[L]) {
@@ -441,8 +442,8 @@ Status CircTree<P>::FinishMerges(std::vector<std::vector<uint64_t>>* levels) {
 // less than the actual children ... Circ-Tree traverses its corresponding
 // children in the next-level node linked list and compares their addresses
 // to the pointers recorded in the IN"), bottom-up.
-template <class P>
-Status CircTree<P>::LinkChildren(std::vector<std::vector<uint64_t>>* levels) {
+template <KeyPolicy KP>
+Status CircTree<KP>::LinkChildren(std::vector<std::vector<uint64_t>>* levels) {
   if (N(meta_->root)->hdr.sibling != 0) {
     PMTREE_RETURN_IF_ERROR(CompleteRootSplit());
     report_.root_splits_completed++;
@@ -473,8 +474,8 @@ Status CircTree<P>::LinkChildren(std::vector<std::vector<uint64_t>>* levels) {
 // ---------------------------------------------------------------------------
 
 // C2-C5 of one node; idx is its position in its level's chain.
-template <class P>
-Status CircTree<P>::CheckNodeInvariants(uint64_t off, size_t idx) const {
+template <KeyPolicy KP>
+Status CircTree<KP>::CheckNodeInvariants(uint64_t off, size_t idx) const {
   const Node* x = N(off);
   const bool leaf = x->hdr.level == 0;
   const Span s = LoadSpan(x);
@@ -507,14 +508,14 @@ Status CircTree<P>::CheckNodeInvariants(uint64_t off, size_t idx) const {
   return Status::Ok();
 }
 
-template <class P>
-Status CircTree<P>::Verify() {
+template <KeyPolicy KP>
+Status CircTree<KP>::Verify() {
   // Verify runs alone: blocks retired by earlier removals can be freed now,
   // so bytes in use count only what the tree still holds (C10).
   pool_->epochs().DrainAll();
   if (meta_->magic != kMetaMagic || meta_->version != kFormatVersion || meta_->node_size != node_size_)
     return Status::Corruption("circtree meta block at offset " + Hex(meta_off_) + ": invariant C1 violated");
-  if (meta_->zero_present > 1 || (!P::kInline && meta_->zero_present != 0))
+  if (meta_->zero_present > 1 || (!KP::kInline && meta_->zero_present != 0))
     return Status::Corruption("circtree meta block: invariant C11 violated: key-0 flag " +
                               std::to_string(meta_->zero_present));
   std::vector<std::vector<uint64_t>> levels;
@@ -533,7 +534,7 @@ Status CircTree<P>::Verify() {
       const Span s = LoadSpan(x);
       bytes += Allocator::RoundUp(NodeBytes(node_size_));
       if (L == 0) {
-        if constexpr (!P::kInline) {
+        if constexpr (!KP::kInline) {
           if (x->hdr.flags & kHasLowKey) bytes += keys_.SlotBytes(x->hdr.low_key);
           for (uint32_t i = 0; i < s.n; i++) bytes += keys_.SlotBytes(At(x, s, i)->key);
         }
@@ -569,16 +570,11 @@ Status CircTree<P>::Verify() {
     std::lock_guard<std::mutex> g(spare_mu_);
     spare_bytes = spares_.size() * Allocator::RoundUp(NodeBytes(node_size_));
   }
-  const uint64_t in_use = pool_->allocator().bytes_in_use();
-  if (bytes + spare_bytes != in_use)
-    return Status::Corruption("circtree: invariant C10 violated: " + std::to_string(bytes) + " bytes reached + " +
-                              std::to_string(spare_bytes) + " reserved != " + std::to_string(in_use) +
-                              " bytes in use (leak or double use)");
-  return Status::Ok();
+  return CheckSpaceAccounted("circtree: invariant C10", bytes, spare_bytes, pool_->allocator().bytes_in_use());
 }
 
-template <class P>
-TreeStats CircTree<P>::Stats() {
+template <KeyPolicy KP>
+TreeStats CircTree<KP>::Stats() {
   TreeStats st;
   std::vector<std::vector<uint64_t>> levels;
   if (!CollectLevels(&levels).ok()) return st;
@@ -596,7 +592,7 @@ TreeStats CircTree<P>::Stats() {
       }
       st.leaf_nodes++;
       st.entries += s.n;
-      if constexpr (!P::kInline) {
+      if constexpr (!KP::kInline) {
         if (x->hdr.flags & kHasLowKey) st.pm_bytes += keys_.SlotBytes(x->hdr.low_key);
         for (uint32_t i = 0; i < s.n; i++) st.pm_bytes += keys_.SlotBytes(At(x, s, i)->key);
       }
@@ -652,47 +648,47 @@ using PolicyOf = std::conditional_t<std::is_same_v<K, uint64_t>, U64Keys, BytesK
 }  // namespace
 
 template <class K, bool Paper>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
   auto r = CircTree<PolicyOf<K>>::Create(pool, options, Paper);
   if (!r.ok()) return r.status();
   return std::unique_ptr<BasicTree<K>>(std::move(r).value());
 }
 
 template <class K, bool Paper>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
   auto r = CircTree<PolicyOf<K>>::Recover(pool, options, Paper);
   if (!r.ok()) return r.status();
   return std::unique_ptr<BasicTree<K>>(std::move(r).value());
 }
 
 // Members defined in this file; circtree.cc instantiates the class itself.
-#define PMTREE_CIRCTREE_RECOVERY_MEMBERS(P)                                                            \
-  template Status CircTree<P>::RecoverFromPool(bool);                                                  \
-  template Status CircTree<P>::CheckNode(uint64_t, uint32_t) const;                                    \
-  template Status CircTree<P>::CollectLevels(std::vector<std::vector<uint64_t>>*, bool);               \
-  template void CircTree<P>::RepairNode(uint64_t, uint64_t);                                           \
-  template void CircTree<P>::RepairMergeMark(Node*, uint64_t);                                         \
-  template Status CircTree<P>::FinishMerges(std::vector<std::vector<uint64_t>>*);                      \
-  template bool CircTree<P>::ResolveInsert(Node*, bool);                                               \
-  template bool CircTree<P>::FinishDelete(Node*, bool);                                                \
-  template void CircTree<P>::TrimEnds(Node*, bool);                                                    \
-  template void CircTree<P>::ZeroStaleWords(Node*);                                                    \
-  template Status CircTree<P>::RebuildAllocator(const std::vector<std::vector<uint64_t>>&);            \
-  template Status CircTree<P>::LinkChildren(std::vector<std::vector<uint64_t>>*);                      \
-  template Status CircTree<P>::CheckNodeInvariants(uint64_t, size_t) const;                            \
-  template Status CircTree<P>::Verify();                                                               \
-  template TreeStats CircTree<P>::Stats();
+#define PMTREE_CIRCTREE_RECOVERY_MEMBERS(KP)                                                            \
+  template Status CircTree<KP>::RecoverFromPool(bool);                                                  \
+  template Status CircTree<KP>::CheckNode(uint64_t, uint32_t) const;                                    \
+  template Status CircTree<KP>::CollectLevels(std::vector<std::vector<uint64_t>>*, bool);               \
+  template void CircTree<KP>::RepairNode(uint64_t, uint64_t);                                           \
+  template void CircTree<KP>::RepairMergeMark(Node*, uint64_t);                                         \
+  template Status CircTree<KP>::FinishMerges(std::vector<std::vector<uint64_t>>*);                      \
+  template bool CircTree<KP>::ResolveInsert(Node*, bool);                                               \
+  template bool CircTree<KP>::FinishDelete(Node*, bool);                                                \
+  template void CircTree<KP>::TrimEnds(Node*, bool);                                                    \
+  template void CircTree<KP>::ZeroStaleWords(Node*);                                                    \
+  template Status CircTree<KP>::RebuildAllocator(const std::vector<std::vector<uint64_t>>&);            \
+  template Status CircTree<KP>::LinkChildren(std::vector<std::vector<uint64_t>>*);                      \
+  template Status CircTree<KP>::CheckNodeInvariants(uint64_t, size_t) const;                            \
+  template Status CircTree<KP>::Verify();                                                               \
+  template TreeStats CircTree<KP>::Stats();
 PMTREE_CIRCTREE_RECOVERY_MEMBERS(U64Keys)
 PMTREE_CIRCTREE_RECOVERY_MEMBERS(BytesKeys)
 #undef PMTREE_CIRCTREE_RECOVERY_MEMBERS
 
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, false>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, true>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, false>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, false>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, true>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, false>(PoolImpl*,
                                                                                             const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, false>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, true>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, false>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, false>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, true>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, false>(PoolImpl*,
                                                                                              const TreeOptions&);
 
 }  // namespace pmtree::circtree

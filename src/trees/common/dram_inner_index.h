@@ -46,7 +46,7 @@
 #include <utility>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "trees/common/keys.h"
 #include "trees/common/version_lock.h"
 
@@ -112,7 +112,7 @@ class DramInnerIndex {
     const Owned* hi = nullptr;    // exclusive upper bound, null = +inf
   };
 
-  explicit DramInnerIndex(Pool* pool) : pool_(pool) {}
+  explicit DramInnerIndex(PoolImpl* pool) : pool_(pool) {}
   ~DramInnerIndex() { FreeTree(root_.load(std::memory_order_relaxed)); }
   DramInnerIndex(const DramInnerIndex&) = delete;
   DramInnerIndex& operator=(const DramInnerIndex&) = delete;
@@ -419,7 +419,7 @@ class DramInnerIndex {
     return true;
   }
 
-  Pool* pool_;
+  PoolImpl* pool_;
   std::atomic<Node*> root_{nullptr};
 };
 

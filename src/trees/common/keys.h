@@ -43,7 +43,7 @@
 #include <string>
 #include <string_view>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 
@@ -80,7 +80,7 @@ class U64Keys {
   static constexpr KeyKind kKind = KeyKind::kU64;
   static constexpr bool kInline = true;
 
-  explicit U64Keys(Pool* /*pool*/) {}
+  explicit U64Keys(PoolImpl* /*pool*/) {}
 
   static Status CheckArg(Arg) { return Status::Ok(); }
   Result<uint64_t> MakeSlot(Arg key) { return key; }
@@ -114,7 +114,7 @@ class BytesKeys {
   static constexpr bool kInline = false;
   static constexpr uint64_t kOffsetMask = (1ull << 48) - 1;
 
-  explicit BytesKeys(Pool* pool) : pool_(pool) {}
+  explicit BytesKeys(PoolImpl* pool) : pool_(pool) {}
 
   static Status CheckArg(Arg key) {
     if (key.size() > kMaxKeyBytes)
@@ -197,13 +197,13 @@ class BytesKeys {
   }
 
  private:
-  Pool* pool_;
+  PoolImpl* pool_;
 };
 
 // What a tree needs of its key policy.  `slot` is the 8-byte key slot a tree
 // stores per entry; const members only read the pool.
 template <class KP>
-concept KeyPolicy = std::constructible_from<KP, Pool*> &&
+concept KeyPolicy = std::constructible_from<KP, PoolImpl*> &&
                     requires(KP kp, const KP ckp, typename KP::Arg key, uint64_t slot) {
   typename KP::Owned;                                   // an owned copy of a key
   { KP::kKind } -> std::convertible_to<KeyKind>;        // what the pool header records

@@ -67,7 +67,7 @@
 #include <string>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 #include "trees/common/bulk_input.h"
@@ -107,7 +107,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
 
   // Creation: meta and one empty leaf, persisted, then root slot 0 (the
   // commit point of creation).
-  static Result<std::unique_ptr<Base>> Create(Pool* pool, const TreeOptions& options) {
+  static Result<std::unique_ptr<Base>> Create(PoolImpl* pool, const TreeOptions& options) {
     uint32_t node_size;
     PMTREE_RETURN_IF_ERROR(CheckOptions(options, &node_size));
     if (pool->root(0) != 0)
@@ -138,7 +138,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     return std::unique_ptr<Base>(std::move(t));
   }
 
-  static Result<std::unique_ptr<Base>> Recover(Pool* pool, const TreeOptions& options) {
+  static Result<std::unique_ptr<Base>> Recover(PoolImpl* pool, const TreeOptions& options) {
     const std::string name = Derived::kTraits.name;
     PMTREE_RETURN_IF_ERROR(CheckExtra(options));
     uint64_t meta_off = pool->root(0);
@@ -404,7 +404,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
   }
 
  protected:
-  LeafListTree(Pool* pool, uint64_t meta_off, uint32_t node_size)
+  LeafListTree(PoolImpl* pool, uint64_t meta_off, uint32_t node_size)
       : pool_(pool),
         keys_(pool),
         meta_off_(meta_off),
@@ -472,7 +472,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     return Status::Ok();
   }
 
-  Pool* const pool_;
+  PoolImpl* const pool_;
   KP keys_;
   const uint64_t meta_off_;
   Meta* const meta_;

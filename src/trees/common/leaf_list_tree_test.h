@@ -32,8 +32,8 @@
 #include <thread>
 #include <vector>
 
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
-#include "pmtree/pool.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 #include "trees/common/leaf_list_layout.h"
@@ -44,14 +44,14 @@ namespace leaf_list_test {
 // What the shared tests need to know about a design.
 struct LeafListDesign {
   const char* name;  // registry name, pool layout name, test parameter name
-  Result<std::unique_ptr<Tree>> (*create)(Pool*, const TreeOptions&);
-  Result<std::unique_ptr<Tree>> (*recover)(Pool*, const TreeOptions&);
-  Result<std::unique_ptr<BytesTree>> (*create_bytes)(Pool*, const TreeOptions&);
-  Result<std::unique_ptr<BytesTree>> (*recover_bytes)(Pool*, const TreeOptions&);
+  Result<std::unique_ptr<Tree>> (*create)(PoolImpl*, const TreeOptions&);
+  Result<std::unique_ptr<Tree>> (*recover)(PoolImpl*, const TreeOptions&);
+  Result<std::unique_ptr<BytesTree>> (*create_bytes)(PoolImpl*, const TreeOptions&);
+  Result<std::unique_ptr<BytesTree>> (*recover_bytes)(PoolImpl*, const TreeOptions&);
   int capacity_256;            // entries of a 256 B leaf
   uint64_t bulk_leaves_at_70;  // leaves of an 8000-key bulk load at fill 0.7, 256 B leaves
   // The keys of the valid entries of the leaf at `leaf_off` (U64 keys).
-  std::vector<uint64_t> (*leaf_keys)(const Pool*, uint64_t leaf_off);
+  std::vector<uint64_t> (*leaf_keys)(const PoolImpl*, uint64_t leaf_off);
   // Budget of a split plus the insert that caused it (U64 keys, 256 B leaves);
   // the design's doc derives the counts.
   uint64_t split_flushes;
@@ -61,7 +61,7 @@ struct LeafListDesign {
   // leaves it just after its split log is persisted and before the old leaf
   // changes (the new leaf's contents, if the design writes them first, and
   // the split log).
-  void (*craft_split_crash)(Pool*, uint64_t new_leaf);
+  void (*craft_split_crash)(PoolImpl*, uint64_t new_leaf);
 };
 
 inline std::string LeafListDesignName(const testing::TestParamInfo<LeafListDesign>& info) {
@@ -91,7 +91,7 @@ class PoolFile {
 };
 
 struct Handle {
-  std::unique_ptr<Pool> pool;
+  std::unique_ptr<PoolImpl> pool;
   std::unique_ptr<Tree> tree;
   void Crash() {
     tree.reset();
@@ -104,7 +104,7 @@ inline Handle CreateOn(const LeafListDesign& d, const std::string& path, uint64_
   Handle h;
   PoolOptions po;
   po.overwrite = true;
-  auto p = Pool::Create(path, size, d.name, 0, po);
+  auto p = PoolImpl::Create(path, size, d.name, 0, po);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   h.pool = std::move(*p);
   TreeOptions o;
@@ -117,7 +117,7 @@ inline Handle CreateOn(const LeafListDesign& d, const std::string& path, uint64_
 
 inline Handle Reopen(const LeafListDesign& d, const std::string& path) {
   Handle h;
-  auto p = Pool::Open(path, d.name);
+  auto p = PoolImpl::Open(path, d.name);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   h.pool = std::move(*p);
   auto t = d.recover(h.pool.get(), TreeOptions{});
@@ -141,7 +141,7 @@ inline void ExpectContents(Tree* t, const std::map<uint64_t, uint64_t>& model) {
   }
 }
 
-inline LeafListMeta* Meta(Pool* p) { return p->At<LeafListMeta>(p->root(0)); }
+inline LeafListMeta* Meta(PoolImpl* p) { return p->At<LeafListMeta>(p->root(0)); }
 
 // The persistence cost of `op`, run as one operation on the counting backend.
 template <class Op>
@@ -305,7 +305,7 @@ TEST_P(LeafListTreeTest, CleanCloseRestartsFromTheImageAndFallsBackToTheWalk) {
   }
   {
     // A damaged image is not used: the walk rebuilds everything.
-    auto p = Pool::Open(f.path(), design().name);
+    auto p = PoolImpl::Open(f.path(), design().name);
     ASSERT_TRUE(p.ok());
     uint64_t* img = (*p)->At<uint64_t>(Meta(p->get())->restart);
     img[0] ^= 1;  // magic
@@ -327,12 +327,12 @@ TEST_P(LeafListTreeTest, CleanCloseRestartsFromTheImageAndFallsBackToTheWalk) {
   {
     // A cut leaf list after a clean close: the image names leaves the list
     // no longer reaches; the walk's saved-bytes check refuses the pool.
-    auto p = Pool::Open(f.path(), design().name);
+    auto p = PoolImpl::Open(f.path(), design().name);
     ASSERT_TRUE(p.ok());
     LeafListMeta* m = Meta(p->get());
     (*p)->Store64(&(*p)->At<uint64_t>(m->head)[1], 0);  // the first leaf's next (kLeafListNextOffset)
     ASSERT_TRUE((*p)->Close().ok());
-    auto p2 = Pool::Open(f.path(), design().name);
+    auto p2 = PoolImpl::Open(f.path(), design().name);
     ASSERT_TRUE(p2.ok());
     auto t = design().recover(p2->get(), TreeOptions{});
     EXPECT_EQ(t.status().code(), Status::Code::kCorruption) << t.status().ToString();
@@ -450,7 +450,7 @@ TEST_P(LeafListTreeTest, ByteStringKeysWorkAndRecover) {
   {
     PoolOptions po;
     po.overwrite = true;
-    auto p = Pool::Create(f.path(), 64 << 20, design().name, 1, po);
+    auto p = PoolImpl::Create(f.path(), 64 << 20, design().name, 1, po);
     ASSERT_TRUE(p.ok());
     auto t = design().create_bytes(p->get(), TreeOptions{});
     ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -468,7 +468,7 @@ TEST_P(LeafListTreeTest, ByteStringKeysWorkAndRecover) {
     EXPECT_FALSE(tree->Insert(std::string(kMaxKeyBytes + 1, 'a'), 1).ok());
     // Crash: destroy without Close.
   }
-  auto p = Pool::Open(f.path(), design().name);
+  auto p = PoolImpl::Open(f.path(), design().name);
   ASSERT_TRUE(p.ok());
   auto t = design().recover_bytes(p->get(), TreeOptions{});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -504,7 +504,7 @@ TEST_P(LeafListTreeTest, BulkLoadHonoursFillFactor) {
 }
 
 TEST_P(LeafListTreeTest, InvalidOptionsAreRejected) {
-  auto p = Pool::CreateAnonymous(8 << 20, design().name, 0);
+  auto p = PoolImpl::CreateAnonymous(8 << 20, design().name, 0);
   ASSERT_TRUE(p.ok());
   TreeOptions o;
   o.node_size = 300;
@@ -516,7 +516,7 @@ TEST_P(LeafListTreeTest, InvalidOptionsAreRejected) {
 }
 
 TEST_P(LeafListTreeTest, OutOfSpaceLeavesTreeUsable) {
-  auto p = Pool::CreateAnonymous(kMinPoolSize, design().name, 0);
+  auto p = PoolImpl::CreateAnonymous(kMinPoolSize, design().name, 0);
   ASSERT_TRUE(p.ok());
   auto t = design().create(p->get(), TreeOptions{});
   ASSERT_TRUE(t.ok());

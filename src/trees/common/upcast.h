@@ -4,6 +4,9 @@
 // Result<unique_ptr<Tree>> (or BytesTree) its registry entry point returns,
 // passing an error status through.
 //
+// RegistryEntry<&F>: F, a factory over PoolImpl*, as a TreeFactory entry
+// point over Pool*.
+//
 // PMTREE_REGISTRY_ENTRY_POINTS(TreeT): defines the registry entry points in
 // the one shape every design has, `<design>::Create<K>` and
 // `<design>::Recover<K>` (declared in the design's header), for K = uint64_t
@@ -17,6 +20,7 @@
 #include <memory>
 #include <utility>
 
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 #include "trees/common/keys.h"
@@ -29,20 +33,28 @@ Result<std::unique_ptr<Base>> UpcastTree(Result<std::unique_ptr<T>> r) {
   return std::unique_ptr<Base>(std::move(*r));
 }
 
+// A registry entry point (TreeFactory::create etc.) over a design's factory:
+// the registry's callers hold the embedder's Pool, a tree takes the tree
+// author's face of it (src/pm/pool_impl.h).  This is the one cast.
+template <auto kFactory>
+auto RegistryEntry(Pool* pool, const TreeOptions& options) {
+  return kFactory(PoolImpl::Of(pool), options);
+}
+
 }  // namespace pmtree
 
-#define PMTREE_REGISTRY_ENTRY_POINTS(TreeT)                                                         \
-  template <class K>                                                                                \
-  Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {           \
-    return UpcastTree<BasicTree<K>>(TreeT<KeyPolicyFor<K>>::Create(pool, options));                \
-  }                                                                                                 \
-  template <class K>                                                                                \
-  Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {          \
-    return UpcastTree<BasicTree<K>>(TreeT<KeyPolicyFor<K>>::Recover(pool, options));               \
-  }                                                                                                 \
-  template Result<std::unique_ptr<Tree>> Create<uint64_t>(Pool*, const TreeOptions&);               \
-  template Result<std::unique_ptr<Tree>> Recover<uint64_t>(Pool*, const TreeOptions&);              \
-  template Result<std::unique_ptr<BytesTree>> Create<std::string_view>(Pool*, const TreeOptions&);  \
-  template Result<std::unique_ptr<BytesTree>> Recover<std::string_view>(Pool*, const TreeOptions&)
+#define PMTREE_REGISTRY_ENTRY_POINTS(TreeT)                                                             \
+  template <class K>                                                                                    \
+  Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {            \
+    return UpcastTree<BasicTree<K>>(TreeT<KeyPolicyFor<K>>::Create(pool, options));                     \
+  }                                                                                                     \
+  template <class K>                                                                                    \
+  Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {           \
+    return UpcastTree<BasicTree<K>>(TreeT<KeyPolicyFor<K>>::Recover(pool, options));                    \
+  }                                                                                                     \
+  template Result<std::unique_ptr<Tree>> Create<uint64_t>(PoolImpl*, const TreeOptions&);               \
+  template Result<std::unique_ptr<Tree>> Recover<uint64_t>(PoolImpl*, const TreeOptions&);              \
+  template Result<std::unique_ptr<BytesTree>> Create<std::string_view>(PoolImpl*, const TreeOptions&);  \
+  template Result<std::unique_ptr<BytesTree>> Recover<std::string_view>(PoolImpl*, const TreeOptions&)
 
 #endif  // PMTREE_TREES_COMMON_UPCAST_H_

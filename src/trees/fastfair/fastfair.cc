@@ -5,6 +5,8 @@
 // only.
 
 #include "trees/common/bulk_input.h"
+#include "trees/common/fair_split.h"
+#include "trees/common/space_check.h"
 #include "trees/fastfair/fastfair.h"
 
 #include <algorithm>
@@ -47,7 +49,7 @@ Status CheckNodeSize(uint32_t node_size) {
 // ---------------------------------------------------------------------------
 
 template <KeyPolicy KP>
-FastFairTree<KP>::FastFairTree(Pool* pool, uint64_t meta_off, Flaws flaws)
+FastFairTree<KP>::FastFairTree(PoolImpl* pool, uint64_t meta_off, Flaws flaws)
     : pool_(pool),
       keys_(pool),
       meta_off_(meta_off),
@@ -502,24 +504,9 @@ Status FastFairTree<KP>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, 
   }
   if (!goes_right) FastInsert(off, pos, slot, value);
   splits_.fetch_add(1, std::memory_order_relaxed);
-
-  if (Ld(&meta_->root) == off) {
-    // Only the holder of the root's lock changes meta.root, so the check is
-    // stable while we hold it.
-    std::lock_guard<std::mutex> g(root_mu_);
-    Status rs = InstallRoot(off, low, sib);
-    Unlock(off);
-    if (rs.code() == Status::Code::kInternal) return rs;
-    // Out of space here leaves a root with a sibling: lookups stay correct,
-    // and CompleteRootSplit (next writer at that level, or recovery) retries.
-    return Status::Ok();
-  }
-  Unlock(off);
-  Status ps = InsertSeparator(level + 1, low, sib);
-  if (ps.code() == Status::Code::kInternal) return ps;
-  // The record is in; a separator that could not be placed (out of space)
-  // leaves an orphan reachable through its left sibling, linked by recovery.
-  return Status::Ok();
+  return PublishSplit(
+      Ld(&meta_->root) == off, root_mu_, [&] { return InstallRoot(off, low, sib); }, [&] { Unlock(off); },
+      [&] { return InsertSeparator(level + 1, low, sib); });
 }
 
 // Root split, write order: the new root (level + 1, leftmost = old root,
@@ -766,7 +753,7 @@ Status FastFairTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fil
 // ---------------------------------------------------------------------------
 
 template <KeyPolicy KP>
-Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Create(Pool* pool, const TreeOptions& options,
+Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Create(PoolImpl* pool, const TreeOptions& options,
                                                                   Flaws flaws) {
   if (pool == nullptr) return Status::InvalidArgument("fastfair: a persistent tree needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckNodeSize(options.node_size));
@@ -803,7 +790,7 @@ Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Create(Pool* pool, c
 }
 
 template <KeyPolicy KP>
-Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Recover(Pool* pool, const TreeOptions& /*options*/,
+Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Recover(PoolImpl* pool, const TreeOptions& /*options*/,
                                                                    bool orig) {
   if (pool == nullptr) return Status::InvalidArgument("fastfair: a persistent tree needs a pool");
   const uint64_t meta_off = pool->root(0);
@@ -1104,12 +1091,7 @@ Status FastFairTree<KP>::Verify() {
     std::lock_guard<std::mutex> g(spare_mu_);
     spare_bytes = spares_.size() * Allocator::RoundUp(node_size_);
   }
-  const uint64_t in_use = pool_->allocator().bytes_in_use();
-  if (bytes + spare_bytes != in_use)
-    return Status::Corruption("fastfair: invariant 10 violated: " + std::to_string(bytes) + " bytes reached + " +
-                              std::to_string(spare_bytes) + " reserved != " + std::to_string(in_use) +
-                              " bytes in use (leak or double use)");
-  return Status::Ok();
+  return CheckSpaceAccounted("fastfair: invariant 10", bytes, spare_bytes, pool_->allocator().bytes_in_use());
 }
 
 template <KeyPolicy KP>
@@ -1206,7 +1188,7 @@ Status Flaws::Parse(std::string_view text, Flaws* out) {
 }
 
 template <class K, bool Orig>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
   Flaws flaws;
   if (Orig) flaws = Flaws::All();
   for (const auto& [key, value] : options.extra) {
@@ -1223,7 +1205,7 @@ Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& opti
 }
 
 template <class K, bool Orig>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
   auto r = FastFairTree<PolicyOf<K>>::Recover(pool, options, Orig);
   if (!r.ok()) return r.status();
   return std::unique_ptr<BasicTree<K>>(std::move(r).value());
@@ -1231,17 +1213,17 @@ Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& opt
 
 template class FastFairTree<U64Keys>;
 template class FastFairTree<BytesKeys>;
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, false>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, true>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, false>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, false>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t, true>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, false>(PoolImpl*,
                                                                                              const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, true>(Pool*,
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view, true>(PoolImpl*,
                                                                                             const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, false>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, true>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, false>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, false>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t, true>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, false>(PoolImpl*,
                                                                                               const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, true>(Pool*,
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view, true>(PoolImpl*,
                                                                                              const TreeOptions&);
 
 }  // namespace pmtree::fastfair

@@ -44,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 #include "trees/common/keys.h"
 #include "trees/common/version_lock.h"
@@ -106,11 +106,11 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
 
   // Creates a tree on a fresh pool (root slot 0 empty).  node_size 0 means
   // 512; valid sizes are multiples of 64 from 256 to 4096.
-  static Result<std::unique_ptr<FastFairTree>> Create(Pool* pool, const TreeOptions& options, Flaws flaws);
+  static Result<std::unique_ptr<FastFairTree>> Create(PoolImpl* pool, const TreeOptions& options, Flaws flaws);
   // Recovers the tree in `pool` (after a clean shutdown or a crash).  The
   // flaws are those recorded at creation; `orig` says which registry entry
   // opens it (fastfair-orig trees have at least one flaw, fastfair none).
-  static Result<std::unique_ptr<FastFairTree>> Recover(Pool* pool, const TreeOptions& options, bool orig);
+  static Result<std::unique_ptr<FastFairTree>> Recover(PoolImpl* pool, const TreeOptions& options, bool orig);
 
   ~FastFairTree() override;
 
@@ -144,7 +144,7 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
   enum class PutMode { kInsert, kUpdate, kUpsert };
   static constexpr uint32_t kStripes = 1u << 12;
 
-  FastFairTree(Pool* pool, uint64_t meta_off, Flaws flaws);
+  FastFairTree(PoolImpl* pool, uint64_t meta_off, Flaws flaws);
 
   Node* N(uint64_t off) const { return pool_->At<Node>(off); }
   static uint64_t Ld(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -205,7 +205,7 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
   // Walks every level (leftmost chain), bounds-checked; levels[0] = leaves.
   Status CollectLevels(std::vector<std::vector<uint64_t>>* levels) const;
 
-  Pool* pool_;
+  PoolImpl* pool_;
   KP keys_;
   const uint64_t meta_off_;
   Meta* meta_;
@@ -228,9 +228,9 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
 // accepts `flaws` (Flaws::Parse; default "all"), so the explorer can be shown
 // each flaw on its own.
 template <class K, bool Orig>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K, bool Orig>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 
 // InvalidArgument unless node_size is 0 or a multiple of 64 in [256, 4096].
 Status CheckNodeSize(uint32_t node_size);

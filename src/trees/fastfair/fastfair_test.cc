@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "crash/explorer.h"
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
-#include "pmtree/pool.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
 
@@ -47,7 +47,7 @@ class Harness {
   using Tree = FastFairTree<KP>;
   explicit Harness(uint32_t node_size = 256, Flaws flaws = {}, uint64_t pool_size = kPoolSize)
       : path_(testutil::TempPoolPath()), flaws_(flaws) {
-    auto pool = Pool::Create(path_, pool_size, layout(), static_cast<uint64_t>(KP::kKind));
+    auto pool = PoolImpl::Create(path_, pool_size, layout(), static_cast<uint64_t>(KP::kKind));
     EXPECT_TRUE(pool.ok()) << pool.status().ToString();
     pool_ = std::move(pool).value();
     TreeOptions o;
@@ -64,7 +64,7 @@ class Harness {
   }
   std::string layout() const { return flaws_.any() ? "fastfair-orig" : "fastfair"; }
   Tree& tree() { return *tree_; }
-  Pool& pool() { return *pool_; }
+  PoolImpl& pool() { return *pool_; }
 
   // Simulated crash: no Close, so the pool is not marked clean.
   Status CrashAndRecover() {
@@ -81,14 +81,14 @@ class Harness {
 
  private:
   Status Reopen() {
-    PMTREE_ASSIGN_OR_RETURN(pool_, Pool::Open(path_, layout()));
+    PMTREE_ASSIGN_OR_RETURN(pool_, PoolImpl::Open(path_, layout()));
     PMTREE_ASSIGN_OR_RETURN(tree_, Tree::Recover(pool_.get(), TreeOptions{}, flaws_.any()));
     return Status::Ok();
   }
 
   std::string path_;
   Flaws flaws_;
-  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<PoolImpl> pool_;
   std::unique_ptr<Tree> tree_;
 };
 
@@ -121,7 +121,7 @@ TEST(FastFairTest, NodeSizeAcceptsMultiplesOf64From256To4096AndRejectsOthers) {
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("multiples of 64 from 256 to 4096"), std::string_view::npos);
   }
-  auto pool = Pool::CreateAnonymous(kPoolSize, "fastfair", 0);
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "fastfair", 0);
   ASSERT_TRUE(pool.ok());
   TreeOptions o;
   o.extra["strategy"] = "x";
@@ -476,7 +476,7 @@ TEST(FastFairTest, OrigCreationDoesNotFlushTheTreeHeader) {
   // Flaw (3): only the pool's root slot is persisted; the meta block and the
   // first leaf are not.  The fixed tree persists both first.
   for (bool orig : {false, true}) {
-    auto pool = Pool::CreateAnonymous(kPoolSize, orig ? "fastfair-orig" : "fastfair", 0);
+    auto pool = PoolImpl::CreateAnonymous(kPoolSize, orig ? "fastfair-orig" : "fastfair", 0);
     ASSERT_TRUE(pool.ok());
     Cost c = Measure([&] {
       auto t = FastFairTree<U64Keys>::Create(pool->get(), TreeOptions{}, orig ? Flaws::All() : Flaws{});

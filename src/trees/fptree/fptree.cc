@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "trees/common/keys.h"
-#include "trees/common/upcast.h"
 #include "trees/common/leaf_list_tree.h"
+#include "trees/common/upcast.h"
 #include "trees/fptree/layout.h"
 
 namespace pmtree {
@@ -44,7 +44,7 @@ class FpTree final : public LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry> {
   static constexpr LeafListTraits kTraits{"fptree", kFpMagic, kFpDefaultNodeSize, /*entry_bit_shift=*/0,
                                           /*flag_bits=*/0};
 
-  FpTree(Pool* pool, uint64_t meta_off, uint32_t node_size) : LL(pool, meta_off, node_size) {}
+  FpTree(PoolImpl* pool, uint64_t meta_off, uint32_t node_size) : LL(pool, meta_off, node_size) {}
 
  private:
   using LL::cap_;
@@ -59,7 +59,7 @@ class FpTree final : public LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry> {
   static int Capacity(uint32_t node_size) { return FpCapacity(node_size); }
   static uint32_t EntriesOffset(uint32_t /*node_size*/) { return offsetof(FpLeaf, entries); }
 
-  static void InitEmptyLeaf(Pool* pool, FpLeaf* leaf, uint32_t /*node_size*/) {
+  static void InitEmptyLeaf(PoolImpl* pool, FpLeaf* leaf, uint32_t /*node_size*/) {
     pool->Zero(leaf, 64);
     // Flush the empty leaf's header; the meta block's fence (LeafListTree::
     // Create) orders it before root slot 0 names the tree, so the head never

@@ -27,7 +27,7 @@
 
 #include <memory>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 
@@ -36,9 +36,9 @@ namespace pmtree::fptree {
 // Registry entry points (the shape every design shares): K is uint64_t
 // (Tree) or std::string_view (BytesTree).
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 
 }  // namespace pmtree::fptree
 

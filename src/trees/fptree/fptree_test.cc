@@ -15,8 +15,8 @@
 #include <map>
 #include <vector>
 
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
-#include "pmtree/pool.h"
 #include "trees/common/leaf_list_tree_test.h"
 #include "trees/fptree/layout.h"
 
@@ -27,7 +27,7 @@ namespace {
 using fptree::FpLeaf;
 using fptree::FpMeta;
 
-std::vector<uint64_t> FpLeafKeys(const Pool* p, uint64_t leaf_off) {
+std::vector<uint64_t> FpLeafKeys(const PoolImpl* p, uint64_t leaf_off) {
   const FpLeaf* leaf = p->At<FpLeaf>(leaf_off);
   std::vector<uint64_t> keys;
   for (uint64_t bm = leaf->bitmap; bm; bm &= bm - 1) keys.push_back(leaf->entries[__builtin_ctzll(bm)].key);
@@ -36,7 +36,7 @@ std::vector<uint64_t> FpLeafKeys(const Pool* p, uint64_t leaf_off) {
 
 // FPTree persists its split log (PCurrentLeaf, PNewLeaf) before it writes
 // the new leaf.
-void FpCraftSplitCrash(Pool* pool, uint64_t new_leaf) {
+void FpCraftSplitCrash(PoolImpl* pool, uint64_t new_leaf) {
   FpMeta* m = Meta(pool);
   pool->Store64(&m->split_log[3].leaf, m->head);
   pool->Store64(&m->split_log[3].other, new_leaf);

@@ -150,7 +150,7 @@ class LbTree final : public BasicTree<K> {
   using Entry = typename BasicTree<K>::Entry;
   using InputEntry = typename BasicTree<K>::InputEntry;
 
-  LbTree(Pool* pool, uint32_t node_size, int hint_target, bool paper_split)
+  LbTree(PoolImpl* pool, uint32_t node_size, int hint_target, bool paper_split)
       : pool_(pool),
         keys_(pool),
         node_size_(node_size),
@@ -336,6 +336,12 @@ class LbTree final : public BasicTree<K> {
   // segment's own thread: resets the segment's leaf versions and sorts its
   // blocks by offset (the allocator then takes them in ascending order).
   void FinishSegment(SegmentResult* out);
+  // Recovery's steps (RecoverFrom): where the segments start, the walk, the
+  // allocator rebuilt from what the walk reached.
+  std::vector<uint64_t> SegmentStarts();
+  Status WalkSegments(std::vector<uint64_t>* starts, uint32_t threads, std::vector<SegmentResult>* res,
+                      double* serial_cpu0);
+  Status RebuildAllocator(std::vector<SegmentResult>* res);
   // Level-1 nodes over `recs` (separators of records 1.. are their min keys;
   // empty leaves other than the very first record are not routed to, L7).
   struct Built {
@@ -363,7 +369,7 @@ class LbTree final : public BasicTree<K> {
     return n;
   }
 
-  Pool* pool_;
+  PoolImpl* pool_;
   KP keys_;
   const uint32_t node_size_;
   const int m_;
@@ -1305,57 +1311,10 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     return Status::Ok();
   }
 
-  // Segments: head, then the recorded hints (L8), validated cheaply here and
-  // by the walk itself (each segment must reach the next start).
-  const HintArray& ha = meta()->hints[Load(&meta()->hint_sel) & 1];
-  std::vector<uint64_t> starts{head_};
-  uint64_t hc = std::min<uint64_t>(ha.count, kMaxHints);
-  for (uint64_t i = 0; i < hc; i++) {
-    uint64_t h = ha.leaf[i];
-    if (h % kBlockSize != 0 || !pool_->InHeap(h, node_size_) ||
-        std::find(starts.begin(), starts.end(), h) != starts.end()) {
-      starts.resize(1);  // unusable hints: one sequential walk
-      break;
-    }
-    starts.push_back(h);
-  }
-  const uint64_t max_steps = pool_->size() / node_size_ + 1;
-  uint32_t nthreads = std::max<uint32_t>(1, std::min<uint32_t>(threads, static_cast<uint32_t>(starts.size())));
-  // Thread t walks segments [t*S/T, (t+1)*S/T): contiguous leaf ranges.
-  std::vector<SegmentResult> res(nthreads);
-  std::vector<double> walk_cpu(nthreads);
-  auto walk = [&](uint32_t t) {
-    const double c0 = ThreadCpuMs();
-    size_t s0 = t * starts.size() / nthreads, s1 = (t + 1) * starts.size() / nthreads;
-    uint64_t stop = s1 < starts.size() ? starts[s1] : 0;
-    ScanSegment(starts[s0], stop, max_steps, &res[t]);
-    FinishSegment(&res[t]);
-    walk_cpu[t] = ThreadCpuMs() - c0;
-  };
-  std::vector<std::thread> pool_threads;
-  for (uint32_t t = 1; t < nthreads; t++) pool_threads.emplace_back(walk, t);
-  walk(0);
-  for (auto& th : pool_threads) th.join();
-  const double serial_cpu0 = ThreadCpuMs();
-  recovery_walk_cpu_ms_ = *std::max_element(walk_cpu.begin(), walk_cpu.end());
-  bool ok = true;
-  for (auto& r : res) {
-    if (!r.status.ok() || !r.reached_end) ok = false;
-  }
-  if (!ok && starts.size() > 1) {
-    // A hint was not where the list said (cannot happen unless the meta block
-    // is damaged): fall back to one walk from the head.
-    recovery_fallback_ = true;
-    res.assign(1, SegmentResult{});
-    ScanSegment(head_, 0, max_steps, &res[0]);
-    FinishSegment(&res[0]);
-    nthreads = 1;
-    starts.resize(1);
-  }
-  for (auto& r : res) {
-    if (!r.status.ok()) return r.status;
-    if (!r.reached_end) return Status::Corruption("lbtree: leaf list walk did not terminate (invariant L2)");
-  }
+  std::vector<uint64_t> starts = SegmentStarts();
+  std::vector<SegmentResult> res;
+  double serial_cpu0 = 0;
+  PMTREE_RETURN_IF_ERROR(WalkSegments(&starts, threads, &res, &serial_cpu0));
   auto lap = [t = std::chrono::steady_clock::now()]() mutable {
     auto now = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(now - t).count();
@@ -1363,39 +1322,7 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     return ms;
   };
   recovery_walk_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-
-  // Allocator (rule 4 of allocator.h): after a crash, everything reachable is
-  // in use and the rest of the heap is free again.  The allocator's rebuild is
-  // serial, so it gets all blocks at once in ascending offset order (each
-  // segment sorted its blocks in parallel; merged here): each goes in next to
-  // the previous one.  In list order the offsets are random.
-  Allocator& al = pool_->allocator();
-  if (!pool_->clean_shutdown() || force_alloc_rebuild_) {
-    std::vector<std::pair<uint64_t, uint64_t>> blocks = std::move(res[0].blocks);
-    for (size_t t = 1; t < res.size(); t++) {
-      size_t mid = blocks.size();
-      blocks.insert(blocks.end(), res[t].blocks.begin(), res[t].blocks.end());
-      std::inplace_merge(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(mid), blocks.end());
-      std::vector<std::pair<uint64_t, uint64_t>>().swap(res[t].blocks);
-    }
-    al.BeginRebuild();
-    Status s = al.MarkUsed(meta_off_, sizeof(Meta));
-    if (s.ok()) s = al.MarkUsedSorted(blocks);
-    if (!s.ok()) return s.Annotate("lbtree recovery");
-    al.EndRebuild();
-    // After a clean close whose image was unusable, the walk must reach what
-    // the close left in use but the image; fewer bytes mean leaves became
-    // unreachable (a cut leaf list): report it rather than turn them into
-    // free space.  Leaves are never freed, so nothing else differs.  Not
-    // when a key-value store holds the rebuild (allocator.h, "Owners"), nor
-    // for a pool closed before the image's size was kept (0).
-    const uint64_t saved = pool_->saved_bytes_in_use();
-    if (force_alloc_rebuild_ && saved != 0 && unused_image_bytes_ != 0 && !al.rebuild_end_pending() &&
-        al.bytes_in_use() + unused_image_bytes_ != saved)
-      return Status::Corruption("lbtree: recovery reaches " + std::to_string(al.bytes_in_use() + unused_image_bytes_) +
-                                " bytes but the clean close left " + std::to_string(saved) +
-                                " in use: blocks unreachable (a cut leaf list?)");
-  }
+  if (!pool_->clean_shutdown() || force_alloc_rebuild_) PMTREE_RETURN_IF_ERROR(RebuildAllocator(&res));
   recovery_alloc_ms_ = lap();
 
   // Routing: head first, then every nonempty leaf with its min key (L7).
@@ -1418,12 +1345,115 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
   recovery_route_ms_ = lap();
   PMTREE_RETURN_IF_ERROR(RebuildFromRoutes(std::move(routed)));
   recovery_inner_ms_ = lap();
-  recovery_threads_used_ = nthreads;
+  recovery_threads_used_ = res.size();
   recovery_segments_ = starts.size();
   recovery_leaves_ = count;
   RecordHints(all);
   recovery_serial_cpu_ms_ = ThreadCpuMs() - serial_cpu0;
   recovery_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return Status::Ok();
+}
+
+// Segments: head, then the recorded hints (L8), validated cheaply here and
+// by the walk itself (each segment must reach the next start).
+template <class K>
+std::vector<uint64_t> LbTree<K>::SegmentStarts() {
+  const HintArray& ha = meta()->hints[Load(&meta()->hint_sel) & 1];
+  std::vector<uint64_t> starts{head_};
+  uint64_t hc = std::min<uint64_t>(ha.count, kMaxHints);
+  for (uint64_t i = 0; i < hc; i++) {
+    uint64_t h = ha.leaf[i];
+    if (h % kBlockSize != 0 || !pool_->InHeap(h, node_size_) ||
+        std::find(starts.begin(), starts.end(), h) != starts.end()) {
+      starts.resize(1);  // unusable hints: one sequential walk
+      break;
+    }
+    starts.push_back(h);
+  }
+  return starts;
+}
+
+// Walks the leaf list from `starts` with up to `threads` threads, one result
+// per thread (a single walk from the head when a segment went wrong: then
+// *starts is cut to the head).  *serial_cpu0 is this thread's CPU time once
+// the parallel part ended.
+template <class K>
+Status LbTree<K>::WalkSegments(std::vector<uint64_t>* starts_io, uint32_t threads, std::vector<SegmentResult>* res_out,
+                               double* serial_cpu0) {
+  std::vector<uint64_t>& starts = *starts_io;
+  std::vector<SegmentResult>& res = *res_out;
+  const uint64_t max_steps = pool_->size() / node_size_ + 1;
+  uint32_t nthreads = std::max<uint32_t>(1, std::min<uint32_t>(threads, static_cast<uint32_t>(starts.size())));
+  // Thread t walks segments [t*S/T, (t+1)*S/T): contiguous leaf ranges.
+  res.assign(nthreads, SegmentResult{});
+  std::vector<double> walk_cpu(nthreads);
+  auto walk = [&](uint32_t t) {
+    const double c0 = ThreadCpuMs();
+    size_t s0 = t * starts.size() / nthreads, s1 = (t + 1) * starts.size() / nthreads;
+    uint64_t stop = s1 < starts.size() ? starts[s1] : 0;
+    ScanSegment(starts[s0], stop, max_steps, &res[t]);
+    FinishSegment(&res[t]);
+    walk_cpu[t] = ThreadCpuMs() - c0;
+  };
+  std::vector<std::thread> pool_threads;
+  for (uint32_t t = 1; t < nthreads; t++) pool_threads.emplace_back(walk, t);
+  walk(0);
+  for (auto& th : pool_threads) th.join();
+  *serial_cpu0 = ThreadCpuMs();
+  recovery_walk_cpu_ms_ = *std::max_element(walk_cpu.begin(), walk_cpu.end());
+  bool ok = true;
+  for (auto& r : res) {
+    if (!r.status.ok() || !r.reached_end) ok = false;
+  }
+  if (!ok && starts.size() > 1) {
+    // A hint was not where the list said (cannot happen unless the meta block
+    // is damaged): fall back to one walk from the head.
+    recovery_fallback_ = true;
+    res.assign(1, SegmentResult{});
+    ScanSegment(head_, 0, max_steps, &res[0]);
+    FinishSegment(&res[0]);
+    starts.resize(1);
+  }
+  for (auto& r : res) {
+    if (!r.status.ok()) return r.status;
+    if (!r.reached_end) return Status::Corruption("lbtree: leaf list walk did not terminate (invariant L2)");
+  }
+  return Status::Ok();
+}
+
+// Allocator (rule 4 of allocator.h): after a crash, everything reachable is
+// in use and the rest of the heap is free again.  The allocator's rebuild is
+// serial, so it gets all blocks at once in ascending offset order (each
+// segment sorted its blocks in parallel; merged here): each goes in next to
+// the previous one.  In list order the offsets are random.
+template <class K>
+Status LbTree<K>::RebuildAllocator(std::vector<SegmentResult>* res_io) {
+  std::vector<SegmentResult>& res = *res_io;
+  Allocator& al = pool_->allocator();
+  std::vector<std::pair<uint64_t, uint64_t>> blocks = std::move(res[0].blocks);
+  for (size_t t = 1; t < res.size(); t++) {
+    size_t mid = blocks.size();
+    blocks.insert(blocks.end(), res[t].blocks.begin(), res[t].blocks.end());
+    std::inplace_merge(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(mid), blocks.end());
+    std::vector<std::pair<uint64_t, uint64_t>>().swap(res[t].blocks);
+  }
+  al.BeginRebuild();
+  Status s = al.MarkUsed(meta_off_, sizeof(Meta));
+  if (s.ok()) s = al.MarkUsedSorted(blocks);
+  if (!s.ok()) return s.Annotate("lbtree recovery");
+  al.EndRebuild();
+  // After a clean close whose image was unusable, the walk must reach what
+  // the close left in use but the image; fewer bytes mean leaves became
+  // unreachable (a cut leaf list): report it rather than turn them into
+  // free space.  Leaves are never freed, so nothing else differs.  Not
+  // when a key-value store holds the rebuild (allocator.h, "Owners"), nor
+  // for a pool closed before the image's size was kept (0).
+  const uint64_t saved = pool_->saved_bytes_in_use();
+  if (force_alloc_rebuild_ && saved != 0 && unused_image_bytes_ != 0 && !al.rebuild_end_pending() &&
+      al.bytes_in_use() + unused_image_bytes_ != saved)
+    return Status::Corruption("lbtree: recovery reaches " + std::to_string(al.bytes_in_use() + unused_image_bytes_) +
+                              " bytes but the clean close left " + std::to_string(saved) +
+                              " in use: blocks unreachable (a cut leaf list?)");
   return Status::Ok();
 }
 
@@ -1819,7 +1849,7 @@ Status ParseOptions(const TreeOptions& options, uint32_t* node_size, int* segmen
 
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> CreateVariant(Pool* pool, const TreeOptions& options, bool paper_split) {
+Result<std::unique_ptr<BasicTree<K>>> CreateVariant(PoolImpl* pool, const TreeOptions& options, bool paper_split) {
   if (pool == nullptr) return Status::InvalidArgument("lbtree: needs a pool");
   uint32_t node_size;
   int segments;
@@ -1833,7 +1863,7 @@ Result<std::unique_ptr<BasicTree<K>>> CreateVariant(Pool* pool, const TreeOption
 }
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(Pool* pool, const TreeOptions& options, bool paper_split) {
+Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(PoolImpl* pool, const TreeOptions& options, bool paper_split) {
   if (pool == nullptr) return Status::InvalidArgument("lbtree: needs a pool");
   uint32_t ignored;
   int segments;
@@ -1864,29 +1894,29 @@ Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(Pool* pool, const TreeOptio
 }  // namespace
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
   return CreateVariant<K>(pool, options, false);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
   return RecoverVariant<K>(pool, options, false);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> CreatePaperSplit(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> CreatePaperSplit(PoolImpl* pool, const TreeOptions& options) {
   return CreateVariant<K>(pool, options, true);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> RecoverPaperSplit(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> RecoverPaperSplit(PoolImpl* pool, const TreeOptions& options) {
   return RecoverVariant<K>(pool, options, true);
 }
 
-template Result<std::unique_ptr<BasicTree<uint64_t>>> CreatePaperSplit<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> CreatePaperSplit<std::string_view>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> RecoverPaperSplit<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> RecoverPaperSplit<std::string_view>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view>(Pool*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> CreatePaperSplit<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> CreatePaperSplit<std::string_view>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> RecoverPaperSplit<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> RecoverPaperSplit<std::string_view>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view>(PoolImpl*, const TreeOptions&);
 
 }  // namespace pmtree::lbtree

@@ -39,7 +39,7 @@
 #include <memory>
 #include <string_view>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 
 namespace pmtree::lbtree {
@@ -50,7 +50,7 @@ inline constexpr std::string_view kPaperSplitName = "lbtree-paper";
 // Creates a tree on a fresh pool (root slot 0 must be 0).  InvalidArgument
 // for a node size other than 256/512/768/1024 or an unknown extra option.
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 
 // Recovers the tree in `pool` after a clean shutdown (instant restart from
 // the image Close() wrote) or a crash (leaf-list scan, stale lock bits
@@ -58,7 +58,7 @@ Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& opti
 // options.recovery_threads threads).  NotFound when the pool holds no tree,
 // Corruption for a damaged one, Incompatible for the other key kind.
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 
 // TEST ONLY (registry: lbtree-paper, kCapTestOnly): the split inserts
 // a key that stays in the old leaf before the split's NAW, into a slot the
@@ -66,9 +66,9 @@ Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& opt
 // does.  Some crash states lose an acknowledged key; the crash explorer must
 // find them (docs/trees/lbtree.md, deviation 2).
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> CreatePaperSplit(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> CreatePaperSplit(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> RecoverPaperSplit(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> RecoverPaperSplit(PoolImpl* pool, const TreeOptions& options);
 
 }  // namespace pmtree::lbtree
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
@@ -134,8 +135,8 @@ OpCost Measure(F&& op) {
 
 // ---- leaf inspection -----------------------------------------------------------------
 
-const Meta* MetaOf(Pool* pool) { return pool->At<Meta>(pool->root(0)); }
-const Block* HeadBlock(Pool* pool, int b = 0) {
+const Meta* MetaOf(PoolImpl* pool) { return pool->At<Meta>(pool->root(0)); }
+const Block* HeadBlock(PoolImpl* pool, int b = 0) {
   return reinterpret_cast<const Block*>(pool->base() + MetaOf(pool)->head + kBlockSize * b);
 }
 
@@ -226,7 +227,7 @@ TEST(LbTreeTest, InsertIntoFreeSlotInLineZeroCostsOneLineFlushAndOneFence) {
     EXPECT_EQ(c.stores, 3u) << "key, value, header word0";
     EXPECT_EQ(c.writes, 0u);
   }
-  EXPECT_EQ(HeadBlock(h->pool.get())->header.word0 & kBitmapMask, 0x7u);
+  EXPECT_EQ(HeadBlock(PoolImpl::Of(h->pool.get()))->header.word0 & kBitmapMask, 0x7u);
   EXPECT_EQ(Extra(t.Stats(), "inserts_header_line"), 3);
   EXPECT_TRUE(t.Verify().ok());
 }
@@ -245,7 +246,7 @@ TEST(LbTreeTest, InsertIntoAnotherLineCostsTwoAndMovesLineZeroEntries) {
   EXPECT_EQ(c.c.blocks256, 1u) << "both lines are in the leaf's one 256 B block";
   EXPECT_EQ(c.writes, 0u);
   // New entry in slot 3, line 0's three entries moved to slots 4..6.
-  EXPECT_EQ(HeadBlock(h->pool.get())->header.word0 & kBitmapMask, 0x78u);
+  EXPECT_EQ(HeadBlock(PoolImpl::Of(h->pool.get()))->header.word0 & kBitmapMask, 0x78u);
   EXPECT_EQ(c.stores, 2u + 3 * 2u + 2u) << "entry, three moved entries, word1 (slot 6's fingerprint), word0";
   TreeStats st = t.Stats();
   EXPECT_EQ(Extra(st, "inserts_entry_moving"), 1);
@@ -313,19 +314,19 @@ TEST(LbTreeTest, SplitMovesUpperHalfToNewLeafWithOneNawAndNoLog) {
   ASSERT_TRUE(h.ok());
   Tree& t = *h->tree;
   for (uint64_t k = 1; k <= 14; k++) ASSERT_TRUE(t.Insert(k * 10, k).value());
-  uint64_t bytes_before = h->pool->allocator().bytes_in_use();
+  uint64_t bytes_before = PoolImpl::Of(*h->pool).allocator().bytes_in_use();
   // 145 > the smallest moved key (80): goes to the new leaf's slot 6.
   OpCost c = Measure([&] { ASSERT_TRUE(t.Insert(145, 0).value()); });
   EXPECT_EQ(c.c.flushes, 6u) << "new leaf 4 lines + old line 3 + old line 0";
   EXPECT_EQ(c.c.fences, 2u);
   EXPECT_EQ(c.c.lines, 6u);
   EXPECT_EQ(c.c.blocks256, 2u);
-  EXPECT_EQ(h->pool->allocator().bytes_in_use(), bytes_before + 256) << "exactly one new leaf, no log";
-  const Block* head = HeadBlock(h->pool.get());
+  EXPECT_EQ(PoolImpl::Of(*h->pool).allocator().bytes_in_use(), bytes_before + 256) << "exactly one new leaf, no log";
+  const Block* head = HeadBlock(PoolImpl::Of(h->pool.get()));
   uint64_t w0 = head->header.word0;
   EXPECT_TRUE(w0 & kAltBit) << "the split flipped alt";
   EXPECT_EQ(std::popcount(w0 & kBitmapMask), 7);
-  const Block* nl = reinterpret_cast<const Block*>(h->pool->base() + head->tail[1]);
+  const Block* nl = reinterpret_cast<const Block*>(PoolImpl::Of(*h->pool).base() + head->tail[1]);
   EXPECT_EQ(nl->header.word0 & kBitmapMask, 0x3fc0u) << "7 moved entries in slots 7..13 and the new key in slot 6";
   EXPECT_EQ(nl->tail[0], 0u);
   TreeStats st = t.Stats();
@@ -366,11 +367,11 @@ TEST(LbTreeTest, MultiBlockLeavesSplitThroughAlternativeHeaders) {
     EXPECT_EQ(c.c.fences, 2u);
     EXPECT_EQ(c.c.flushes, static_cast<uint64_t>(4 * m + 1 + (m - 1) + 1))
         << "new leaf, sibling line, one alternative-header line per block 1..m-1, the NAW line";
-    const Block* b0 = HeadBlock(h->pool.get());
+    const Block* b0 = HeadBlock(PoolImpl::Of(h->pool.get()));
     EXPECT_TRUE(b0->header.word0 & kAltBit);
     int live = std::popcount(b0->header.word0 & kBitmapMask);
     for (int b = 1; b < m; b++) {
-      const Block* blk = HeadBlock(h->pool.get(), b);
+      const Block* blk = HeadBlock(PoolImpl::Of(h->pool.get()), b);
       uint64_t back = blk->tail[0];  // the back header's word0, in effect now
       live += std::popcount(back & kBitmapMask);
     }
@@ -401,8 +402,8 @@ TEST(LbTreeTest, InsertsPreferAFreeHeaderLineSlotInAnyBlock) {
     OpCost c = Measure([&] { ASSERT_TRUE(t.Insert(k, k).value()); });
     EXPECT_EQ(c.c.flushes, 1u) << k;
   }
-  EXPECT_EQ(HeadBlock(h->pool.get(), 0)->header.word0 & kBitmapMask, 0x7u);
-  EXPECT_EQ(HeadBlock(h->pool.get(), 1)->header.word0 & kBitmapMask, 0x7u);
+  EXPECT_EQ(HeadBlock(PoolImpl::Of(h->pool.get()), 0)->header.word0 & kBitmapMask, 0x7u);
+  EXPECT_EQ(HeadBlock(PoolImpl::Of(h->pool.get()), 1)->header.word0 & kBitmapMask, 0x7u);
 }
 
 TEST(LbTreeTest, BulkLoadHonoursTheFillFactorAndPacksLeavesAtTheEnd) {
@@ -420,7 +421,7 @@ TEST(LbTreeTest, BulkLoadHonoursTheFillFactorAndPacksLeavesAtTheEnd) {
       EXPECT_NEAR(st.leaf_fill, static_cast<double>(per) / cap, 0.01);
       EXPECT_EQ(st.entries, 10000u);
       if (ns == 256 && fill < 1) {
-        EXPECT_EQ(HeadBlock(h->pool.get())->header.word0 & kBitmapMask, 0x3ff0u);
+        EXPECT_EQ(HeadBlock(PoolImpl::Of(h->pool.get()))->header.word0 & kBitmapMask, 0x3ff0u);
       }
       ASSERT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
       uint64_t v = 0;
@@ -514,7 +515,7 @@ TEST(LbTreeTest, RecoveryClearsStaleLockBits) {
     for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE(h->tree->Insert(k, k).value());
     // A variant that sets the lock bit in PM (the paper's) crashed mid-insert:
     // the bit reached PM.
-    Pool* pool = h->pool.get();
+    PoolImpl* pool = PoolImpl::Of(h->pool.get());
     const Meta* mt = MetaOf(pool);
     uint64_t leaf = mt->head;
     for (int i = 0; i < 3 && leaf != 0; i++) {
@@ -542,7 +543,7 @@ TEST(LbTreeTest, RecoveryFallsBackToOneWalkWhenHintsAreWrong) {
     ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 5000));
     // Scramble the hints in effect: reverse their order, so the segment
     // boundaries of 4 threads are out of list order.
-    Pool* pool = h->pool.get();
+    PoolImpl* pool = PoolImpl::Of(h->pool.get());
     Meta* mt = pool->At<Meta>(pool->root(0));
     HintArray& ha = mt->hints[mt->hint_sel & 1];
     ASSERT_GE(ha.count, 2u);
@@ -733,7 +734,7 @@ TEST(LbTreeTest, VerifyNamesAStaleFingerprint) {
   auto h = CreateTree(Lb(), "", kPoolSize, {});
   ASSERT_TRUE(h.ok());
   for (uint64_t k = 0; k < 3; k++) ASSERT_TRUE(h->tree->Insert(k, k).value());
-  Pool* pool = h->pool.get();
+  PoolImpl* pool = PoolImpl::Of(h->pool.get());
   auto* b = reinterpret_cast<Block*>(pool->base() + MetaOf(pool)->head);
   pool->Store64(&b->header.word0, b->header.word0 ^ (0xffull << 16));  // fingerprint of slot 0
   Status s = h->tree->Verify();

@@ -5,8 +5,8 @@
 // invariants numbered below.
 
 #include "trees/common/bulk_input.h"
-#include "trees/logtree/logtree.h"
 #include "trees/common/upcast.h"
+#include "trees/logtree/logtree.h"
 
 #include <algorithm>
 #include <array>
@@ -72,7 +72,7 @@ struct LogTree<KP>::NodeBuf {
   NodeEntry* e() { return reinterpret_cast<NodeEntry*>(n.raw + sizeof(NodeHeader)); }
   const NodeEntry* e() const { return reinterpret_cast<const NodeEntry*>(n.raw + sizeof(NodeHeader)); }
 
-  void Load(const Pool* pool, uint64_t off, uint32_t node_size) {
+  void Load(const PoolImpl* pool, uint64_t off, uint32_t node_size) {
     std::memcpy(n.raw, pool->At<char>(off), node_size);
   }
   void Init(uint16_t level, uint64_t link) {
@@ -304,7 +304,7 @@ class LogTree<KP>::Txn {
   }
 
   LogTree* t_;
-  Pool* pool_;
+  PoolImpl* pool_;
   std::vector<uint64_t> logged_;     // targets of records 1..n, in order
   std::vector<uint64_t> allocated_;  // nodes allocated by this operation
   std::vector<uint64_t> made_slots_;
@@ -316,7 +316,7 @@ class LogTree<KP>::Txn {
 // Lifecycle
 
 template <KeyPolicy KP>
-LogTree<KP>::LogTree(Pool* pool, uint64_t meta_off) : pool_(pool), keys_(pool), meta_off_(meta_off) {
+LogTree<KP>::LogTree(PoolImpl* pool, uint64_t meta_off) : pool_(pool), keys_(pool), meta_off_(meta_off) {
   const LogTreeMeta* m = meta();
   log_off_ = m->log;
   node_size_ = m->node_size;
@@ -340,7 +340,7 @@ uint32_t LogTree<KP>::capabilities() const {
 }
 
 template <KeyPolicy KP>
-Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Create(PoolImpl* pool, const TreeOptions& options) {
   if (pool == nullptr) return Status::InvalidArgument("logtree: needs a pool");
   PMTREE_RETURN_IF_ERROR(CheckOptions(options));
   if (pool->root(0) != 0) return Status::Busy("logtree: pool already holds a tree (root slot 0 is set)");
@@ -400,7 +400,7 @@ Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Create(Pool* pool, const TreeO
 }
 
 template <KeyPolicy KP>
-Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Recover(PoolImpl* pool, const TreeOptions& options) {
   if (pool == nullptr) return Status::InvalidArgument("logtree: needs a pool");
   if (!options.extra.empty()) PMTREE_RETURN_IF_ERROR(CheckOptions(options));
   const uint64_t meta_off = pool->root(0);
@@ -435,7 +435,7 @@ Result<std::unique_ptr<LogTree<KP>>> LogTree<KP>::Recover(Pool* pool, const Tree
   // closed pool are damage.  Undoing them would copy damaged bytes into
   // nodes and rebuild the allocator from what those reach, absorbing
   // whatever they cut off.
-  if (pool->clean_shutdown() && Pool::Load64(&lh->count) != 0)
+  if (pool->clean_shutdown() && PoolImpl::Load64(&lh->count) != 0)
     return Status::Corruption("logtree log at offset " + Hex(m->log) + ": " + std::to_string(lh->count) +
                               " records after a clean close (invariant 2)");
 
@@ -461,7 +461,7 @@ template <KeyPolicy KP>
 Status LogTree<KP>::UndoLog(uint64_t* undone_records) {
   if (undone_records) *undone_records = 0;
   LogHeader* lh = log_header();
-  const uint64_t count = Pool::Load64(&lh->count);
+  const uint64_t count = PoolImpl::Load64(&lh->count);
   if (count == 0) return Status::Ok();
   if (count > log_slots_)
     return Status::Corruption("logtree log at offset " + Hex(log_off_) + ": count " + std::to_string(count) +
@@ -1005,7 +1005,7 @@ Status LogTree<KP>::Verify() {
   const LogHeader* lh = log_header();
   if (lh->magic != kLogMagic || lh->slots != log_slots_ || lh->slot_size != sizeof(LogRecordHeader) + node_size_)
     return Status::Corruption("logtree log at offset " + Hex(log_off_) + ": invariant 2 violated: bad header");
-  if (Pool::Load64(&lh->count) != 0)
+  if (PoolImpl::Load64(&lh->count) != 0)
     return Status::Corruption("logtree log at offset " + Hex(log_off_) + ": invariant 2 violated: count " +
                               std::to_string(lh->count) + " between operations");
 

@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 #include "trees/common/keys.h"
@@ -78,9 +78,9 @@ namespace logtree {
 // uint64_t or std::string_view).  Options: node_size 0 (= 512), 512, 1024,
 // 2048 or 4096; no `extra` keys.
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 }  // namespace logtree
 
 // The tree over a key policy (U64Keys or BytesKeys, trees/common/keys.h).
@@ -95,12 +95,12 @@ class LogTree final : public BasicTree<typename KP::Arg> {
 
   // Creation commits when root slot 0 names the meta block; a crash before
   // leaves a pool with root slot 0 still zero (and its blocks unreachable).
-  static Result<std::unique_ptr<LogTree>> Create(Pool* pool, const TreeOptions& options);
+  static Result<std::unique_ptr<LogTree>> Create(PoolImpl* pool, const TreeOptions& options);
   // After a clean shutdown: restarts without a walk (the log is empty and the
   // pool restored the allocator).  After a crash: undoes the operation in
   // flight, if any, then rebuilds the allocator from what the root reaches.
   // Idempotent; a crash during it is recovered by running it again.
-  static Result<std::unique_ptr<LogTree>> Recover(Pool* pool, const TreeOptions& options);
+  static Result<std::unique_ptr<LogTree>> Recover(PoolImpl* pool, const TreeOptions& options);
 
   ~LogTree() override;
 
@@ -142,12 +142,12 @@ class LogTree final : public BasicTree<typename KP::Arg> {
     uint32_t child;  // index of the child taken, 0..count
   };
 
-  LogTree(Pool* pool, uint64_t meta_off);
+  LogTree(PoolImpl* pool, uint64_t meta_off);
 
   const logtree::LogTreeMeta* meta() const { return pool_->At<logtree::LogTreeMeta>(meta_off_); }
   logtree::LogHeader* log_header() const { return pool_->At<logtree::LogHeader>(log_off_); }
   uint64_t log_bytes() const;
-  uint64_t root() const { return Pool::Load64(&meta()->root); }
+  uint64_t root() const { return PoolImpl::Load64(&meta()->root); }
   const logtree::NodeHeader* node(uint64_t off) const { return pool_->At<logtree::NodeHeader>(off); }
   const logtree::NodeEntry* entries(uint64_t off) const {
     return pool_->At<logtree::NodeEntry>(off + sizeof(logtree::NodeHeader));
@@ -167,7 +167,7 @@ class LogTree final : public BasicTree<typename KP::Arg> {
   Status RebuildAllocator();
   Status WalkForRebuild(uint64_t off, uint32_t level, uint32_t depth);
 
-  Pool* pool_;
+  PoolImpl* pool_;
   KP keys_;
   uint64_t meta_off_;
   uint64_t log_off_ = 0;

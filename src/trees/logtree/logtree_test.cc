@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "pm/pool_format.h"
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
-#include "pmtree/pool.h"
 #include "trees/logtree/layout.h"
 
 namespace pmtree {
@@ -69,7 +69,7 @@ class ShmFile {
 
 template <class T>
 struct Handle {
-  std::unique_ptr<Pool> pool;
+  std::unique_ptr<PoolImpl> pool;
   std::unique_ptr<T> tree;
   // A simulated crash: the tree and the pool go away without Close().
   void Crash() {
@@ -82,8 +82,8 @@ template <class T>
 Handle<T> CreateIn(const std::string& path, uint32_t node_size = 0, uint64_t pool_size = 64ull << 20) {
   Handle<T> h;
   const uint64_t flags = static_cast<uint64_t>(T::kKeyKind);  // as the registry records it
-  auto pool = path.empty() ? Pool::CreateAnonymous(pool_size, "logtree", flags, TestPoolOptions())
-                           : Pool::Create(path, pool_size, "logtree", flags, TestPoolOptions());
+  auto pool = path.empty() ? PoolImpl::CreateAnonymous(pool_size, "logtree", flags, TestPoolOptions())
+                           : PoolImpl::Create(path, pool_size, "logtree", flags, TestPoolOptions());
   EXPECT_TRUE(pool.ok()) << pool.status().ToString();
   h.pool = std::move(*pool);
   TreeOptions o;
@@ -97,7 +97,7 @@ Handle<T> CreateIn(const std::string& path, uint32_t node_size = 0, uint64_t poo
 template <class T>
 Handle<T> Reopen(const std::string& path) {
   Handle<T> h;
-  auto pool = Pool::Open(path, "logtree", TestPoolOptions());
+  auto pool = PoolImpl::Open(path, "logtree", TestPoolOptions());
   EXPECT_TRUE(pool.ok()) << pool.status().ToString();
   h.pool = std::move(*pool);
   auto t = T::Recover(h.pool.get(), TreeOptions{});
@@ -320,7 +320,7 @@ TEST(LogTreeTest, RecordsInTheLogOfACleanlyClosedPoolAreCorruption) {
   ASSERT_EQ(pwrite(fd, &word, 8, rec + static_cast<off_t>(sizeof(rh))), 8);
   ASSERT_EQ(pwrite(fd, &one, 8, static_cast<off_t>(m.log + offsetof(logtree::LogHeader, count))), 8);
   close(fd);
-  auto pool = Pool::Open(f.path(), "logtree", TestPoolOptions());
+  auto pool = PoolImpl::Open(f.path(), "logtree", TestPoolOptions());
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   auto t = U64Tree::Recover(pool->get(), TreeOptions{});
   ASSERT_FALSE(t.ok()) << "a forged undo record in a cleanly closed pool was undone";
@@ -434,7 +434,7 @@ TEST(LogTreeTest, RecoveryUndoesAnOperationStoppedHalfWay) {
 }
 
 TEST(LogTreeTest, RecoveryOfAnEmptyPoolIsNotFound) {
-  auto pool = Pool::CreateAnonymous(8 << 20, "logtree", 0, TestPoolOptions());
+  auto pool = PoolImpl::CreateAnonymous(8 << 20, "logtree", 0, TestPoolOptions());
   ASSERT_TRUE(pool.ok());
   auto t = U64Tree::Recover(pool->get(), TreeOptions{});
   ASSERT_FALSE(t.ok());
@@ -447,7 +447,7 @@ TEST(LogTreeTest, RecoveryRejectsTheOtherKeyKind) {
     auto h = CreateIn<U64Tree>(f.path());
     ASSERT_TRUE(h.tree->Close().ok());
   }
-  auto pool = Pool::Open(f.path(), "logtree", TestPoolOptions());
+  auto pool = PoolImpl::Open(f.path(), "logtree", TestPoolOptions());
   ASSERT_TRUE(pool.ok());
   auto t = StrTree::Recover(pool->get(), TreeOptions{});
   ASSERT_FALSE(t.ok());
@@ -457,7 +457,7 @@ TEST(LogTreeTest, RecoveryRejectsTheOtherKeyKind) {
 // ---- options -----------------------------------------------------------------------------
 
 TEST(LogTreeTest, InvalidOptionsAreRejectedWithTheValidValues) {
-  auto pool = Pool::CreateAnonymous(8 << 20, "logtree", 0, TestPoolOptions());
+  auto pool = PoolImpl::CreateAnonymous(8 << 20, "logtree", 0, TestPoolOptions());
   ASSERT_TRUE(pool.ok());
   TreeOptions o;
   o.node_size = 256;
@@ -626,7 +626,7 @@ TEST(LogTreeTest, DISABLED_MeasureInsertFlushes) {
     po.use_env = false;
     po.backend = BackendKind::kHardware;
     po.counting = true;
-    auto pool = Pool::CreateAnonymous(1ull << 30, "logtree", 0, po);
+    auto pool = PoolImpl::CreateAnonymous(1ull << 30, "logtree", 0, po);
     ASSERT_TRUE(pool.ok());
     TreeOptions o;
     o.node_size = ns;

@@ -217,7 +217,7 @@ void BuildInner(Inner* in, uint32_t m, const std::vector<uint32_t>& capacities, 
   }
 }
 
-MediaCost MeasureMediaCost(Pool* pool) {
+MediaCost MeasureMediaCost(PoolImpl* pool) {
   MediaCost c;
   constexpr uint32_t kBytes = 4096;
   auto off = pool->allocator().Allocate(kBytes);
@@ -376,7 +376,7 @@ uint64_t NvTree<KP>::CopySep(Inner* dst, uint64_t sep) const {
 // ============================================================================
 
 template <KeyPolicy KP>
-NvTree<KP>::NvTree(Pool* pool, const Options& opt)
+NvTree<KP>::NvTree(PoolImpl* pool, const Options& opt)
     : pool_(pool),
       keys_(pool),
       node_size_(opt.node_size),
@@ -403,7 +403,7 @@ uint32_t NvTree<KP>::capabilities() const {
 }
 
 template <KeyPolicy KP>
-Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Create(PoolImpl* pool, const TreeOptions& options) {
   Options opt;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &opt));
   if (pool == nullptr) return Status::InvalidArgument("nvtree: needs a pool");
@@ -456,7 +456,7 @@ Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Create(Pool* pool, const TreeOpt
 }
 
 template <KeyPolicy KP>
-Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Recover(PoolImpl* pool, const TreeOptions& options) {
   Options opt;
   PMTREE_RETURN_IF_ERROR(ParseOptions(options, &opt));
   if (pool == nullptr) return Status::InvalidArgument("nvtree: needs a pool");

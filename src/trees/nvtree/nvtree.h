@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 #include "trees/common/keys.h"
@@ -85,11 +85,11 @@ class NvTree final : public BasicTree<typename KP::Arg> {
   using Entry = typename Base::Entry;
 
   // Creates an empty tree (one empty LN) on a fresh pool.
-  static Result<std::unique_ptr<NvTree>> Create(Pool* pool, const TreeOptions& options);
+  static Result<std::unique_ptr<NvTree>> Create(PoolImpl* pool, const TreeOptions& options);
   // Opens the tree in `pool`: instant restart from the saved inner image after
   // a clean shutdown, rebuild-from-LN otherwise.  Idempotent; a crash during it
   // is recoverable.
-  static Result<std::unique_ptr<NvTree>> Recover(Pool* pool, const TreeOptions& options);
+  static Result<std::unique_ptr<NvTree>> Recover(PoolImpl* pool, const TreeOptions& options);
 
   ~NvTree() override;
   NvTree(const NvTree&) = delete;
@@ -135,7 +135,7 @@ class NvTree final : public BasicTree<typename KP::Arg> {
     LeafInfo* info = nullptr;
   };
 
-  NvTree(Pool* pool, const Options& opt);
+  NvTree(PoolImpl* pool, const Options& opt);
 
   Result<bool> Mutate(OpKind kind, K key, uint64_t value);
   Result<SmoOutcome> Smo(const Found& f, OpKind kind, K key, uint64_t value, bool* outcome);
@@ -179,7 +179,7 @@ class NvTree final : public BasicTree<typename KP::Arg> {
   uint64_t CopySep(Inner* dst, uint64_t sep) const;
   static constexpr uint64_t kSepInf = KP::kInline ? ~0ull : 0;
 
-  Pool* pool_;
+  PoolImpl* pool_;
   mutable KP keys_;
   Meta* meta_ = nullptr;
   uint32_t node_size_;
@@ -214,9 +214,9 @@ extern template class NvTree<BytesKeys>;
 
 // Registry entry points (K is uint64_t or std::string_view).
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 
 }  // namespace pmtree::nvtree
 

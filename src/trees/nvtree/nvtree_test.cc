@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
@@ -314,7 +315,7 @@ TEST(NvTreeTest, CloseThenReopenRestartsInstantlyFromTheSavedImage) {
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     EXPECT_EQ(AsNv(h->tree.get())->origin(), Origin::kRebuiltFromLeaves);
     ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
-    EXPECT_EQ(h->pool->allocator().bytes_in_use(), h->tree->Stats().pm_bytes);
+    EXPECT_EQ(PoolImpl::Of(*h->pool).allocator().bytes_in_use(), h->tree->Stats().pm_bytes);
   }
   unlink(path.c_str());
 }
@@ -346,7 +347,7 @@ TEST(NvTreeTest, DestroyWithoutCloseRebuildsFromLeavesAndUnlinksEmptyOnes) {
     EXPECT_EQ(AsNv(h->tree.get())->origin(), Origin::kRebuiltFromLeaves);
     EXPECT_LT(h->tree->Stats().leaf_nodes, leaves_before);  // R3 unlinked the empty LN
     ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
-    EXPECT_EQ(h->pool->allocator().bytes_in_use(), h->tree->Stats().pm_bytes);
+    EXPECT_EQ(PoolImpl::Of(*h->pool).allocator().bytes_in_use(), h->tree->Stats().pm_bytes);
     // Crash right after recovery: recovering again is idempotent.
   }
   auto h = OpenTree(path, FindTree("nvtree"), {}, CountingPool());

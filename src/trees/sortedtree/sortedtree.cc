@@ -39,16 +39,16 @@ using wotree::kWritten;
 using wotree::Meta;
 using wotree::NodePrefix;
 
-template <class Keys>
+template <KeyPolicy KP>
 class SortedLeafOps {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   static constexpr const char* kName = "sortedtree";
   static constexpr const char* kPaperName = "sortedtree";
   static constexpr uint64_t kMagic = kSortedMagic;
   static constexpr uint32_t kVariants = 0;
 
-  SortedLeafOps(Pool* pool, Keys* keys, Meta* /*meta*/, uint32_t node_size, uint32_t /*variant*/)
+  SortedLeafOps(PoolImpl* pool, KP* keys, Meta* /*meta*/, uint32_t node_size, uint32_t /*variant*/)
       : pool_(pool), keys_(keys), cap_(SortedCapacity(node_size)) {}
 
   using Record = SortedRecord;
@@ -254,7 +254,7 @@ class SortedLeafOps {
   SortedLeaf* Lf(uint64_t off) const { return pool_->At<SortedLeaf>(off); }
 
   Result<uint64_t> MakeSeparator(uint64_t slot) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return slot;
     } else {
       // The separator owns a blob: the record it copies may be deleted.
@@ -262,8 +262,8 @@ class SortedLeafOps {
     }
   }
 
-  Pool* const pool_;
-  Keys* const keys_;
+  PoolImpl* const pool_;
+  KP* const keys_;
   const int cap_;
 };
 
@@ -275,17 +275,17 @@ using SortedTree = wotree::BlinkFrame<KeysFor<K>, SortedLeafOps<KeysFor<K>>>;
 }  // namespace
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
   return SortedTree<K>::Create(pool, options, 0);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
   return SortedTree<K>::Recover(pool, options);
 }
 
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view>(Pool*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view>(PoolImpl*, const TreeOptions&);
 
 }  // namespace pmtree::sortedtree

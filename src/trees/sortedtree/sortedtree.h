@@ -11,16 +11,16 @@
 #include <cstdint>
 #include <memory>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 
 namespace pmtree::sortedtree {
 
 // Node sizes as WO-tree's (wotree::kNodeSizeRule); default 1024 B.
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 
 }  // namespace pmtree::sortedtree
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "trees/common/keys.h"
-#include "trees/common/upcast.h"
 #include "trees/common/leaf_list_tree.h"
+#include "trees/common/upcast.h"
 #include "trees/wbtree/layout.h"
 
 namespace pmtree {
@@ -42,7 +42,7 @@ class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
   static constexpr LeafListTraits kTraits{"wbtree", kWbMagic, kWbDefaultNodeSize, /*entry_bit_shift=*/1,
                                           /*flag_bits=*/kSlotValid};
 
-  WbTree(Pool* pool, uint64_t meta_off, uint32_t node_size)
+  WbTree(PoolImpl* pool, uint64_t meta_off, uint32_t node_size)
       : LL(pool, meta_off, node_size), hdr_(WbHeaderSize(node_size)) {}
 
  private:
@@ -60,7 +60,7 @@ class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
   static int Capacity(uint32_t node_size) { return WbCapacity(node_size); }
   static uint32_t EntriesOffset(uint32_t node_size) { return WbHeaderSize(node_size); }
 
-  static void InitEmptyLeaf(Pool* pool, WbLeaf* leaf, uint32_t node_size) {
+  static void InitEmptyLeaf(PoolImpl* pool, WbLeaf* leaf, uint32_t node_size) {
     pool->Zero(leaf, WbHeaderSize(node_size));
     pool->Store64(&leaf->bitmap, kSlotValid);  // an empty, valid slot array
     // Flush the empty leaf's header; the meta block's fence (LeafListTree::

@@ -28,7 +28,7 @@
 
 #include <memory>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 
@@ -37,9 +37,9 @@ namespace pmtree::wbtree {
 // Registry entry points (the shape every design shares): K is uint64_t
 // (Tree) or std::string_view (BytesTree).
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 
 }  // namespace pmtree::wbtree
 

@@ -16,8 +16,8 @@
 #include <map>
 #include <vector>
 
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
-#include "pmtree/pool.h"
 #include "trees/common/leaf_list_tree_test.h"
 #include "trees/wbtree/layout.h"
 
@@ -32,7 +32,7 @@ const wbtree::WbEntry* EntryOf(const WbLeaf* l, int i) {
   return reinterpret_cast<const wbtree::WbEntry*>(reinterpret_cast<const char*>(l) + 32 + 16 * i);
 }
 
-std::vector<uint64_t> WbLeafKeys(const Pool* p, uint64_t leaf_off) {
+std::vector<uint64_t> WbLeafKeys(const PoolImpl* p, uint64_t leaf_off) {
   const WbLeaf* leaf = p->At<WbLeaf>(leaf_off);
   std::vector<uint64_t> keys;
   for (uint64_t bm = leaf->bitmap & ~1ull; bm; bm &= bm - 1) keys.push_back(EntryOf(leaf, __builtin_ctzll(bm) - 1)->key);
@@ -40,7 +40,7 @@ std::vector<uint64_t> WbLeafKeys(const Pool* p, uint64_t leaf_off) {
 }
 
 // wB+-Tree persists the complete new leaf before its split redo log.
-void WbCraftSplitCrash(Pool* pool, uint64_t new_leaf) {
+void WbCraftSplitCrash(PoolImpl* pool, uint64_t new_leaf) {
   WbMeta* m = Meta(pool);
   const WbLeaf* leaf = pool->At<WbLeaf>(m->head);
   auto* n = pool->At<WbLeaf>(new_leaf);

@@ -83,7 +83,7 @@
 #include <string>
 #include <vector>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 #include "trees/common/bulk_input.h"
 #include "trees/common/keys.h"
@@ -122,14 +122,14 @@ struct RecoveryReport {
   uint64_t separators_inserted = 0;  // R6
 };
 
-template <class Keys, class L>
-class BlinkFrame final : public BasicTree<typename Keys::Arg> {
+template <KeyPolicy KP, class L>
+class BlinkFrame final : public BasicTree<typename KP::Arg> {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   using Base = BasicTree<Arg>;
   using Entry = typename Base::Entry;
 
-  static Result<std::unique_ptr<Base>> Create(Pool* pool, const TreeOptions& options, uint32_t variant) {
+  static Result<std::unique_ptr<Base>> Create(PoolImpl* pool, const TreeOptions& options, uint32_t variant) {
     PMTREE_RETURN_IF_ERROR(CheckExtra(options));
     const uint32_t node_size = options.node_size == 0 ? kDefaultNodeSize : options.node_size;
     PMTREE_RETURN_IF_ERROR(CheckNodeSize(L::kName, node_size));
@@ -147,7 +147,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
     head.version = kFormatVersion;
     head.node_size = node_size;
     head.root = *leaf_r;
-    head.key_kind = static_cast<uint32_t>(Keys::kKind);
+    head.key_kind = static_cast<uint32_t>(KP::kKind);
     head.variant = variant;
     pool->Write(meta, &head, 64);
     std::unique_ptr<BlinkFrame> t(new BlinkFrame(pool, meta_off));
@@ -160,7 +160,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
     return std::unique_ptr<Base>(std::move(t));
   }
 
-  static Result<std::unique_ptr<Base>> Recover(Pool* pool, const TreeOptions& options) {
+  static Result<std::unique_ptr<Base>> Recover(PoolImpl* pool, const TreeOptions& options) {
     PMTREE_RETURN_IF_ERROR(CheckExtra(options));
     const std::string name = L::kName;
     const uint64_t meta_off = pool->root(0);
@@ -179,7 +179,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
         !pool->layout().empty() && pool->layout() != want)
       return Status::Incompatible(name + ": the pool is labelled '" + std::string(pool->layout()) +
                                   "' but its tree was created as '" + std::string(want) + "'");
-    if (m->key_kind != static_cast<uint32_t>(Keys::kKind))
+    if (m->key_kind != static_cast<uint32_t>(KP::kKind))
       return Status::Incompatible(name + ": the pool holds a tree with " +
                                   (m->key_kind == 0 ? "u64" : "byte-string") + " keys");
     std::unique_ptr<BlinkFrame> t(new BlinkFrame(pool, meta_off));
@@ -206,7 +206,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
       llocks_.For(leaf).lock_shared();
       const int h = leaf_.Find(leaf, key);
       uint64_t nx = 0;
-      if (h >= 0) *value = Pool::Load64(leaf_.ValueWord(leaf, h));
+      if (h >= 0) *value = PoolImpl::Load64(leaf_.ValueWord(leaf, h));
       const bool right = h < 0 && BelongsRight(leaf, key, &nx);
       llocks_.For(leaf).unlock_shared();
       if (!right) return h >= 0;
@@ -219,7 +219,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
   Result<bool> Upsert(Arg key, uint64_t value) override { return Put(key, value, Mode::kUpsert); }
 
   Result<bool> Remove(Arg key) override {
-    PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+    PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
     auto guard = pool_->epochs().Protect();
     const uint64_t leaf = LockLeaf(key, /*exclusive=*/true);
     const int h = leaf_.Find(leaf, key);
@@ -251,7 +251,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
       });
       // Read next under the lock: entries moved out by a later split went to
       // a leaf between this one and `next`, and were returned here already.
-      const uint64_t next = Pool::Load64(&P(leaf)->next);
+      const uint64_t next = PoolImpl::Load64(&P(leaf)->next);
       llocks_.For(leaf).unlock_shared();
       if (done || n >= out.size() || next == 0) return n;
       llocks_.For(next).lock_shared();
@@ -285,7 +285,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
     bool right;  // node is the sibling, not a child
   };
 
-  BlinkFrame(Pool* pool, uint64_t meta_off)
+  BlinkFrame(PoolImpl* pool, uint64_t meta_off)
       : pool_(pool),
         keys_(pool),
         meta_off_(meta_off),
@@ -308,7 +308,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
 
   // The key argument a slot stands for (a view of an immutable blob).
   Arg ArgOf(uint64_t slot) const {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return slot;
     } else {
       return keys_.View(slot);
@@ -318,7 +318,7 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
   // True when `key` belongs to a node right of `off` (B-link move right):
   // off has a next whose low key is <= key.  Low keys never change (F2).
   bool BelongsRight(uint64_t off, Arg key, uint64_t* next) const {
-    const uint64_t nx = Pool::Load64(&P(off)->next);
+    const uint64_t nx = PoolImpl::Load64(&P(off)->next);
     if (nx == 0 || keys_.Compare(P(nx)->low_key, key) > 0) return false;
     *next = nx;
     return true;
@@ -334,11 +334,11 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
   // the truncation) still route correctly (F3).
   uint64_t FindChild(uint64_t off, Arg key, bool* last) const {
     const InnerNode* n = I(off);
-    const uint64_t cnt = std::min<uint64_t>(Pool::Load64(&n->count), inner_cap_);
+    const uint64_t cnt = std::min<uint64_t>(PoolImpl::Load64(&n->count), inner_cap_);
     uint64_t lo = 0, hi = cnt;
     while (lo < hi) {
       const uint64_t mid = (lo + hi) / 2;
-      if (keys_.Compare(Pool::Load64(&n->records[mid].key), key) <= 0) {
+      if (keys_.Compare(PoolImpl::Load64(&n->records[mid].key), key) <= 0) {
         lo = mid + 1;
       } else {
         hi = mid;
@@ -346,18 +346,18 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
     }
     *last = lo == cnt;
     int64_t i = static_cast<int64_t>(lo) - 1;
-    while (i >= 0 && Pool::Load64(&n->records[i].child) == LeftChild(off, i)) i--;
-    return i < 0 ? Pool::Load64(&n->leftmost) : Pool::Load64(&n->records[i].child);
+    while (i >= 0 && PoolImpl::Load64(&n->records[i].child) == LeftChild(off, i)) i--;
+    return i < 0 ? PoolImpl::Load64(&n->leftmost) : PoolImpl::Load64(&n->records[i].child);
   }
   uint64_t LeftChild(uint64_t off, int64_t i) const {
-    return i == 0 ? Pool::Load64(&I(off)->leftmost) : Pool::Load64(&I(off)->records[i - 1].child);
+    return i == 0 ? PoolImpl::Load64(&I(off)->leftmost) : PoolImpl::Load64(&I(off)->records[i - 1].child);
   }
 
   // Descends from the root to the node at `level` whose range should hold
   // `key` (the caller moves right under its lock); 0 when the tree is lower.
   // Inner nodes are read without locks, validated by their version (§4.3.5).
   uint64_t DescendTo(uint32_t level, Arg key) {
-    uint64_t n = Pool::Load64(&meta_->root);
+    uint64_t n = PoolImpl::Load64(&meta_->root);
     uint32_t lvl = Level(P(n));
     if (lvl < level) return 0;
     while (lvl > level) {
@@ -405,8 +405,8 @@ class BlinkFrame final : public BasicTree<typename Keys::Arg> {
                               " violated: " + msg);
   }
 
-  Pool* const pool_;
-  Keys keys_;
+  PoolImpl* const pool_;
+  KP keys_;
   const uint64_t meta_off_;
   Meta* const meta_;
   const uint32_t node_size_;

@@ -10,9 +10,9 @@
 
 namespace pmtree::wotree {
 
-template <class Keys, class L>
-Result<bool> BlinkFrame<Keys, L>::Put(Arg key, uint64_t value, Mode mode) {
-  PMTREE_RETURN_IF_ERROR(Keys::CheckArg(key));
+template <KeyPolicy KP, class L>
+Result<bool> BlinkFrame<KP, L>::Put(Arg key, uint64_t value, Mode mode) {
+  PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
   const uint64_t leaf = LockLeaf(key, /*exclusive=*/true);
   SharedSpinLock& lk = llocks_.For(leaf);
@@ -49,7 +49,7 @@ Result<bool> BlinkFrame<Keys, L>::Put(Arg key, uint64_t value, Mode mode) {
   // the leaf split would return a failure for an insert that took place and
   // leave the new leaf without a parent (F5).
   NodeReserve reserve(pool_->allocator(), node_size_);
-  Status st = reserve.Fill(Level(P(Pool::Load64(&meta_->root))) + 2);
+  Status st = reserve.Fill(Level(P(PoolImpl::Load64(&meta_->root))) + 2);
   uint64_t nl = 0, sep = 0;
   if (st.ok()) {
     nl = *reserve.Take();
@@ -71,8 +71,8 @@ Result<bool> BlinkFrame<Keys, L>::Put(Arg key, uint64_t value, Mode mode) {
   return true;
 }
 
-template <class Keys, class L>
-Status BlinkFrame<Keys, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64_t child, NodeReserve* reserve) {
+template <KeyPolicy KP, class L>
+Status BlinkFrame<KP, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64_t child, NodeReserve* reserve) {
   for (;;) {
     const Arg k = ArgOf(sep);
     uint64_t n = DescendTo(level, k);
@@ -108,10 +108,10 @@ Status BlinkFrame<Keys, L>::InsertSeparator(uint32_t level, uint64_t sep, uint64
 
 // A new root over the old one and `child` (a root split); false when another
 // thread grew the tree first (the caller descends again).
-template <class Keys, class L>
-Result<bool> BlinkFrame<Keys, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_t child, NodeReserve* reserve) {
+template <KeyPolicy KP, class L>
+Result<bool> BlinkFrame<KP, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_t child, NodeReserve* reserve) {
   std::lock_guard<std::mutex> g(root_mu_);
-  const uint64_t old = Pool::Load64(&meta_->root);
+  const uint64_t old = PoolImpl::Load64(&meta_->root);
   if (Level(P(old)) >= level) return false;
   PMTREE_ASSIGN_OR_RETURN(uint64_t nr, reserve->Take());
   struct {
@@ -139,7 +139,7 @@ Result<bool> BlinkFrame<Keys, L>::GrowRoot(uint32_t level, uint64_t sep, uint64_
 // after each record.
 class ShiftLines {
  public:
-  explicit ShiftLines(Pool* pool) : pool_(pool) {}
+  explicit ShiftLines(PoolImpl* pool) : pool_(pool) {}
   void Enter(const void* rec) {
     const uintptr_t line = reinterpret_cast<uintptr_t>(rec) & ~uintptr_t{63};
     if (line == cur_) {
@@ -170,7 +170,7 @@ class ShiftLines {
   }
 
  private:
-  Pool* pool_;
+  PoolImpl* pool_;
   uintptr_t cur_ = 0;
   bool dirty_ = false;
 };
@@ -179,8 +179,8 @@ class ShiftLines {
 // room and no transient duplicate.  Every intermediate state holds the old
 // records plus at most one duplicate record (child equal to its left
 // neighbour's), which readers and recovery ignore.
-template <class Keys, class L>
-void BlinkFrame<Keys, L>::FastInsert(uint64_t off, uint64_t sep, uint64_t child) {
+template <KeyPolicy KP, class L>
+void BlinkFrame<KP, L>::FastInsert(uint64_t off, uint64_t sep, uint64_t child) {
   InnerNode* n = I(off);
   const uint64_t cnt = n->count;
   const Arg k = ArgOf(sep);
@@ -232,8 +232,8 @@ void BlinkFrame<Keys, L>::FastInsert(uint64_t off, uint64_t sep, uint64_t child)
 // Removes record i of inner node `off` by a left shift, key before child, so
 // the record being overwritten stays a duplicate until its child changes.
 // Used by recovery (R3) to drop a transient duplicate.
-template <class Keys, class L>
-void BlinkFrame<Keys, L>::RemoveRecord(uint64_t off, uint64_t i) {
+template <KeyPolicy KP, class L>
+void BlinkFrame<KP, L>::RemoveRecord(uint64_t off, uint64_t i) {
   InnerNode* n = I(off);
   const uint64_t cnt = n->count;
   ShiftLines lines(pool_);
@@ -254,8 +254,8 @@ void BlinkFrame<Keys, L>::RemoveRecord(uint64_t off, uint64_t i) {
 // separator when it belongs there) is persisted, then linked through `next`,
 // then the old node drops its upper half by one count store.  Caller holds
 // the node's lock; the node is full.
-template <class Keys, class L>
-Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uint64_t child, uint64_t* up,
+template <KeyPolicy KP, class L>
+Result<uint64_t> BlinkFrame<KP, L>::SplitInner(uint64_t off, uint64_t sep, uint64_t child, uint64_t* up,
                                                  NodeReserve* reserve) {
   PMTREE_ASSIGN_OR_RETURN(uint64_t nn, reserve->Take());
   InnerNode* n = I(off);
@@ -292,10 +292,10 @@ Result<uint64_t> BlinkFrame<Keys, L>::SplitInner(uint64_t off, uint64_t sep, uin
 
 // ---- bulk load --------------------------------------------------------------------------------
 
-template <class Keys, class L>
-Status BlinkFrame<Keys, L>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
-  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &Keys::CheckArg));
-  const uint64_t old_root = Pool::Load64(&meta_->root);
+template <KeyPolicy KP, class L>
+Status BlinkFrame<KP, L>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
+  PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
+  const uint64_t old_root = PoolImpl::Load64(&meta_->root);
   const NodePrefix* old_prefix = P(old_root);
   if (old_prefix->level != 0 || old_prefix->next != 0 || leaf_.Count(old_root) != 0)
     return Status::InvalidArgument("bulk load: tree not empty");
@@ -309,7 +309,7 @@ Status BlinkFrame<Keys, L>::BulkLoad(std::span<const typename Base::InputEntry> 
   };
   auto make_slot = [&](Arg key) -> Result<uint64_t> {
     PMTREE_ASSIGN_OR_RETURN(uint64_t slot, keys_.MakeSlot(key));
-    if constexpr (!Keys::kInline) made_slots.push_back(slot);
+    if constexpr (!KP::kInline) made_slots.push_back(slot);
     return slot;
   };
   // n items in groups of at most `per`, as even as possible.
@@ -400,8 +400,8 @@ Status BlinkFrame<Keys, L>::BulkLoad(std::span<const typename Base::InputEntry> 
 //     level above through the ordinary separator insert, bottom-up.
 // Every rule is idempotent or an ordinary crash-safe operation, so a crash
 // during recovery is recovered the same way.
-template <class Keys, class L>
-Status BlinkFrame<Keys, L>::RecoverImpl() {
+template <KeyPolicy KP, class L>
+Status BlinkFrame<KP, L>::RecoverImpl() {
   report_.crashed = !pool_->clean_shutdown();
   PMTREE_RETURN_IF_ERROR(leaf_.ReplayLogs(&report_.leaf_logs_replayed));  // R1
   if (!report_.crashed) return Status::Ok();                                // R2
@@ -454,8 +454,8 @@ Status BlinkFrame<Keys, L>::RecoverImpl() {
   return Status::Ok();
 }
 
-template <class Keys, class L>
-Status BlinkFrame<Keys, L>::CheckNode(uint64_t off, uint32_t level) const {
+template <KeyPolicy KP, class L>
+Status BlinkFrame<KP, L>::CheckNode(uint64_t off, uint32_t level) const {
   if (off % 64 != 0 || !pool_->InHeap(off, node_size_)) return Corrupt("node", off, "F2", "offset outside the heap");
   const NodePrefix* p = P(off);
   if (p->level != level)
@@ -467,8 +467,8 @@ Status BlinkFrame<Keys, L>::CheckNode(uint64_t off, uint32_t level) const {
 }
 
 // levels[l] = the nodes of level l, leftmost first (levels.back() holds the root).
-template <class Keys, class L>
-Status BlinkFrame<Keys, L>::CollectLevels(std::vector<std::vector<uint64_t>>* levels) const {
+template <KeyPolicy KP, class L>
+Status BlinkFrame<KP, L>::CollectLevels(std::vector<std::vector<uint64_t>>* levels) const {
   levels->clear();
   const uint64_t root = meta_->root;
   if (root % 64 != 0 || !pool_->InHeap(root, node_size_)) return Corrupt("meta", meta_off_, "F1", "root outside the heap");
@@ -489,8 +489,8 @@ Status BlinkFrame<Keys, L>::CollectLevels(std::vector<std::vector<uint64_t>>* le
   return Status::Ok();
 }
 
-template <class Keys, class L>
-Status BlinkFrame<Keys, L>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& levels) {
+template <KeyPolicy KP, class L>
+Status BlinkFrame<KP, L>::RebuildAllocator(const std::vector<std::vector<uint64_t>>& levels) {
   Allocator& a = pool_->allocator();
   a.BeginRebuild();
   Status st = a.MarkUsed(meta_off_, sizeof(Meta));
@@ -513,8 +513,8 @@ Status BlinkFrame<Keys, L>::RebuildAllocator(const std::vector<std::vector<uint6
 
 // ---- Verify / Stats -------------------------------------------------------------------------
 
-template <class Keys, class L>
-Status BlinkFrame<Keys, L>::CheckInner(uint64_t off, uint64_t* /*bytes*/) const {
+template <KeyPolicy KP, class L>
+Status BlinkFrame<KP, L>::CheckInner(uint64_t off, uint64_t* /*bytes*/) const {
   const InnerNode* n = I(off);
   const uint32_t level = n->prefix.level;
   auto check_child = [&](uint64_t c, uint64_t key, bool has_low) -> Status {
@@ -535,13 +535,13 @@ Status BlinkFrame<Keys, L>::CheckInner(uint64_t off, uint64_t* /*bytes*/) const 
   return Status::Ok();
 }
 
-template <class Keys, class L>
-Status BlinkFrame<Keys, L>::Verify() {
+template <KeyPolicy KP, class L>
+Status BlinkFrame<KP, L>::Verify() {
   // No operation runs (Verify's precondition): blobs retired by removes can
   // be freed now, so the allocator counts only what the tree holds.
   pool_->epochs().DrainAll();
   if (meta_->magic != L::kMagic || meta_->version != kFormatVersion || meta_->node_size != node_size_ ||
-      meta_->key_kind != static_cast<uint32_t>(Keys::kKind))
+      meta_->key_kind != static_cast<uint32_t>(KP::kKind))
     return Corrupt("meta", meta_off_, "F1", "magic, version, node size or key kind wrong");
   for (int i = 0; i < kLeafLogs; i++)
     if (meta_->leaf_log[i].leaf != 0 || meta_->leaf_log[i].other != 0)
@@ -601,8 +601,8 @@ Status BlinkFrame<Keys, L>::Verify() {
   return Status::Ok();
 }
 
-template <class Keys, class L>
-TreeStats BlinkFrame<Keys, L>::Stats() {
+template <KeyPolicy KP, class L>
+TreeStats BlinkFrame<KP, L>::Stats() {
   auto guard = pool_->epochs().Protect();
   TreeStats st;
   std::vector<std::vector<uint64_t>> levels;

@@ -68,16 +68,16 @@ class LogSlots {
 
 namespace {
 
-template <class Keys>
+template <KeyPolicy KP>
 class WoLeafOps {
  public:
-  using Arg = typename Keys::Arg;
+  using Arg = typename KP::Arg;
   static constexpr const char* kName = "wotree";
   static constexpr const char* kPaperName = "wotree-paper";
   static constexpr uint64_t kMagic = kWoMagic;
   static constexpr uint32_t kVariants = kVariantPaperSplit;
 
-  WoLeafOps(Pool* pool, Keys* keys, Meta* meta, uint32_t node_size, uint32_t variant)
+  WoLeafOps(PoolImpl* pool, KP* keys, Meta* meta, uint32_t node_size, uint32_t variant)
       : pool_(pool),
         keys_(keys),
         meta_(meta),
@@ -298,7 +298,7 @@ class WoLeafOps {
   }
 
   Result<uint64_t> MakeSeparator(uint64_t slot) {
-    if constexpr (Keys::kInline) {
+    if constexpr (KP::kInline) {
       return slot;
     } else {
       // The separator gets a blob of its own: the entry it copies may be
@@ -402,8 +402,8 @@ class WoLeafOps {
     return true;
   }
 
-  Pool* const pool_;
-  Keys* const keys_;
+  PoolImpl* const pool_;
+  KP* const keys_;
   Meta* const meta_;
   const int cap_;
   const uint32_t hdr_;
@@ -418,24 +418,24 @@ using WoTree = BlinkFrame<std::conditional_t<std::is_same_v<K, uint64_t>, U64Key
 }  // namespace
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
   return WoTree<K>::Create(pool, options, 0);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> CreatePaper(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> CreatePaper(PoolImpl* pool, const TreeOptions& options) {
   return WoTree<K>::Create(pool, options, kVariantPaperSplit);
 }
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options) {
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
   return WoTree<K>::Recover(pool, options);
 }
 
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> CreatePaper<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> CreatePaper<std::string_view>(Pool*,
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Create<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Create<std::string_view>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> CreatePaper<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> CreatePaper<std::string_view>(PoolImpl*,
                                                                                           const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(Pool*, const TreeOptions&);
-template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view>(Pool*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<uint64_t>>> Recover<uint64_t>(PoolImpl*, const TreeOptions&);
+template Result<std::unique_ptr<BasicTree<std::string_view>>> Recover<std::string_view>(PoolImpl*, const TreeOptions&);
 
 }  // namespace pmtree::wotree

@@ -22,7 +22,7 @@
 #include <memory>
 #include <string_view>
 
-#include "pmtree/pool.h"
+#include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 
 namespace pmtree::wotree {
@@ -32,12 +32,12 @@ namespace pmtree::wotree {
 inline constexpr std::string_view kNodeSizeRule = "256..2048, multiple of 64 (4..32 cache lines)";
 
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Create(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options);
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> CreatePaper(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> CreatePaper(PoolImpl* pool, const TreeOptions& options);
 // Recovers either variant (the pool records which).
 template <class K>
-Result<std::unique_ptr<BasicTree<K>>> Recover(Pool* pool, const TreeOptions& options);
+Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options);
 
 }  // namespace pmtree::wotree
 

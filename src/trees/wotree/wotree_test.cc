@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "crash/explorer.h"
+#include "pm/pool_impl.h"
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
@@ -273,13 +274,13 @@ TEST(WoTreeTest, BulkLoadHonoursTheFillAndBehavesLikeAnInsertedTree) {
     // Out of space midway: nothing loaded, nothing leaked.
     auto hs = CreateTree(Wo(name), "", 1ull << 20, NodeSize(256));
     ASSERT_TRUE(hs.ok()) << hs.status().ToString();
-    const uint64_t in_use = hs->pool->allocator().bytes_in_use();
+    const uint64_t in_use = PoolImpl::Of(*hs->pool).allocator().bytes_in_use();
     std::vector<Tree::InputEntry> big;
     for (uint64_t i = 0; i < 200000; i++) big.push_back({i, i});
     EXPECT_TRUE(hs->tree->BulkLoad(big, 1.0).IsOutOfSpace());
     ASSERT_TRUE(hs->tree->Verify().ok()) << hs->tree->Verify().ToString();
     EXPECT_EQ(hs->tree->Stats().entries, 0u);
-    EXPECT_EQ(hs->pool->allocator().bytes_in_use(), in_use);
+    EXPECT_EQ(PoolImpl::Of(*hs->pool).allocator().bytes_in_use(), in_use);
     ASSERT_TRUE(hs->tree->Insert(7, 7).value());
   }
 }
