@@ -196,6 +196,10 @@ class Pool {
   // pointer), which it reports as Corruption instead of absorbing the loss
   // (docs/pool_format.md, "What a damaged pool gets").
   uint64_t saved_bytes_in_use() const { return saved_bytes_in_use_; }
+  // A number that differs between pools (FNV-1a 64 of the header's random
+  // uuid): trees mix it into the magic of their nodes, so a block copied in
+  // from another pool does not pass for one of this pool's.
+  uint64_t id() const;
   // Human description: backend, flush instruction, latency, mapping granularity.
   std::string Describe() const;
   BackendKind backend_kind() const { return backend_kind_; }

@@ -500,6 +500,11 @@ void Pool::SetRoot(int slot, uint64_t offset) {
   Persist(&h->root[slot], 8);
 }
 
+uint64_t Pool::id() const {
+  const auto* h = reinterpret_cast<const PoolHeader*>(base_);
+  return Fnv1a64(h->uuid, sizeof(h->uuid));
+}
+
 std::string Pool::Describe() const {
   std::string s = "backend=" + (backend_ ? backend_->Describe() : std::string("none"));
   s += "; mapping=" + std::string(granularity_) + " granularity";

@@ -52,7 +52,9 @@ const LeafListDesign kFpDesign{"fptree",
                                /*bulk_leaves_at_70=*/1000,
                                &FpLeafKeys,
                                /*split_flushes=*/11,
-                               /*split_fences=*/6,
+                               // 6 before the leaf magic: the split log is now persisted (its
+                               // own fence) before the new leaf's copy, which carries the magic.
+                               /*split_fences=*/7,
                                &FpCraftSplitCrash};
 
 INSTANTIATE_TEST_SUITE_P(FpTree, LeafListTreeTest, testing::Values(kFpDesign), LeafListDesignName);
@@ -83,6 +85,28 @@ TEST(FpTreeTest, InsertWithoutSplitCostsThreeFlushesTwoFences) {
   EXPECT_EQ(d.flushes, 3u);  // entry line, fingerprint line; bitmap (header line again)
   EXPECT_EQ(d.fences, 2u);
   EXPECT_EQ(d.lines, 2u);
+}
+
+// The delete that empties a leaf (not the last) also unlinks it: the
+// delete's bitmap write (1, 1), the delete log with the cleared leaf magic
+// (2 flushes, 1 fence: the magic's line is the one extra flush the leaf
+// magic costs), the unlink (1, 1) and the log clear (1, 1).
+TEST(FpTreeTest, DeleteThatUnlinksALeafClearsItsMagic) {
+  PoolFile f(kFpDesign);
+  Handle h = CreateOn(kFpDesign, f.path());
+  for (uint64_t k = 1; k <= 13; k++) ASSERT_TRUE(*h.tree->Insert(k * 10, k));  // two leaves: 6 + 7 keys
+  for (uint64_t k = 7; k <= 12; k++) ASSERT_TRUE(*h.tree->Remove(k * 10));
+  ASSERT_EQ(h.tree->Stats().leaf_nodes, 2u);
+  const FpMeta* m = Meta(h.pool.get());
+  const uint64_t right = h.pool->At<FpLeaf>(m->head)->next;
+  const uint64_t* magic = h.pool->At<uint64_t>(right + fptree::FpMagicOffset(256));
+  EXPECT_NE(*magic, 0u);
+  PersistCounters d = CostOf([&] { ASSERT_TRUE(*h.tree->Remove(130)); });
+  EXPECT_EQ(h.tree->Stats().leaf_nodes, 1u);
+  EXPECT_EQ(*magic, 0u);
+  EXPECT_EQ(d.flushes, 5u);
+  EXPECT_EQ(d.fences, 4u);
+  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
 }
 
 }  // namespace
