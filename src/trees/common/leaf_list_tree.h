@@ -144,6 +144,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     Meta head{};
     head.magic = Derived::kTraits.magic;
     head.head = leaf_off;
+    if (Derived::MagicOffset(node_size) != 0) head.leaf_limit = LeafLimitFor(leaf_off + node_size);
     head.node_size = node_size;
     head.key_kind = static_cast<uint32_t>(KP::kKind);
     pool->Write(meta, &head, 64);
@@ -268,6 +269,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
       if (!r.ok()) return undo(r.status());
       leaves.push_back(*r);
     }
+    NoteLeaf(*std::max_element(leaves.begin(), leaves.end()));
     std::vector<std::pair<Owned, uint64_t>> mins;
     for (size_t li = 0; li < nleaves; li++) {
       LeafT* leaf = LeafAt(leaves[li]);
@@ -519,6 +521,22 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     return Status::Ok();
   }
 
+  // The leaf limit above the end of a leaf: the next 1 MiB boundary.
+  static uint64_t LeafLimitFor(uint64_t leaf_end) { return (leaf_end + kLeafLimitStep) & ~(kLeafLimitStep - 1); }
+
+  // Raises and persists meta_->leaf_limit when the leaf allocated at `leaf`
+  // ends above it, before the caller writes the leaf (and its magic): the
+  // scan for lost leaves covers every leaf that may carry the magic.  One
+  // flush and fence per 1 MiB of heap that leaves reach.
+  void NoteLeaf(uint64_t leaf) {
+    if (magic_off_ == 0 || leaf + node_size_ <= Pool::Load64(&meta_->leaf_limit)) return;
+    std::lock_guard<std::mutex> g(limit_mu_);
+    if (leaf + node_size_ <= meta_->leaf_limit) return;
+    pool_->Store64(&meta_->leaf_limit, LeafLimitFor(leaf + node_size_));
+    // Persist the raised limit before the leaf can be durable with the magic.
+    pool_->Persist(&meta_->leaf_limit, 8);
+  }
+
   Pool* const pool_;
   KP keys_;
   const uint64_t meta_off_;
@@ -660,14 +678,17 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     pool_->Flush(word, 8);
   }
 
-  // After a rebuild of the allocator: free space (at the allocator's 64 B
-  // granule, a whole leaf's size inside one free extent) whose leaf-magic
-  // word holds this pool's leaf magic is a leaf that no list reaches -- a
-  // cut list.  One 8-byte read per 64 B of free space.
+  // After a rebuild of the allocator: free space below the leaf limit (at
+  // the allocator's 64 B granule, a whole leaf's size inside one free
+  // extent) whose leaf-magic word holds this pool's leaf magic is a leaf
+  // that no list reaches -- a cut list.  One 8-byte read per 64 B of free
+  // space below the limit (a limit of 0, damage, scans the whole heap).
   Status ScanForLostLeaves() const {
     if (magic_off_ == 0) return Status::Ok();
+    const uint64_t limit = meta_->leaf_limit != 0 ? meta_->leaf_limit : pool_->size();
     for (const auto& [begin, size] : pool_->allocator().FreeExtents()) {
-      for (uint64_t off = begin; off + node_size_ <= begin + size; off += 64) {
+      const uint64_t end = std::min(begin + size, limit);
+      for (uint64_t off = begin; off + node_size_ <= end; off += 64) {
         if (Pool::Load64(pool_->At<char>(off) + magic_off_) == leaf_magic_)
           return Status::Corruption(std::string(Derived::kTraits.name) + ": leaf at offset " + HexOffset(off) +
                                     " unreachable (it carries this pool's leaf magic but no list reaches it: a cut "
@@ -946,9 +967,12 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     return Status::Ok();
   }
 
+  static constexpr uint64_t kLeafLimitStep = 1 << 20;
+
   Index index_;
   LeafLocks locks_;
-  std::mutex smo_mu_;  // serialises index changes and leaf removals
+  std::mutex smo_mu_;    // serialises index changes and leaf removals
+  std::mutex limit_mu_;  // serialises raising meta_->leaf_limit
   std::atomic<uint32_t> split_logs_busy_{0};
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> removals_{0};

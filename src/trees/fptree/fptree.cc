@@ -159,6 +159,7 @@ class FpTree final : public LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry> {
   // to *new_leaf, which is linked after it.  Durable on return.
   Status SplitLeaf(uint64_t leaf_off, uint64_t* new_leaf, Owned* sep) {
     PMTREE_ASSIGN_OR_RETURN(uint64_t nl, pool_->allocator().Allocate(node_size_));
+    this->NoteLeaf(nl);
     int li = this->AcquireSplitLog();
     FpMicroLog* log = &meta_->split_log[li];
     pool_->Store64(&log->leaf, leaf_off);

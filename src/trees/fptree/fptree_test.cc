@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <vector>
@@ -107,6 +108,37 @@ TEST(FpTreeTest, DeleteThatUnlinksALeafClearsItsMagic) {
   EXPECT_EQ(d.flushes, 5u);
   EXPECT_EQ(d.fences, 4u);
   ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
+}
+
+// The leaf limit follows the leaves past the first MiB, and recovery after a
+// crash finds a leaf cut off up there (issue 17): without the limit raised,
+// the scan would stop at the first MiB and the loss would be absorbed.
+TEST(FpTreeTest, CrashRecoveryFindsALeafCutOffPastTheFirstMiB) {
+  PoolFile f(kFpDesign);
+  Handle h = CreateOn(kFpDesign, f.path());
+  // Ascending keys: each split adds the new leaf at the top of the heap.
+  for (uint64_t k = 0; k < 60000; k++) ASSERT_TRUE(*h.tree->Insert(k, k));
+  const FpMeta* m = Meta(h.pool.get());
+  uint64_t prev = 0, last = 0, max_end = 0;
+  for (uint64_t off = m->head; off != 0; off = h.pool->At<FpLeaf>(off)->next) {
+    prev = last;
+    last = off;
+    max_end = std::max<uint64_t>(max_end, off + 256);
+  }
+  ASSERT_GT(max_end, 2u << 20);
+  EXPECT_GE(m->leaf_limit, max_end);
+  EXPECT_LE(m->leaf_limit, max_end + (1u << 20));
+  // Cut the list before its last leaf, then crash.
+  FpLeaf* cut = h.pool->At<FpLeaf>(prev);
+  h.pool->Store64(&cut->next, 0);
+  h.pool->Persist(&cut->next, 8);
+  h.Crash();
+  auto p = Pool::Open(f.path(), "fptree");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto t = kFpDesign.recover(p->get(), TreeOptions{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(t.status().ToString().find("unreachable"), std::string::npos) << t.status().ToString();
 }
 
 }  // namespace
