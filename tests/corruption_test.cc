@@ -14,9 +14,9 @@
 //   - Verify() passing with the data intact, or with no more entries lost
 //     (or altered, or invented) than the damaged bytes could hold (the
 //     allowance below).  A larger loss fails the test for a cleanly closed
-//     pool of the trees in DetectsLossAfterCleanClose; elsewhere it is still
-//     absorbed and only counted and printed (issue 17 item 2, remaining
-//     work);
+//     pool of the trees in DetectsLossAfterCleanClose and a crashed pool of
+//     those in DetectsLossAfterCrash; elsewhere it is still absorbed and
+//     only counted and printed (issue 17 item 2, remaining work);
 // never a signal (SIGSEGV, SIGBUS, an abort from an uncaught exception, a
 // sanitizer report) and never a hang.  Run in an ASan build directory
 // (PMTREE_SANITIZE=address PMTREE_BUILD_DIR=build-asan), both the API
