@@ -141,6 +141,24 @@ TEST(FpTreeTest, CrashRecoveryFindsALeafCutOffPastTheFirstMiB) {
   EXPECT_NE(t.status().ToString().find("unreachable"), std::string::npos) << t.status().ToString();
 }
 
+// The meta magic is the format version: a pool of the format before the
+// leaf magic ("FPTREE01") is Incompatible, not opened with freed leaves that
+// still carry no cleared magic.
+TEST(FpTreeTest, APoolOfTheFormatBeforeTheLeafMagicIsIncompatible) {
+  PoolFile f(kFpDesign);
+  Handle h = CreateOn(kFpDesign, f.path());
+  ASSERT_TRUE(*h.tree->Insert(1, 1));
+  FpMeta* m = Meta(h.pool.get());
+  h.pool->Store64(&m->magic, fptree::kFpMagicV1);
+  h.pool->Persist(&m->magic, 8);
+  h.Crash();
+  auto p = Pool::Open(f.path(), "fptree");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto t = kFpDesign.recover(p->get(), TreeOptions{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Status::Code::kIncompatible) << t.status().ToString();
+}
+
 }  // namespace
 }  // namespace leaf_list_test
 }  // namespace pmtree
