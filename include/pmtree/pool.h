@@ -167,6 +167,15 @@ class Pool {
   // Clean shutdown: saves the allocator state, sets the clean flag, unmaps.
   // The tree must have been closed first (Tree::Close calls this).
   Status Close();
+  // After the tree's recovery (or a verify on open) refused this pool as
+  // damaged: puts back the header's open state -- clean flag, saved
+  // allocator state, open count -- as Open found it, so the next open meets
+  // the same pool and refuses it again instead of rebuilding the allocator
+  // from what it reaches and absorbing the loss.  Only for a pool Open found
+  // cleanly closed whose saved allocator state is still intact; otherwise
+  // (and for a pool that was not cleanly closed, which every open recovers
+  // from scratch anyway) it does nothing.  The pool must not be used after.
+  void RestoreOpenState();
 
   // ---- identity -------------------------------------------------------------
   std::string_view layout() const { return layout_; }
@@ -180,6 +189,10 @@ class Pool {
   // True when the previous session closed cleanly (so the allocator state was
   // restored and a tree may restart instantly).  A fresh pool counts as clean.
   bool clean_shutdown() const { return clean_shutdown_; }
+  // A number that differs between pools (FNV-1a 64 of the header's random
+  // uuid): trees mix it into the magic of their nodes, so a block copied in
+  // from another pool does not pass for one of this pool's.
+  uint64_t id() const;
   // Human description: backend, flush instruction, latency, mapping granularity.
   std::string Describe() const;
   BackendKind backend_kind() const { return backend_kind_; }
@@ -212,6 +225,8 @@ class Pool {
   bool closed_ = false;
   bool created_file_ = false;
   uint64_t saved_bytes_in_use_ = 0;
+  uint64_t opened_alloc_state_ = 0;  // the header's alloc_state when Open restored it, else 0
+  uint64_t opened_open_count_ = 0;   // the header's open_count before Open incremented it
   int memfd_ = -1;
   BackendKind backend_kind_ = BackendKind::kHardware;
   FlushInstruction flush_ = FlushInstruction::kAuto;

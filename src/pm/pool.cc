@@ -278,6 +278,8 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
     pool->clean_shutdown_ = false;
     pool->allocator_->BeginRebuild();
   }
+  if (restored) pool->opened_alloc_state_ = h->alloc_state;
+  pool->opened_open_count_ = h->open_count;
   // From here on the pool is open: mark it dirty so a crash before the next
   // clean Close is detected, and drop the saved allocator state.
   pool->Store64(&h->alloc_state, 0);
@@ -500,6 +502,32 @@ void PoolImpl::SetRoot(int slot, uint64_t offset) {
   // Persist the root slot: callers use it as a commit point (creation of the
   // tree's anchor), so it must be durable when SetRoot returns.
   Persist(&h->root[slot], 8);
+}
+
+void Pool::RestoreOpenState() {
+  if (closed_ || opened_alloc_state_ == 0) return;
+  closed_ = true;
+  PoolImpl& self = PoolImpl::Of(*this);  // every pool is made as a PoolImpl
+  auto* h = reinterpret_cast<PoolHeader*>(base_);
+  // The saved state's block was free during the recovery: use it again only
+  // if nothing overwrote it.
+  const auto* saved = self.At<SavedAllocState>(opened_alloc_state_);
+  const uint64_t n = saved->count;
+  if (n > size_ / kAllocGranule || !self.InHeap(opened_alloc_state_, sizeof(SavedAllocState) + 16 * n) ||
+      Fnv1a64(saved->extents, 16 * n) != saved->checksum)
+    return;
+  self.Store64(&h->alloc_state, opened_alloc_state_);
+  self.Store64(&h->open_count, opened_open_count_);
+  // Persist alloc_state before the clean flag: clean implies a valid state
+  // (as in Close).
+  self.Persist(&h->alloc_state, 16);
+  self.Store64(&h->shutdown_state, kCleanShutdown);
+  self.Persist(&h->shutdown_state, 8);
+}
+
+uint64_t Pool::id() const {
+  const auto* h = reinterpret_cast<const PoolHeader*>(base_);
+  return Fnv1a64(h->uuid, sizeof(h->uuid));
 }
 
 std::string Pool::Describe() const {

@@ -100,6 +100,47 @@ TEST_F(PoolFileTest, ACleanPoolWithADamagedSavedAllocatorStateIsCorruptAndUnchan
   EXPECT_EQ(ReadFile(), bytes);
 }
 
+// A tree's recovery refused the pool: RestoreOpenState puts the header back
+// as Open found it (byte for byte), so the next open is clean again, with
+// the same saved bytes; not when the saved state's block was overwritten
+// meanwhile, and not for a pool Open found crashed.
+TEST_F(PoolFileTest, RestoreOpenStateUndoesTheOpenOfACleanPool) {
+  {
+    auto p = PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_);
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->allocator().Allocate(256).ok());
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  const std::string closed = ReadFile();
+  {
+    auto p = PoolImpl::Open(path_, "t", opts_);
+    ASSERT_TRUE(p.ok());
+    EXPECT_NE(ReadFile(), closed);  // dirty, saved state dropped, open counted
+    (*p)->RestoreOpenState();
+    EXPECT_EQ(ReadFile(), closed);
+  }
+  {
+    auto p = PoolImpl::Open(path_, "t", opts_);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE((*p)->clean_shutdown());
+    EXPECT_EQ((*p)->saved_bytes_in_use(), 256u);
+    PoolHeader h;
+    std::memcpy(&h, closed.data(), sizeof(h));
+    // The recovery overwrote the (free) saved-state block: stay dirty.
+    (*p)->Zero((*p)->At<char>(h.alloc_state), 64);
+    (*p)->RestoreOpenState();
+  }
+  auto p = PoolImpl::Open(path_, "t", opts_);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE((*p)->clean_shutdown());
+  (*p)->RestoreOpenState();  // a crashed pool: nothing to restore
+  PoolHeader h;
+  const std::string now = ReadFile();
+  std::memcpy(&h, now.data(), sizeof(h));
+  EXPECT_EQ(h.shutdown_state, 0u);
+  EXPECT_EQ(h.alloc_state, 0u);
+}
+
 TEST_F(PoolFileTest, DestroyWithoutCloseIsSeenAsACrashAndTheAllocatorAwaitsRebuild) {
   {
     auto p = PoolImpl::Create(path_, kMinPoolSize, "t", 0, opts_);

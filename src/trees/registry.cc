@@ -239,9 +239,17 @@ Result<TreeHandle<T>> RecoverImpl(std::unique_ptr<Pool> pool, const TreeFactory*
   TreeHandle<T> h;
   h.pool = std::move(pool);
   auto tree = CallRecover<T>(*f, h.pool.get(), options);
-  if (!tree.ok()) return tree.status().Annotate(context);
+  // A pool refused as damaged stays as it was found, so it is refused again
+  // (a detected loss stays detected: docs/pool_format.md).
+  if (!tree.ok()) {
+    if (tree.status().code() == Status::Code::kCorruption) h.pool->RestoreOpenState();
+    return tree.status().Annotate(context);
+  }
   if (options.verify_on_open) {
-    if (Status s = (*tree)->Verify(); !s.ok()) return s.Annotate(context + " (verify on open)");
+    if (Status s = (*tree)->Verify(); !s.ok()) {
+      if (s.code() == Status::Code::kCorruption) h.pool->RestoreOpenState();
+      return s.Annotate(context + " (verify on open)");
+    }
   }
   h.tree = std::move(tree).value();
   return h;

@@ -49,7 +49,12 @@ inline constexpr uint64_t kLeafListRestartMagic = 0x3154525453524c4cull;  // "LL
 //                           (0 = none); trusted only when the pool reports a
 //                           clean shutdown and the image matches the leaf list
 //   32    8     restart_bytes  the image's size in bytes (written with restart)
-//   40    24    reserved    zero
+//   40    8     leaf_limit  designs with a leaf magic (fptree): every leaf ever
+//                           allocated ends at or below this offset (raised in
+//                           1 MiB steps, persisted before the leaf is written),
+//                           so recovery's scan for lost leaves stops here; 0
+//                           otherwise
+//   48    16    reserved    zero
 //   64    64    delete_log  the delete log (removals are serialised)
 //
 // Restart image (one heap block, 8-byte words): kLeafListRestartMagic, the
@@ -65,7 +70,8 @@ struct LeafListMeta {
   uint32_t key_kind;
   uint64_t restart;
   uint64_t restart_bytes;
-  uint8_t reserved[24];
+  uint64_t leaf_limit;
+  uint8_t reserved[16];
   LeafListLog delete_log;
   LeafListLog split_log[kLeafListSplitLogs];
 };
@@ -76,6 +82,7 @@ static_assert(offsetof(LeafListMeta, node_size) == 16);
 static_assert(offsetof(LeafListMeta, key_kind) == 20);
 static_assert(offsetof(LeafListMeta, restart) == 24 && offsetof(LeafListMeta, restart_bytes) == 32,
               "restart and restart_bytes share the meta's first line: one persist writes both");
+static_assert(offsetof(LeafListMeta, leaf_limit) == 40);
 static_assert(offsetof(LeafListMeta, delete_log) == 64);
 static_assert(offsetof(LeafListMeta, split_log) == 128);
 

@@ -42,7 +42,18 @@
 //   void PutLoadedEntry(Leaf*, int j, uint64_t slot, uint64_t value, Arg key, LoadState*);
 //   void SealLoadedLeaf(Leaf*, int m, uint64_t next, const LoadState&);  header + flush
 // Optional (defaults here do nothing): CheckEntry, CheckLeaf (Verify's
-// invariant 5), AddStats.
+// invariant 5), AddStats, and
+//   static uint32_t MagicOffset(uint32_t node_size);  the leaf magic's word, 0 = none
+//
+// The leaf magic (docs/pool_format.md, "Detecting a loss after a crash"): a
+// design with a free word in its leaf keeps LeafMagic() there while the leaf
+// is in the list.  A new leaf gets it with the line its creation persists
+// anyway (a split's copy, the first leaf's header); it is cleared and made
+// durable before an unlink is (UnlinkLeaf), so no leaf can be freed with
+// it; a bulk load sets it after its commit.  A reachable leaf without it is
+// valid (a crash between the clear and the unlink).  After a rebuild of the
+// allocator, free space carrying the magic is a leaf that no list reaches:
+// recovery reports Corruption instead of absorbing it (ScanForLostLeaves).
 //
 // Thread safety and durability: those of pmtree/tree.h; the scheme is the one
 // described in trees/common/dram_inner_index.h.  Every PM store and flush goes
@@ -92,6 +103,7 @@ struct LeafListTraits {
   uint32_t default_node_size;  // for TreeOptions::node_size 0
   int entry_bit_shift;         // the bitmap bit of entry i is i + entry_bit_shift
   uint64_t flag_bits;          // bitmap bits that are not entry bits
+  uint64_t older_magic = 0;    // the meta magic of the previous format version (0 = none)
 };
 
 template <class Derived, KeyPolicy KP, class LeafT, class EntryT>
@@ -120,11 +132,19 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     }
     uint64_t leaf_off = *leaf_r;
     Derived::InitEmptyLeaf(pool, pool->At<LeafT>(leaf_off), node_size);
+    if (const uint32_t mo = Derived::MagicOffset(node_size); mo != 0) {
+      char* word = pool->At<char>(leaf_off) + mo;
+      pool->Store64(word, LeafMagic(pool));
+      // Flushed with the empty leaf; the meta block's fence below orders both
+      // before root slot 0.
+      pool->Flush(word, 8);
+    }
     auto* meta = pool->At<Meta>(meta_off);
     pool->Zero(meta, sizeof(Meta));
     Meta head{};
     head.magic = Derived::kTraits.magic;
     head.head = leaf_off;
+    if (Derived::MagicOffset(node_size) != 0) head.leaf_limit = LeafLimitFor(leaf_off + node_size);
     head.node_size = node_size;
     head.key_kind = static_cast<uint32_t>(KP::kKind);
     pool->Write(meta, &head, 64);
@@ -146,6 +166,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     if (meta_off % 64 != 0 || !pool->InHeap(meta_off, sizeof(Meta)))
       return Status::Corruption(name + ": root slot 0 holds " + HexOffset(meta_off) + ", outside the heap");
     const auto* meta = pool->At<Meta>(meta_off);
+    if (Derived::kTraits.older_magic != 0 && meta->magic == Derived::kTraits.older_magic)
+      return Status::Incompatible(name + ": the pool was made by an older format of " + name +
+                                  " (before the leaf magic); this build cannot open it");
     if (meta->magic != Derived::kTraits.magic)
       return Status::Corruption(name + " meta at offset " + HexOffset(meta_off) + ": bad magic (invariant 1)");
     if (!ValidNodeSize(meta->node_size))
@@ -246,6 +269,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
       if (!r.ok()) return undo(r.status());
       leaves.push_back(*r);
     }
+    NoteLeaf(*std::max_element(leaves.begin(), leaves.end()));
     std::vector<std::pair<Owned, uint64_t>> mins;
     for (size_t li = 0; li < nleaves; li++) {
       LeafT* leaf = LeafAt(leaves[li]);
@@ -262,14 +286,29 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
       D().SealLoadedLeaf(leaf, static_cast<int>(e - b), li + 1 < nleaves ? leaves[li + 1] : 0, state);
       mins.emplace_back(Owned(sorted[b].first), leaves[li]);
     }
-    // Every loaded leaf reaches PM before the head names the chain, so a crash
-    // never exposes a partly written leaf.
-    pool_->Fence();
     std::vector<uint64_t> old;
     for (uint64_t off = meta_->head; off != 0; off = LeafAt(off)->next) old.push_back(off);
+    // The old (empty) leaves drop their magic while still reachable, so none
+    // is unreachable with it once the head moves on.
+    for (uint64_t off : old) ClearLeafMagic(off);
+    // Every loaded leaf (and every cleared magic) reaches PM before the head
+    // names the chain, so a crash never exposes a partly written leaf.
+    pool_->Fence();
     pool_->Store64(&meta_->head, leaves[0]);
     // Persist the head: the commit point of the whole bulk load.
     pool_->Persist(&meta_->head, 8);
+    // The loaded leaves get their magic only now: before the commit they are
+    // free space after a crash, which must not carry it.  One flush per leaf
+    // and one fence per load; a crash before it leaves reachable leaves
+    // without magic, which is valid.
+    if (magic_off_ != 0) {
+      for (uint64_t l : leaves) {
+        char* word = reinterpret_cast<char*>(LeafAt(l)) + magic_off_;
+        pool_->Store64(word, leaf_magic_);
+        pool_->Flush(word, 8);
+      }
+      pool_->Fence();
+    }
     for (uint64_t off : old) pool_->allocator().Retire(off, node_size_);
     index_.Build(std::move(mins));
     return Status::Ok();
@@ -413,7 +452,17 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
         cap_(Derived::Capacity(node_size)),
         entries_off_(Derived::EntriesOffset(node_size)),
         entry_mask_((cap_ == 64 ? ~0ull : (1ull << cap_) - 1) << Derived::kTraits.entry_bit_shift),
+        magic_off_(Derived::MagicOffset(node_size)),
+        leaf_magic_(LeafMagic(pool)),
         index_(pool) {}
+
+  // The leaf magic of `pool`: its id mixed with a constant, never 0.
+  static uint64_t LeafMagic(const Pool* pool) {
+    const uint64_t m = pool->id() ^ 0x4d4c46454c4c4c50ull;  // "PLLLEFLM"
+    return m != 0 ? m : 1;
+  }
+  // Default: no word for the leaf magic (the design's leaf has none free).
+  static uint32_t MagicOffset(uint32_t /*node_size*/) { return 0; }
 
   // Default hooks (a design hides them with its own).
   Status CheckEntry(uint64_t /*off*/, const LeafT* /*leaf*/, int /*i*/, uint64_t /*slot*/) const {
@@ -472,6 +521,22 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     return Status::Ok();
   }
 
+  // The leaf limit above the end of a leaf: the next 1 MiB boundary.
+  static uint64_t LeafLimitFor(uint64_t leaf_end) { return (leaf_end + kLeafLimitStep) & ~(kLeafLimitStep - 1); }
+
+  // Raises and persists meta_->leaf_limit when the leaf allocated at `leaf`
+  // ends above it, before the caller writes the leaf (and its magic): the
+  // scan for lost leaves covers every leaf that may carry the magic.  One
+  // flush and fence per 1 MiB of heap that leaves reach.
+  void NoteLeaf(uint64_t leaf) {
+    if (magic_off_ == 0 || leaf + node_size_ <= PoolImpl::Load64(&meta_->leaf_limit)) return;
+    std::lock_guard<std::mutex> g(limit_mu_);
+    if (leaf + node_size_ <= meta_->leaf_limit) return;
+    pool_->Store64(&meta_->leaf_limit, LeafLimitFor(leaf + node_size_));
+    // Persist the raised limit before the leaf can be durable with the magic.
+    pool_->Persist(&meta_->leaf_limit, 8);
+  }
+
   PoolImpl* const pool_;
   KP keys_;
   const uint64_t meta_off_;
@@ -480,6 +545,8 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
   const int cap_;
   const uint32_t entries_off_;
   const uint64_t entry_mask_;  // every entry bit of a full leaf
+  const uint32_t magic_off_;   // the leaf magic's byte offset in a leaf (0 = none)
+  const uint64_t leaf_magic_;  // LeafMagic(pool_)
 
  private:
   enum class Mode { kInsert, kUpdate, kUpsert };
@@ -601,14 +668,46 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
 
   // ---- leaf removal (the delete log) ------------------------------------------------------
 
+  // Clears the leaf magic of `leaf` and flushes it (the caller's next fence
+  // makes it durable, before any unlink of the leaf).
+  void ClearLeafMagic(uint64_t leaf) {
+    if (magic_off_ == 0) return;
+    char* word = reinterpret_cast<char*>(LeafAt(leaf)) + magic_off_;
+    if (PoolImpl::Load64(word) == 0) return;
+    pool_->Store64(word, 0);
+    pool_->Flush(word, 8);
+  }
+
+  // After a rebuild of the allocator: free space below the leaf limit (at
+  // the allocator's 64 B granule, a whole leaf's size inside one free
+  // extent) whose leaf-magic word holds this pool's leaf magic is a leaf
+  // that no list reaches -- a cut list.  One 8-byte read per 64 B of free
+  // space below the limit (a limit of 0, damage, scans the whole heap).
+  Status ScanForLostLeaves() const {
+    if (magic_off_ == 0) return Status::Ok();
+    const uint64_t limit = meta_->leaf_limit != 0 ? meta_->leaf_limit : pool_->size();
+    for (const auto& [begin, size] : pool_->allocator().FreeExtents()) {
+      const uint64_t end = std::min(begin + size, limit);
+      for (uint64_t off = begin; off + node_size_ <= end; off += 64) {
+        if (PoolImpl::Load64(pool_->At<char>(off) + magic_off_) == leaf_magic_)
+          return Status::Corruption(std::string(Derived::kTraits.name) + ": leaf at offset " + HexOffset(off) +
+                                    " unreachable (it carries this pool's leaf magic but no list reaches it: a cut "
+                                    "leaf list?)");
+      }
+    }
+    return Status::Ok();
+  }
+
   // Unlinks `leaf` (empty) from the list after `prev` (0: it is the head).
   // Caller holds smo_mu_ (or is recovery) and the locks of both leaves.
   void UnlinkLeaf(uint64_t prev, uint64_t leaf) {
     LeafListLog* log = &meta_->delete_log;
+    ClearLeafMagic(leaf);
     pool_->Store64(&log->leaf, leaf);
     pool_->Store64(&log->other, prev);
-    // Persist the delete log (the leaf and its predecessor) before the
-    // unlink, so recovery can finish an interrupted unlink.
+    // Persist the delete log (the leaf and its predecessor) and the cleared
+    // leaf magic before the unlink, so recovery can finish an interrupted
+    // unlink and never finds the unlinked leaf with its magic.
     pool_->Persist(log, 16);
     uint64_t next = LeafAt(leaf)->next;
     uint64_t* link = prev != 0 ? &LeafAt(prev)->next : &meta_->head;
@@ -800,6 +899,11 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
         if (prev != 0) PMTREE_RETURN_IF_ERROR(CheckLeafOff(prev, "delete log"));
         uint64_t* link = prev != 0 ? &LeafAt(prev)->next : &meta_->head;
         if (*link == leaf) {
+          // The log may be durable without the leaf magic's clear (both were
+          // flushed before one fence): clear it again, durably, before the
+          // redone unlink can be.
+          ClearLeafMagic(leaf);
+          pool_->Fence();
           pool_->Store64(link, LeafAt(leaf)->next);
           // Persist the redone unlink before the log is cleared, so a crash
           // after the clear never finds the leaf linked with no log.
@@ -843,6 +947,10 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
       mins.emplace_back(min ? keys_.Load(*min) : Owned{}, off);
     }
     a.EndRebuild();
+    // The leaf magic: free space must not hold a leaf.  Not while a key-value
+    // store holds the rebuild: what is free is known only once the store has
+    // marked its records (a limit: docs/pool_format.md).
+    if (!a.rebuild_end_pending()) PMTREE_RETURN_IF_ERROR(ScanForLostLeaves());
     // After a clean close the saved allocator state says how many bytes the
     // tree held; a walk that reaches fewer lost blocks to damage (a cut leaf
     // list): report it rather than turn the lost leaves into free space.
@@ -859,9 +967,12 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     return Status::Ok();
   }
 
+  static constexpr uint64_t kLeafLimitStep = 1 << 20;
+
   Index index_;
   LeafLocks locks_;
-  std::mutex smo_mu_;  // serialises index changes and leaf removals
+  std::mutex smo_mu_;    // serialises index changes and leaf removals
+  std::mutex limit_mu_;  // serialises raising meta_->leaf_limit
   std::atomic<uint32_t> split_logs_busy_{0};
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> removals_{0};

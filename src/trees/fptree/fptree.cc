@@ -42,7 +42,7 @@ class FpTree final : public LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry> {
 
   // Bitmap bit i validates entries[i]; the bitmap has no other bits.
   static constexpr LeafListTraits kTraits{"fptree", kFpMagic, kFpDefaultNodeSize, /*entry_bit_shift=*/0,
-                                          /*flag_bits=*/0};
+                                          /*flag_bits=*/0, /*older_magic=*/kFpMagicV1};
 
   FpTree(PoolImpl* pool, uint64_t meta_off, uint32_t node_size) : LL(pool, meta_off, node_size) {}
 
@@ -58,6 +58,7 @@ class FpTree final : public LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry> {
 
   static int Capacity(uint32_t node_size) { return FpCapacity(node_size); }
   static uint32_t EntriesOffset(uint32_t /*node_size*/) { return offsetof(FpLeaf, entries); }
+  static uint32_t MagicOffset(uint32_t node_size) { return FpMagicOffset(node_size); }
 
   static void InitEmptyLeaf(PoolImpl* pool, FpLeaf* leaf, uint32_t /*node_size*/) {
     pool->Zero(leaf, 64);
@@ -158,14 +159,16 @@ class FpTree final : public LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry> {
   // to *new_leaf, which is linked after it.  Durable on return.
   Status SplitLeaf(uint64_t leaf_off, uint64_t* new_leaf, Owned* sep) {
     PMTREE_ASSIGN_OR_RETURN(uint64_t nl, pool_->allocator().Allocate(node_size_));
+    this->NoteLeaf(nl);
     int li = this->AcquireSplitLog();
     FpMicroLog* log = &meta_->split_log[li];
     pool_->Store64(&log->leaf, leaf_off);
     pool_->Store64(&log->other, nl);
-    // Flush the split log (PCurrentLeaf, PNewLeaf).  The fence that persists
-    // the new leaf's copy (SplitFromLog) orders it before the old leaf's
-    // first change, which is all recovery needs to finish the split.
-    pool_->Flush(log, 16);
+    // Persist the split log (PCurrentLeaf, PNewLeaf) before the new leaf's
+    // copy: the copy carries the leaf magic, and a new leaf durable with its
+    // magic but with no durable log naming it would be free space with the
+    // magic after a crash -- a lost leaf to recovery's scan.
+    pool_->Persist(log, 16);
     *sep = SplitFromLog(leaf_off, nl);
     this->ClearLog(log);
     this->ReleaseSplitLog(li);

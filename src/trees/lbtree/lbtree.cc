@@ -1446,10 +1446,10 @@ Status LbTree<K>::RebuildAllocator(std::vector<SegmentResult>* res_io) {
   // the close left in use but the image; fewer bytes mean leaves became
   // unreachable (a cut leaf list): report it rather than turn them into
   // free space.  Leaves are never freed, so nothing else differs.  Not
-  // when a key-value store holds the rebuild (allocator.h, "Owners"), nor
-  // for a pool closed before the image's size was kept (0).
+  // when a key-value store holds the rebuild (allocator.h, "Owners").  (A
+  // pool without the image's size is refused in TryInstantRestart.)
   const uint64_t saved = pool_->saved_bytes_in_use();
-  if (force_alloc_rebuild_ && saved != 0 && unused_image_bytes_ != 0 && !al.rebuild_end_pending() &&
+  if (force_alloc_rebuild_ && saved != 0 && !al.rebuild_end_pending() &&
       al.bytes_in_use() + unused_image_bytes_ != saved)
     return Status::Corruption("lbtree: recovery reaches " + std::to_string(al.bytes_in_use() + unused_image_bytes_) +
                               " bytes but the clean close left " + std::to_string(saved) +
@@ -1536,7 +1536,15 @@ Status LbTree<K>::TryInstantRestart(bool* done) {
   // An image that fails a check is not used; its block is reclaimed by
   // rebuilding the allocator from the walk, which must then reach what the
   // clean close left in use but the image (RecoverFrom).
+  // A Close of this build writes restart_bytes (never 0: the image has a
+  // header) with restart, so 0 here is damage or a pool closed before the
+  // word was kept; either way the walk's bytes could not be checked and a cut
+  // list would be absorbed, so the pool is refused as it is.
   auto Untrusted = [&] {
+    if (mt->restart_bytes == 0)
+      return Status::Corruption("lbtree: the restart image at offset " + std::to_string(off) +
+                                " is unusable and the meta block does not record its size (restart_bytes 0), "
+                                "so lost leaves cannot be ruled out");
     force_alloc_rebuild_ = true;
     unused_image_bytes_ = Allocator::RoundUp(mt->restart_bytes);
     forget();

@@ -9,11 +9,13 @@
 //
 // Randomness is seeded; failures print the seed and PMTREE_SEED replays it.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -505,6 +507,34 @@ TEST(LbTreeTest, CrashRecoveryRebuildsInnerNodesInParallelOverLeafSegments) {
     ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 3000));
     // crash again
   }
+}
+
+// A cleanly closed pool whose restart image is unusable and whose meta
+// block lost the image's size (restart_bytes 0, which no Close of this build
+// writes with an image) is refused: the walk's bytes could not be checked
+// against the close, so a cut leaf list would be absorbed (issue 17).
+TEST(LbTreeTest, UnusableImageWithoutItsSizeIsRefused) {
+  PathGuard pg(TestPath("nosize"));
+  {
+    auto h = CreateTree(Lb(), pg.path, kPoolSize, {});
+    ASSERT_TRUE(h.ok());
+    for (uint64_t k = 0; k < 2000; k++) ASSERT_TRUE(h->tree->Insert(k, k).value());
+    ASSERT_TRUE(h->tree->Close().ok());
+  }
+  const int fd = open(pg.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint64_t meta_off = 0, restart = 0;
+  ASSERT_EQ(pread(fd, &meta_off, 8, 192), 8);  // root slot 0 (docs/pool_format.md)
+  ASSERT_EQ(pread(fd, &restart, 8, static_cast<off_t>(meta_off + offsetof(Meta, restart))), 8);
+  ASSERT_NE(restart, 0u);
+  const uint64_t zero = 0;
+  ASSERT_EQ(pwrite(fd, &zero, 8, static_cast<off_t>(meta_off + offsetof(Meta, restart_bytes))), 8);
+  ASSERT_EQ(pwrite(fd, &zero, 8, static_cast<off_t>(restart)), 8);  // the image's magic
+  close(fd);
+  auto h = OpenTree(pg.path, &Lb(), {});
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), Status::Code::kCorruption) << h.status().ToString();
+  EXPECT_NE(h.status().ToString().find("restart_bytes 0"), std::string::npos) << h.status().ToString();
 }
 
 TEST(LbTreeTest, RecoveryClearsStaleLockBits) {
