@@ -101,7 +101,8 @@ int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::str
   return 0;
 }
 
-std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, bool reachable_check) {
+std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, bool reachable_check,
+                      std::string_view state) {
   Status v = tree->Verify();
   if (!v.ok()) return "Verify() failed: " + v.ToString();
   const size_t room = std::max(e.m0->size(), e.effect.bulk ? e.effect.bulk->size() : 0) + 64;
@@ -110,7 +111,7 @@ std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, b
   got.resize(n);
   std::string why;
   *which = MatchContents(got, e, &why);
-  if (*which == 0) return "contents after recovery: " + why;
+  if (*which == 0) return "contents " + std::string(state) + ": " + why;
   // Lookups: the in-flight key and up to 32 keys spread over the contents
   // (which equal the model now, so their values are the expected ones).
   const bool with_effect = *which == 2;
@@ -146,7 +147,7 @@ std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, b
   // them; none can now (the checker is the only thread), so count them free.
   pool->epochs().DrainAll();
   Status a = pool->allocator().CheckConsistency();
-  if (!a.ok()) return "allocator inconsistent after recovery: " + a.ToString();
+  if (!a.ok()) return "allocator inconsistent " + std::string(state) + ": " + a.ToString();
   // After operations a tree may hold reserved, unreachable blocks (its own
   // Verify() accounts for them); right after recovery nothing may be.
   if (!reachable_check) return "";

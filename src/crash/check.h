@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "crash/model.h"
@@ -26,8 +27,10 @@ int MatchContents(const std::vector<Tree::Entry>& got, const Expect& e, std::str
 // consistency, and with `reachable_check` (right after recovery, when no
 // reservation is held) bytes in use == Stats().pm_bytes: fewer is double
 // use, more a leak; both are violations.  Returns "" or the failure;
-// *which = MatchContents' answer.
-std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true);
+// *which = MatchContents' answer.  `state` names the tree in the failure
+// ("contents after recovery: ...").
+std::string CheckTree(PoolImpl* pool, Tree* tree, const Expect& e, int* which, bool reachable_check = true,
+                      std::string_view state = "after recovery");
 
 // Runs `n` deterministic operations around `center` on a recovered tree and
 // checks every result and the final state against `model` (updated).

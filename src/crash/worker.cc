@@ -246,12 +246,9 @@ class Worker {
     live.effect = *e;
     live.focus_key = op.key;
     int which = 0;
-    std::string bad = CheckTree(pool, tree, live, &which, /*reachable_check=*/false);
-    if (bad.empty()) return r;
-    // CheckTree speaks of a recovered tree; this one was never recovered.
-    const std::string recovered = " after recovery";
-    if (const size_t at = bad.find(recovered); at != std::string::npos && at < 40) bad.erase(at, recovered.size());
-    run->failure = OpString(op) + " left the live tree so: " + bad;
+    const std::string bad =
+        CheckTree(pool, tree, live, &which, /*reachable_check=*/false, "of the live tree");
+    if (!bad.empty()) run->failure = OpString(op) + ": " + bad;
     return r;
   }
 
