@@ -457,6 +457,18 @@ Status Pool::Close() {
     auto b = allocator_->Allocate(bytes);
     if (!b.ok()) continue;
     extents = allocator_->FreeExtents();  // now without the block
+    // The block took a whole extent and left one fewer than its size was
+    // made for: list one extent as two adjacent pieces (Open's
+    // LoadFreeExtents joins them again), so the count matches the size.
+    if (Allocator::RoundUp(sizeof(SavedAllocState) + 16 * (extents.size() + 1)) == bytes) {
+      for (size_t i = 0; i < extents.size(); i++) {
+        const auto [off, len] = extents[i];
+        if (len < 2 * kAllocGranule) continue;
+        extents[i].second = kAllocGranule;
+        extents.insert(extents.begin() + static_cast<std::ptrdiff_t>(i) + 1, {off + kAllocGranule, len - kAllocGranule});
+        break;
+      }
+    }
     if (Allocator::RoundUp(sizeof(SavedAllocState) + 16 * extents.size()) == bytes) {
       block = b;
       break;
