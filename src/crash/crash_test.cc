@@ -279,6 +279,35 @@ TEST(ExplorerTest, MutationTestingCatchesEveryNeededPersist) {
   EXPECT_EQ(m->score, 1.0);
 }
 
+// A persist of a word nothing reads: dropping it changes no recovered
+// contents, so no violation can catch it and every crash point is
+// exhaustive ("redundant" by violations alone), but each update then ends
+// with that store pending, which the pending-store lint reports.
+TEST(ExplorerTest, MutationTestingCatchesAPersistOnlyThePendingStoreLintNeeds) {
+  ModeGuard g(CowArrayMode::kUnreadWord);
+  ExploreOptions o = Small(Mode::kAdr);
+  o.workload = Workload::kRandom;
+  o.ops = 12;
+  auto m = Mutate(CowArrayFactory(), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  int by_lint = 0;
+  for (const auto& mu : m->list) {
+    std::printf("mutant %s@%s: %s %s\n", mu.site.c_str(), mu.kind.c_str(), mu.outcome.c_str(), mu.evidence.c_str());
+    if (!mu.by_lint) continue;
+    by_lint++;
+    EXPECT_EQ(mu.outcome, "caught");
+    EXPECT_EQ(mu.without_lint, "redundant");
+    EXPECT_NE(mu.evidence.find("still pending at the end of"), std::string::npos) << mu.evidence;
+    EXPECT_NE(mu.evidence.find("test_trees.cc"), std::string::npos) << mu.evidence;
+  }
+  // The count word's flush and its fence.
+  EXPECT_EQ(by_lint, 2);
+  EXPECT_EQ(m->caught_by_lint, 2u);
+  EXPECT_EQ(m->survived, 0u);
+  EXPECT_EQ(m->score, 1.0);
+  EXPECT_EQ(m->score_violations_only, 1.0);  // the two count as redundant without the lint
+}
+
 TEST(KillHarnessTest, EveryAcknowledgedOperationSurvivesSigkill) {
   KillOptions o;
   o.iterations = 30;
