@@ -226,6 +226,19 @@ Status CddsTree<KP>::Commit(Op* op) {
   return Status::Ok();
 }
 
+// The end of a point write: a failed change `s` is rolled back (Abort), a
+// done one committed and followed by a step of garbage collection.
+template <KeyPolicy KP>
+Status CddsTree<KP>::CommitOrAbort(Op* op, Status s) {
+  if (!s.ok()) {
+    Abort(op);
+    return s;
+  }
+  PMTREE_RETURN_IF_ERROR(Commit(op));
+  MaybeGc();
+  return Status::Ok();
+}
+
 template <KeyPolicy KP>
 void CddsTree<KP>::FinishOp(Op* op) {
   FreeOwned(op->released);
@@ -619,7 +632,7 @@ Status CddsTree<KP>::Rebalance(Op* op, const Path& path, size_t depth) {
 // Operations
 
 template <KeyPolicy KP>
-Status CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool allow_update, bool* existed) {
+Result<bool> CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool allow_update) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   std::lock_guard lock(write_mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
@@ -629,11 +642,11 @@ Status CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool all
   FindPath(key, &path);
   const uint64_t leaf = path.back().node;
   const int idx = FindLeafEntry(leaf, key);
-  *existed = idx >= 0;
-  if ((*existed && !allow_update) || (!*existed && !allow_insert)) return Status::Ok();
+  const bool existed = idx >= 0;
+  if ((existed && !allow_update) || (!existed && !allow_insert)) return existed;
   std::vector<std::pair<uint32_t, uint64_t>> ends;
   NodeEntry e{0, value, op.v, 0};
-  if (*existed) {
+  if (existed) {
     // Update as a versioned replace: the old entry ends at v and hands its
     // key blob to the new one (C6).
     e.key = entries(leaf)[idx].key;
@@ -645,34 +658,24 @@ Status CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool all
     e.key = *slot;
   }
   bool replaced = false;
-  Status s = ApplyChange(&op, path, path.size() - 1, ends, {e}, &replaced);
-  if (!s.ok()) {
-    Abort(&op);
-    return s;
-  }
-  PMTREE_RETURN_IF_ERROR(Commit(&op));
-  MaybeGc();
-  return Status::Ok();
+  PMTREE_RETURN_IF_ERROR(CommitOrAbort(&op, ApplyChange(&op, path, path.size() - 1, ends, {e}, &replaced)));
+  return existed;
 }
 
 template <KeyPolicy KP>
 Result<bool> CddsTree<KP>::Insert(Arg key, uint64_t value) {
-  bool existed = false;
-  PMTREE_RETURN_IF_ERROR(Mutate(key, value, true, false, &existed));
+  PMTREE_ASSIGN_OR_RETURN(bool existed, Mutate(key, value, true, false));
   return !existed;
 }
 
 template <KeyPolicy KP>
 Result<bool> CddsTree<KP>::Update(Arg key, uint64_t value) {
-  bool existed = false;
-  PMTREE_RETURN_IF_ERROR(Mutate(key, value, false, true, &existed));
-  return existed;
+  return Mutate(key, value, false, true);
 }
 
 template <KeyPolicy KP>
 Result<bool> CddsTree<KP>::Upsert(Arg key, uint64_t value) {
-  bool existed = false;
-  PMTREE_RETURN_IF_ERROR(Mutate(key, value, true, true, &existed));
+  PMTREE_ASSIGN_OR_RETURN(bool existed, Mutate(key, value, true, true));
   return !existed;
 }
 
@@ -688,16 +691,7 @@ Status CddsTree<KP>::RemoveKey(Arg key, bool* removed, bool rebalance) {
   if (!*removed) return Status::Ok();
   // Alg. 4 line 5: the entry keeps its key blob until GC reclaims it.
   SetEnd(&op, leaf, static_cast<uint32_t>(idx), op.v);
-  if (rebalance) {
-    Status s = Rebalance(&op, path, path.size() - 1);
-    if (!s.ok()) {
-      Abort(&op);
-      return s;
-    }
-  }
-  PMTREE_RETURN_IF_ERROR(Commit(&op));
-  MaybeGc();
-  return Status::Ok();
+  return CommitOrAbort(&op, rebalance ? Rebalance(&op, path, path.size() - 1) : Status::Ok());
 }
 
 template <KeyPolicy KP>
