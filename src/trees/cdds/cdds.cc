@@ -38,6 +38,7 @@
 
 #include "trees/cdds/cdds.h"
 #include "trees/common/bulk_input.h"
+#include "trees/common/partition_point.h"
 #include "trees/common/upcast.h"
 
 #include <algorithm>
@@ -276,14 +277,8 @@ void CddsTree<KP>::FindPath(Arg key, Path* path) const {
       path->push_back(PathStep{off, 0});
       return;
     }
-    uint32_t n = count(off), lo = 0, hi = n;
-    while (lo < hi) {
-      uint32_t mid = (lo + hi) / 2;
-      if (keys_.Compare(es[mid].key, key) < 0)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
+    uint32_t n = count(off);
+    const uint32_t lo = PartitionPoint(0, n, [&](uint32_t i) { return keys_.Compare(es[i].key, key) < 0; });
     int idx = -1;
     for (uint32_t i = lo; i < n && idx < 0; i++)
       if (Live(es[i])) idx = static_cast<int>(i);
@@ -298,14 +293,8 @@ void CddsTree<KP>::FindPath(Arg key, Path* path) const {
 template <KeyPolicy KP>
 int CddsTree<KP>::FindLeafEntry(uint64_t leaf, Arg key) const {
   const NodeEntry* es = entries(leaf);
-  uint32_t n = count(leaf), lo = 0, hi = n;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (keys_.Compare(es[mid].key, key) < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
+  uint32_t n = count(leaf);
+  const uint32_t lo = PartitionPoint(0, n, [&](uint32_t i) { return keys_.Compare(es[i].key, key) < 0; });
   for (uint32_t i = lo; i < n && keys_.Compare(es[i].key, key) == 0; i++)
     if (Live(es[i])) return static_cast<int>(i);
   return -1;
@@ -316,15 +305,7 @@ uint32_t CddsTree<KP>::InsertPos(uint64_t off, uint64_t key_slot) const {
   // After every entry with a smaller or equal key: a new entry has the
   // largest start version of its key (C3).
   const NodeEntry* es = entries(off);
-  uint32_t lo = 0, hi = count(off);
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (keys_.CompareSlots(es[mid].key, key_slot) <= 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return PartitionPoint(0, count(off), [&](uint32_t i) { return keys_.CompareSlots(es[i].key, key_slot) <= 0; });
 }
 
 template <KeyPolicy KP>
