@@ -6,6 +6,7 @@
 // profiling counters updated in Mutate/Lookup/Smo.
 
 #include "trees/common/bulk_input.h"
+#include "trees/common/partition_point.h"
 #include "trees/nvtree/nvtree.h"
 
 #include <algorithm>
@@ -530,24 +531,16 @@ typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
   for (size_t d = 0; d < in->level_first.size(); d++) {
     uint64_t node = in->level_first[d] + q;
     const uint64_t* keys = &in->in_key[node * in->in_keys];
-    uint32_t lo = 0, hi = in->in_count[node];
-    while (lo < hi) {
-      uint32_t mid = (lo + hi) / 2;
-      if (ge(keys[mid])) hi = mid;
-      else lo = mid + 1;
-    }
+    const uint32_t lo = PartitionPoint(0, in->in_count[node], [&](uint32_t i) { return !ge(keys[i]); });
     q = q * in->fanout + lo;  // Algorithm 1 line 6, relative to the next level
   }
   const Pln& p = in->pln[q];
   Found f = p.version.ReadOptimistic([&]() -> std::optional<Found> {
     uint32_t c = p.count.load(std::memory_order_relaxed);
     if (c == 0 || c > p.capacity) return std::nullopt;  // a writer is mid-way
-    uint32_t lo = 0, hi = c;
-    while (lo < hi) {
-      uint32_t mid = (lo + hi) / 2;
-      if (ge(in->entry[p.base + mid].sep.load(std::memory_order_acquire))) hi = mid;
-      else lo = mid + 1;
-    }
+    uint32_t lo = PartitionPoint(0, c, [&](uint32_t i) {
+      return !ge(in->entry[p.base + i].sep.load(std::memory_order_acquire));
+    });
     if (lo == c) lo = c - 1;
     Found r;
     r.pos = lo;
