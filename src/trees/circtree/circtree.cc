@@ -48,6 +48,7 @@
 
 #include "trees/circtree/circtree.h"
 #include "trees/common/fair_split.h"
+#include "trees/common/partition_point.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -164,15 +165,7 @@ uint32_t CircTree<KP>::UpperBound(const Node* x, const Span& s, uint32_t from, C
       hi = wrap;
   }
   const Pair* seg = &x->pairs[Phys(s.b, lo)];  // [lo, hi) is contiguous from here
-  const uint32_t base = lo;
-  while (lo < hi) {
-    const uint32_t mid = (lo + hi) / 2;
-    if (cmp(Ld(&seg[mid - base].key)) <= 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return PartitionPoint(lo, hi, [&](uint32_t i) { return cmp(Ld(&seg[i - lo].key)) <= 0; });
 }
 
 template <KeyPolicy KP>
