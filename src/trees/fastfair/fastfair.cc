@@ -6,6 +6,7 @@
 
 #include "trees/common/bulk_input.h"
 #include "trees/common/fair_split.h"
+#include "trees/common/partition_point.h"
 #include "trees/common/space_check.h"
 #include "trees/fastfair/fastfair.h"
 
@@ -83,15 +84,7 @@ uint32_t FastFairTree<KP>::capabilities() const {
 template <KeyPolicy KP>
 template <class Cmp>
 uint32_t FastFairTree<KP>::UpperBound(const Node* n, uint32_t count, Cmp&& cmp) const {
-  uint32_t lo = 0, hi = std::min(count, cap_);
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (cmp(Ld(&n->records[mid].key)) <= 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return PartitionPoint(0, std::min(count, cap_), [&](uint32_t i) { return cmp(Ld(&n->records[i].key)) <= 0; });
 }
 
 template <KeyPolicy KP>
