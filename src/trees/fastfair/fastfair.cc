@@ -87,45 +87,21 @@ uint32_t FastFairTree<KP>::UpperBound(const Node* n, uint32_t count, Cmp&& cmp) 
   return PartitionPoint(0, std::min(count, cap_), [&](uint32_t i) { return cmp(Ld(&n->records[i].key)) <= 0; });
 }
 
+// The design hooks of FairTraversal (trees/common/fair_traversal.h).
 template <KeyPolicy KP>
 template <class Cmp>
-bool FastFairTree<KP>::MoveRight(const Node* n, Cmp&& cmp, uint64_t* sibling) const {
-  // FAIR: a node's keys end below its sibling's low key; a key at or above it
-  // lives to the right even before the parent knows the sibling.
-  uint64_t sib = Ld(&n->hdr.sibling);
-  if (sib == 0) return false;
-  if (cmp(Ld(&N(sib)->hdr.low_key)) > 0) return false;
-  *sibling = sib;
+uint64_t FastFairTree<KP>::ChildOf(const Node* n, Cmp& cmp) const {
+  uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
+  return ub == 0 ? Ld(&n->hdr.leftmost) : Ld(&n->records[ub - 1].value);
+}
+
+template <KeyPolicy KP>
+template <class Cmp>
+bool FastFairTree<KP>::FindInLeaf(const Node* n, Cmp& cmp, uint64_t* value) const {
+  uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
+  if (ub == 0 || cmp(Ld(&n->records[ub - 1].key)) != 0) return false;
+  *value = Ld(&n->records[ub - 1].value);
   return true;
-}
-
-template <KeyPolicy KP>
-template <class Cmp>
-uint64_t FastFairTree<KP>::DescendTo(uint32_t level, Cmp&& cmp) {
-  uint64_t off = Ld(&meta_->root);
-  for (;;) {
-    const Node* n = N(off);
-    if (Ld32(&n->hdr.level) <= level) return off;
-    off = ReadStable(off, [&] {
-      uint64_t sib;
-      if (MoveRight(n, cmp, &sib)) return sib;
-      uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
-      return ub == 0 ? Ld(&n->hdr.leftmost) : Ld(&n->records[ub - 1].value);
-    });
-  }
-}
-
-template <KeyPolicy KP>
-template <class Cmp>
-uint64_t FastFairTree<KP>::LockAt(uint64_t off, Cmp&& cmp) {
-  Lock(off);
-  uint64_t sib;
-  while (MoveRight(N(off), cmp, &sib)) {
-    Unlock(off);
-    off = sib;
-    Lock(off);
-  }
-  return off;
 }
 
 // ---------------------------------------------------------------------------
@@ -136,32 +112,7 @@ template <KeyPolicy KP>
 bool FastFairTree<KP>::Lookup(K key, uint64_t* value) {
   if (!KP::CheckArg(key).ok()) return false;
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
-  uint64_t off = DescendTo(0, cmp);
-  for (;;) {
-    const Node* n = N(off);
-    struct R {
-      uint64_t next = 0;
-      bool found = false;
-      uint64_t value = 0;
-    };
-    R r = ReadStable(off, [&] {
-      R out;
-      if (MoveRight(n, cmp, &out.next)) return out;
-      uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
-      if (ub > 0 && cmp(Ld(&n->records[ub - 1].key)) == 0) {
-        out.found = true;
-        out.value = Ld(&n->records[ub - 1].value);
-      }
-      return out;
-    });
-    if (r.next != 0) {
-      off = r.next;
-      continue;
-    }
-    if (r.found && value != nullptr) *value = r.value;
-    return r.found;
-  }
+  return FindInLeaves([&](uint64_t slot) { return keys_.Compare(slot, key); }, value);
 }
 
 template <KeyPolicy KP>
@@ -529,25 +480,6 @@ Status FastFairTree<KP>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t s
   pool_->Persist(&meta_->root, sizeof(uint64_t));
   root_splits_.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
-}
-
-// Completes a root split left unfinished (a root with a sibling): by a crash
-// between truncation and the root switch, or by running out of space there.
-template <KeyPolicy KP>
-Status FastFairTree<KP>::CompleteRootSplit() {
-  uint64_t root;
-  for (;;) {
-    root = Ld(&meta_->root);
-    Lock(root);
-    if (Ld(&meta_->root) == root) break;
-    Unlock(root);
-  }
-  std::lock_guard<std::mutex> g(root_mu_);
-  const uint64_t sib = Ld(&N(root)->hdr.sibling);
-  Status s;
-  if (sib != 0) s = InstallRoot(root, Ld(&N(sib)->hdr.low_key), sib);
-  Unlock(root);
-  return s;
 }
 
 template <KeyPolicy KP>

@@ -46,6 +46,7 @@
 
 #include "pm/pool_impl.h"
 #include "pmtree/tree.h"
+#include "trees/common/fair_traversal.h"
 #include "trees/common/keys.h"
 #include "trees/common/version_lock.h"
 #include "trees/fastfair/layout.h"
@@ -97,7 +98,7 @@ struct RecoveryReport {
 };
 
 template <KeyPolicy KP>
-class FastFairTree final : public BasicTree<typename KP::Arg> {
+class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<FastFairTree<KP>, Node> {
  public:
   using Base = BasicTree<typename KP::Arg>;
   using K = typename KP::Arg;
@@ -170,13 +171,19 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
   // cmp(slot) is <0, 0, >0 as slot's key is <, ==, > the target.
   template <class Cmp>
   uint32_t UpperBound(const Node* n, uint32_t count, Cmp&& cmp) const;
-  // True when `key` (cmp's target) belongs to n's right sibling.
+  // FairTraversal (trees/common/fair_traversal.h): MoveRight, DescendTo,
+  // LockAt, FindInLeaves and CompleteRootSplit, over the two hooks below.
+  friend class FairTraversal<FastFairTree, Node>;
+  using Fair = FairTraversal<FastFairTree, Node>;
+  using Fair::CompleteRootSplit;
+  using Fair::DescendTo;
+  using Fair::FindInLeaves;
+  using Fair::LockAt;
+  using Fair::MoveRight;
   template <class Cmp>
-  bool MoveRight(const Node* n, Cmp&& cmp, uint64_t* sibling) const;
+  uint64_t ChildOf(const Node* n, Cmp& cmp) const;
   template <class Cmp>
-  uint64_t DescendTo(uint32_t level, Cmp&& cmp);
-  template <class Cmp>
-  uint64_t LockAt(uint64_t off, Cmp&& cmp);
+  bool FindInLeaf(const Node* n, Cmp& cmp, uint64_t* value) const;
 
   Result<bool> Put(K key, uint64_t value, PutMode mode);
   // FAST insert of (slot, value) at position pos of the locked node with room.
@@ -191,8 +198,6 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
   // Root split: persists a new root over old_root and its sibling, then
   // switches meta.root.  Needs old_root's lock and root_mu_.
   Status InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib);
-  // Finishes a root split left unfinished (root with a sibling), if any.
-  Status CompleteRootSplit();
   Status EnsureSpares(size_t n);
   Result<uint64_t> TakeSpare();
 

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// FairTraversal: the B-link traversal of the designs built on FAIR's rule
+// (fastfair, circtree).  A node's keys end below its right sibling's low key,
+// so a key at or above that low key lives to the right even before the
+// parent names the sibling (FAST+FAIR's FAIR; Circ-Tree §5.4).  On that rule
+// stand the steps both designs wrote alike: move right, descend to a level
+// under optimistic reads, lock the node that holds a key, look a key up, and
+// finish a root split left unfinished (fair_split.h has the end of a split).
+//
+// Why a CRTP base and not free functions like fair_split.h: every step calls
+// several members of the tree (node access, the striped version locks, the
+// meta block's root, the root mutex, InstallRoot) besides one design hook, so
+// free functions would take five or six lambdas each; as a base the steps
+// read as the members they replaced.  The base has no data: neither tree's
+// class, node layout nor write order changes.
+//
+// Derived (which befriends this base) supplies:
+//   Node* N(uint64_t off) const;  static uint64_t Ld(const uint64_t*);
+//   static uint32_t Ld32(const uint32_t*);  meta_ (its `root` word names the
+//   root node);  locks_ (StripedVersionLocks);  Lock(off) / Unlock(off);
+//   root_mu_;  Status InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib);
+//   template <class Cmp> uint64_t ChildOf(const Node* x, Cmp& cmp) const:
+//     the child of inner node x that routes cmp's target;
+//   template <class Cmp> bool FindInLeaf(const Node* x, Cmp& cmp, uint64_t* value) const:
+//     whether leaf x holds cmp's target, and its value.
+// The two hooks run inside an optimistic read of x's stripe (version_lock.h
+// V3): they may see torn state and are retried, so they must not write.
+// cmp(slot) is <0, 0, >0 as the slot's key is <, ==, > the target.
+
+#ifndef PMTREE_TREES_COMMON_FAIR_TRAVERSAL_H_
+#define PMTREE_TREES_COMMON_FAIR_TRAVERSAL_H_
+
+#include <cstdint>
+#include <mutex>
+
+#include "pmtree/status.h"
+
+namespace pmtree {
+
+template <class Derived, class Node>
+class FairTraversal {
+ protected:
+  // True when cmp's target belongs to x's right sibling (FAIR's rule above);
+  // *sibling is then that sibling.
+  template <class Cmp>
+  bool MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const {
+    const Derived& t = D();
+    const uint64_t sib = t.Ld(&x->hdr.sibling);
+    if (sib == 0) return false;
+    if (cmp(t.Ld(&t.N(sib)->hdr.low_key)) > 0) return false;
+    *sibling = sib;
+    return true;
+  }
+
+  // The node at `level` (or the first below it) whose range may hold cmp's
+  // target, reached from the root without locks.
+  template <class Cmp>
+  uint64_t DescendTo(uint32_t level, Cmp&& cmp) {
+    Derived& t = D();
+    uint64_t off = t.Ld(&t.meta_->root);
+    for (;;) {
+      const Node* x = t.N(off);
+      if (t.Ld32(&x->hdr.level) <= level) return off;
+      off = t.locks_.For(off).ReadStable([&] {
+        uint64_t sib;
+        if (MoveRight(x, cmp, &sib)) return sib;
+        return t.ChildOf(x, cmp);
+      });
+    }
+  }
+
+  // Locks `off`, then moves right (lock, unlock) while cmp's target belongs to
+  // a sibling; returns the locked node that holds the target's range.
+  template <class Cmp>
+  uint64_t LockAt(uint64_t off, Cmp&& cmp) {
+    Derived& t = D();
+    t.Lock(off);
+    uint64_t sib;
+    while (MoveRight(t.N(off), cmp, &sib)) {
+      t.Unlock(off);
+      off = sib;
+      t.Lock(off);
+    }
+    return off;
+  }
+
+  // Lookup without locks: descend to the leaf level, then read the leaf
+  // (moving right) under optimistic reads.
+  template <class Cmp>
+  bool FindInLeaves(Cmp&& cmp, uint64_t* value) {
+    Derived& t = D();
+    uint64_t off = DescendTo(0, cmp);
+    for (;;) {
+      const Node* x = t.N(off);
+      struct R {
+        uint64_t next = 0;
+        bool found = false;
+        uint64_t value = 0;
+      };
+      R r = t.locks_.For(off).ReadStable([&] {
+        R out;
+        if (MoveRight(x, cmp, &out.next)) return out;
+        out.found = t.FindInLeaf(x, cmp, &out.value);
+        return out;
+      });
+      if (r.next != 0) {
+        off = r.next;
+        continue;
+      }
+      if (r.found && value != nullptr) *value = r.value;
+      return r.found;
+    }
+  }
+
+  // Completes a root split left unfinished (a root with a sibling): by a
+  // crash between the split's commit and the root switch, or by running out
+  // of space there.  Locks the current root, then takes the root mutex.
+  Status CompleteRootSplit() {
+    Derived& t = D();
+    uint64_t root;
+    for (;;) {
+      root = t.Ld(&t.meta_->root);
+      t.Lock(root);
+      if (t.Ld(&t.meta_->root) == root) break;
+      t.Unlock(root);
+    }
+    std::lock_guard<std::mutex> g(t.root_mu_);
+    const uint64_t sib = t.Ld(&t.N(root)->hdr.sibling);
+    Status s;
+    if (sib != 0) s = t.InstallRoot(root, t.Ld(&t.N(sib)->hdr.low_key), sib);
+    t.Unlock(root);
+    return s;
+  }
+
+ private:
+  Derived& D() { return static_cast<Derived&>(*this); }
+  const Derived& D() const { return static_cast<const Derived&>(*this); }
+};
+
+}  // namespace pmtree
+
+#endif  // PMTREE_TREES_COMMON_FAIR_TRAVERSAL_H_
