@@ -168,46 +168,25 @@ uint32_t CircTree<KP>::UpperBound(const Node* x, const Span& s, uint32_t from, C
   return PartitionPoint(lo, hi, [&](uint32_t i) { return cmp(Ld(&seg[i - lo].key)) <= 0; });
 }
 
+// The design hooks of FairTraversal (trees/common/fair_traversal.h).
 template <KeyPolicy KP>
 template <class Cmp>
-bool CircTree<KP>::MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const {
-  // §5.4: a key at or above the sibling's low key belongs to the sibling,
-  // even before the parent knows it.
-  const uint64_t sib = Ld(&x->hdr.sibling);
-  if (sib == 0) return false;
-  if (cmp(Ld(&N(sib)->hdr.low_key)) > 0) return false;
-  *sibling = sib;
+uint64_t CircTree<KP>::ChildOf(const Node* x, Cmp& cmp) const {
+  const Span s = LoadSpan(x);
+  const uint32_t ub = UpperBound(x, s, 1, cmp);
+  return Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->value);
+}
+
+template <KeyPolicy KP>
+template <class Cmp>
+bool CircTree<KP>::FindInLeaf(const Node* x, Cmp& cmp, uint64_t* value) const {
+  const Span s = LoadSpan(x);
+  const uint32_t ub = UpperBound(x, s, 0, cmp);
+  if (ub == 0) return false;
+  const Pair* p = At(x, s, static_cast<int64_t>(ub) - 1);
+  if (cmp(Ld(&p->key)) != 0) return false;
+  *value = Ld(&p->value);
   return true;
-}
-
-template <KeyPolicy KP>
-template <class Cmp>
-uint64_t CircTree<KP>::DescendTo(uint32_t level, Cmp&& cmp) {
-  uint64_t off = Ld(&meta_->root);
-  for (;;) {
-    const Node* x = N(off);
-    if (Ld32(&x->hdr.level) <= level) return off;
-    off = locks_.For(off).ReadStable([&] {
-      uint64_t sib;
-      if (MoveRight(x, cmp, &sib)) return sib;
-      const Span s = LoadSpan(x);
-      const uint32_t ub = UpperBound(x, s, 1, cmp);
-      return Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->value);
-    });
-  }
-}
-
-template <KeyPolicy KP>
-template <class Cmp>
-uint64_t CircTree<KP>::LockAt(uint64_t off, Cmp&& cmp) {
-  Lock(off);
-  uint64_t sib;
-  while (MoveRight(N(off), cmp, &sib)) {
-    Unlock(off);
-    off = sib;
-    Lock(off);
-  }
-  return off;
 }
 
 // ---------------------------------------------------------------------------
@@ -229,36 +208,7 @@ bool CircTree<KP>::Lookup(K key, uint64_t* value) {
     }
   }
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, key); };
-  uint64_t off = DescendTo(0, cmp);
-  for (;;) {
-    const Node* x = N(off);
-    struct R {
-      uint64_t next = 0;
-      bool found = false;
-      uint64_t value = 0;
-    };
-    R r = locks_.For(off).ReadStable([&] {
-      R out;
-      if (MoveRight(x, cmp, &out.next)) return out;
-      const Span s = LoadSpan(x);
-      const uint32_t ub = UpperBound(x, s, 0, cmp);
-      if (ub > 0) {
-        const Pair* p = At(x, s, static_cast<int64_t>(ub) - 1);
-        if (cmp(Ld(&p->key)) == 0) {
-          out.found = true;
-          out.value = Ld(&p->value);
-        }
-      }
-      return out;
-    });
-    if (r.next != 0) {
-      off = r.next;
-      continue;
-    }
-    if (r.found && value != nullptr) *value = r.value;
-    return r.found;
-  }
+  return FindInLeaves([&](uint64_t slot) { return SafeCompare(slot, key); }, value);
 }
 
 // Key 0 of a 64-bit tree lives in the meta block (layout.h): present flag
@@ -602,23 +552,6 @@ void CircTree<KP>::CollapseRoot(uint64_t child) {
   // root, now retired, can be reused).
   pool_->Persist(&meta_->root, sizeof(uint64_t));
   root_collapses_.fetch_add(1, std::memory_order_relaxed);
-}
-
-template <KeyPolicy KP>
-Status CircTree<KP>::CompleteRootSplit() {
-  uint64_t root;
-  for (;;) {
-    root = Ld(&meta_->root);
-    Lock(root);
-    if (Ld(&meta_->root) == root) break;
-    Unlock(root);
-  }
-  std::lock_guard<std::mutex> g(root_mu_);
-  const uint64_t sib = Ld(&N(root)->hdr.sibling);
-  Status s;
-  if (sib != 0) s = InstallRoot(root, Ld(&N(sib)->hdr.low_key), sib);
-  Unlock(root);
-  return s;
 }
 
 template <KeyPolicy KP>

@@ -50,6 +50,7 @@
 #include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 #include "trees/circtree/layout.h"
+#include "trees/common/fair_traversal.h"
 #include "trees/common/keys.h"
 #include "trees/common/version_lock.h"
 
@@ -91,7 +92,7 @@ struct RecoveryReport {
 };
 
 template <KeyPolicy KP>
-class CircTree final : public BasicTree<typename KP::Arg> {
+class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTree<KP>, Node> {
  public:
   using Base = BasicTree<typename KP::Arg>;
   using K = typename KP::Arg;
@@ -181,12 +182,20 @@ class CircTree final : public BasicTree<typename KP::Arg> {
   // slot's key is <, ==, > the target.
   template <class Cmp>
   uint32_t UpperBound(const Node* x, const Span& s, uint32_t from, Cmp&& cmp) const;
+  // FairTraversal (trees/common/fair_traversal.h; §5.4's move-right rule):
+  // MoveRight, DescendTo, LockAt, FindInLeaves and CompleteRootSplit, over
+  // the two hooks below.
+  friend class FairTraversal<CircTree, Node>;
+  using Fair = FairTraversal<CircTree, Node>;
+  using Fair::CompleteRootSplit;
+  using Fair::DescendTo;
+  using Fair::FindInLeaves;
+  using Fair::LockAt;
+  using Fair::MoveRight;
   template <class Cmp>
-  bool MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const;
+  uint64_t ChildOf(const Node* x, Cmp& cmp) const;
   template <class Cmp>
-  uint64_t DescendTo(uint32_t level, Cmp&& cmp);
-  template <class Cmp>
-  uint64_t LockAt(uint64_t off, Cmp&& cmp);
+  bool FindInLeaf(const Node* x, Cmp& cmp, uint64_t* value) const;
   void Lock(uint64_t off) { locks_.For(off).lock(); }
   void Unlock(uint64_t off) { locks_.For(off).unlock(); }
 
@@ -252,7 +261,6 @@ class CircTree final : public BasicTree<typename KP::Arg> {
   Status InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib);
   // Root collapse (merge step M7, recovery case 9): meta.root = child.
   void CollapseRoot(uint64_t child);
-  Status CompleteRootSplit();
   Status EnsureSpares(size_t n);
   Result<uint64_t> TakeSpare();
   // Writes a fresh zeroed node image at `off` holding `pairs` from base 0.
