@@ -170,6 +170,17 @@ uint32_t CircTree<KP>::UpperBound(const Node* x, const Span& s, uint32_t from, C
 
 // The design hooks of FairTraversal (trees/common/fair_traversal.h).
 template <KeyPolicy KP>
+uint64_t CircTree<KP>::ReadLeaf(const Node* x, std::vector<ScanItem>* items) const {
+  items->clear();
+  const Span s = LoadSpan(x);
+  for (uint32_t i = 0; i < s.n; i++) {
+    const Pair* p = At(x, s, i);
+    items->push_back({Ld(&p->key), Ld(&p->value)});
+  }
+  return Ld(&x->hdr.sibling);
+}
+
+template <KeyPolicy KP>
 template <class Cmp>
 uint64_t CircTree<KP>::ChildOf(const Node* x, Cmp& cmp) const {
   const Span s = LoadSpan(x);
@@ -803,35 +814,7 @@ size_t CircTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
     }
   }
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, start); };
-  uint64_t off = DescendTo(0, cmp);
-  bool have_last = false;
-  uint64_t last = 0;
-  std::vector<Pair> tmp;
-  tmp.reserve(cap_);
-  while (off != 0 && got < out.size()) {
-    const Node* x = N(off);
-    const uint64_t next = locks_.For(off).ReadStable([&] {
-      tmp.clear();
-      const Span s = LoadSpan(x);
-      for (uint32_t i = 0; i < s.n; i++) {
-        const Pair* p = At(x, s, i);
-        tmp.push_back({Ld(&p->key), Ld(&p->value)});
-      }
-      return Ld(&x->hdr.sibling);
-    });
-    for (const Pair& r : tmp) {
-      if (keys_.Compare(r.key, start) < 0) continue;
-      if (have_last && keys_.CompareSlots(r.key, last) <= 0) continue;
-      if (end != nullptr && keys_.Compare(r.key, *end) > 0) return got;
-      out[got++] = Entry(keys_.Load(r.key), r.value);
-      have_last = true;
-      last = r.key;
-      if (got == out.size()) return got;
-    }
-    off = next;
-  }
-  return got;
+  return ScanLeaves([&](uint64_t slot) { return SafeCompare(slot, start); }, start, end, out, got);
 }
 
 // ---------------------------------------------------------------------------

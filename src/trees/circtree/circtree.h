@@ -196,6 +196,9 @@ class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTre
   uint64_t ChildOf(const Node* x, Cmp& cmp) const;
   template <class Cmp>
   bool FindInLeaf(const Node* x, Cmp& cmp, uint64_t* value) const;
+  using typename Fair::ScanItem;
+  using Fair::ScanLeaves;
+  uint64_t ReadLeaf(const Node* x, std::vector<ScanItem>* items) const;
   void Lock(uint64_t off) { locks_.For(off).lock(); }
   void Unlock(uint64_t off) { locks_.For(off).unlock(); }
 

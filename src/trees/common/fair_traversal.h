@@ -23,16 +23,22 @@
 //   template <class Cmp> uint64_t ChildOf(const Node* x, Cmp& cmp) const:
 //     the child of inner node x that routes cmp's target;
 //   template <class Cmp> bool FindInLeaf(const Node* x, Cmp& cmp, uint64_t* value) const:
-//     whether leaf x holds cmp's target, and its value.
-// The two hooks run inside an optimistic read of x's stripe (version_lock.h
+//     whether leaf x holds cmp's target, and its value;
+//   uint64_t ReadLeaf(const Node* x, std::vector<ScanItem>* items) const:
+//     leaf x's records in key order into *items (cleared first); returns
+//     x's sibling.  Also keys_ (the key policy) and cap_ (records per node).
+// The three hooks run inside an optimistic read of x's stripe (version_lock.h
 // V3): they may see torn state and are retried, so they must not write.
 // cmp(slot) is <0, 0, >0 as the slot's key is <, ==, > the target.
 
 #ifndef PMTREE_TREES_COMMON_FAIR_TRAVERSAL_H_
 #define PMTREE_TREES_COMMON_FAIR_TRAVERSAL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
+#include <vector>
 
 #include "pmtree/status.h"
 
@@ -41,6 +47,11 @@ namespace pmtree {
 template <class Derived, class Node>
 class FairTraversal {
  protected:
+  struct ScanItem {  // a leaf record copied out under an optimistic read
+    uint64_t key;
+    uint64_t value;
+  };
+
   // True when cmp's target belongs to x's right sibling (FAIR's rule above);
   // *sibling is then that sibling.
   template <class Cmp>
@@ -111,6 +122,37 @@ class FairTraversal {
       if (r.found && value != nullptr) *value = r.value;
       return r.found;
     }
+  }
+
+  // Scan's leaf walk, from the leaf cmp (start's comparison) leads to: each
+  // leaf is read under an optimistic read (ReadLeaf), and its records in
+  // [start, *end] (no upper bound when end is null) are appended to out from
+  // out[got] on.  A split in progress leaves copies in the old node that the
+  // sibling also holds: each key is returned once, in ascending order.
+  // Returns the new count.
+  template <class Cmp, class Arg, class Entry>
+  size_t ScanLeaves(Cmp&& cmp, Arg start, const Arg* end, std::span<Entry> out, size_t got) {
+    Derived& t = D();
+    uint64_t off = DescendTo(0, cmp);
+    bool have_last = false;
+    uint64_t last = 0;
+    std::vector<ScanItem> items;
+    items.reserve(t.cap_);
+    while (off != 0 && got < out.size()) {
+      const Node* x = t.N(off);
+      const uint64_t next = t.locks_.For(off).ReadStable([&] { return t.ReadLeaf(x, &items); });
+      for (const ScanItem& r : items) {
+        if (t.keys_.Compare(r.key, start) < 0) continue;
+        if (have_last && t.keys_.CompareSlots(r.key, last) <= 0) continue;
+        if (end != nullptr && t.keys_.Compare(r.key, *end) > 0) return got;
+        out[got++] = Entry(t.keys_.Load(r.key), r.value);
+        have_last = true;
+        last = r.key;
+        if (got == out.size()) return got;
+      }
+      off = next;
+    }
+    return got;
   }
 
   // Completes a root split left unfinished (a root with a sibling): by a

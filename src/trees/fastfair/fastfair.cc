@@ -89,6 +89,18 @@ uint32_t FastFairTree<KP>::UpperBound(const Node* n, uint32_t count, Cmp&& cmp) 
 
 // The design hooks of FairTraversal (trees/common/fair_traversal.h).
 template <KeyPolicy KP>
+uint64_t FastFairTree<KP>::ReadLeaf(const Node* n, std::vector<ScanItem>* items) const {
+  items->clear();
+  const uint32_t count = std::min<uint32_t>(static_cast<uint32_t>(Ld(&n->hdr.count)), cap_);
+  for (uint32_t i = 0; i < count; i++) {
+    const uint64_t k = Ld(&n->records[i].key);
+    if (i + 1 < count && Ld(&n->records[i + 1].key) == k) continue;  // transient duplicate
+    items->push_back({k, Ld(&n->records[i].value)});
+  }
+  return Ld(&n->hdr.sibling);
+}
+
+template <KeyPolicy KP>
 template <class Cmp>
 uint64_t FastFairTree<KP>::ChildOf(const Node* n, Cmp& cmp) const {
   uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
@@ -518,39 +530,7 @@ size_t FastFairTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
   // (contract in pmtree/tree.h), so no CheckArg here.
   if (out.empty()) return 0;
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, start); };
-  uint64_t off = DescendTo(0, cmp);
-  size_t got = 0;
-  bool have_last = false;
-  uint64_t last = 0;
-  std::vector<Record> tmp;
-  tmp.reserve(cap_);
-  while (off != 0 && got < out.size()) {
-    const Node* n = N(off);
-    uint64_t next = ReadStable(off, [&] {
-      tmp.clear();
-      const uint32_t count = std::min<uint32_t>(static_cast<uint32_t>(Ld(&n->hdr.count)), cap_);
-      for (uint32_t i = 0; i < count; i++) {
-        const uint64_t k = Ld(&n->records[i].key);
-        if (i + 1 < count && Ld(&n->records[i + 1].key) == k) continue;  // transient duplicate
-        tmp.push_back({k, Ld(&n->records[i].value)});
-      }
-      return Ld(&n->hdr.sibling);
-    });
-    for (const Record& r : tmp) {
-      if (keys_.Compare(r.key, start) < 0) continue;
-      // A split in progress leaves copies in the old node that the sibling
-      // also holds; keys are returned once, in ascending order.
-      if (have_last && keys_.CompareSlots(r.key, last) <= 0) continue;
-      if (end != nullptr && keys_.Compare(r.key, *end) > 0) return got;
-      out[got++] = Entry(keys_.Load(r.key), r.value);
-      have_last = true;
-      last = r.key;
-      if (got == out.size()) return got;
-    }
-    off = next;
-  }
-  return got;
+  return ScanLeaves([&](uint64_t slot) { return keys_.Compare(slot, start); }, start, end, out, 0);
 }
 
 // ---------------------------------------------------------------------------

@@ -159,10 +159,6 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   // (Ld), which keeps the validating load after them.
   void Lock(uint64_t off) { locks_.For(off).lock(); }
   void Unlock(uint64_t off) { locks_.For(off).unlock(); }
-  template <class F>
-  auto ReadStable(uint64_t off, F&& f) {
-    return locks_.For(off).ReadStable(std::forward<F>(f));
-  }
 
   bool Stop(StopPoint p) { return stop_hook_ && stop_hook_(p); }
   Status Stopped() { return Status::Internal("fastfair: operation stopped by the test hook"); }
@@ -184,6 +180,9 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   uint64_t ChildOf(const Node* n, Cmp& cmp) const;
   template <class Cmp>
   bool FindInLeaf(const Node* n, Cmp& cmp, uint64_t* value) const;
+  using typename Fair::ScanItem;
+  using Fair::ScanLeaves;
+  uint64_t ReadLeaf(const Node* n, std::vector<ScanItem>* items) const;
 
   Result<bool> Put(K key, uint64_t value, PutMode mode);
   // FAST insert of (slot, value) at position pos of the locked node with room.
