@@ -182,22 +182,16 @@ class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTre
   // slot's key is <, ==, > the target.
   template <class Cmp>
   uint32_t UpperBound(const Node* x, const Span& s, uint32_t from, Cmp&& cmp) const;
-  // FairTraversal (trees/common/fair_traversal.h; §5.4's move-right rule):
-  // MoveRight, DescendTo, LockAt, FindInLeaves and CompleteRootSplit, over
-  // the two hooks below.
+  // The B-link steps of §5.4's move-right rule come from FairTraversal
+  // (trees/common/fair_traversal.h) over the three hooks below.
   friend class FairTraversal<CircTree, Node>;
   using Fair = FairTraversal<CircTree, Node>;
-  using Fair::CompleteRootSplit;
-  using Fair::DescendTo;
-  using Fair::FindInLeaves;
-  using Fair::LockAt;
-  using Fair::MoveRight;
+  using Fair::CompleteRootSplit, Fair::DescendTo, Fair::FindInLeaves, Fair::LockAt, Fair::MoveRight, Fair::ScanLeaves;
   template <class Cmp>
   uint64_t ChildOf(const Node* x, Cmp& cmp) const;
   template <class Cmp>
   bool FindInLeaf(const Node* x, Cmp& cmp, uint64_t* value) const;
   using typename Fair::ScanItem;
-  using Fair::ScanLeaves;
   uint64_t ReadLeaf(const Node* x, std::vector<ScanItem>* items) const;
   void Lock(uint64_t off) { locks_.For(off).lock(); }
   void Unlock(uint64_t off) { locks_.For(off).unlock(); }

@@ -167,21 +167,16 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   // cmp(slot) is <0, 0, >0 as slot's key is <, ==, > the target.
   template <class Cmp>
   uint32_t UpperBound(const Node* n, uint32_t count, Cmp&& cmp) const;
-  // FairTraversal (trees/common/fair_traversal.h): MoveRight, DescendTo,
-  // LockAt, FindInLeaves and CompleteRootSplit, over the two hooks below.
+  // The B-link steps of FAIR's rule come from FairTraversal
+  // (trees/common/fair_traversal.h) over the three hooks below.
   friend class FairTraversal<FastFairTree, Node>;
   using Fair = FairTraversal<FastFairTree, Node>;
-  using Fair::CompleteRootSplit;
-  using Fair::DescendTo;
-  using Fair::FindInLeaves;
-  using Fair::LockAt;
-  using Fair::MoveRight;
+  using Fair::CompleteRootSplit, Fair::DescendTo, Fair::FindInLeaves, Fair::LockAt, Fair::MoveRight, Fair::ScanLeaves;
   template <class Cmp>
   uint64_t ChildOf(const Node* n, Cmp& cmp) const;
   template <class Cmp>
   bool FindInLeaf(const Node* n, Cmp& cmp, uint64_t* value) const;
   using typename Fair::ScanItem;
-  using Fair::ScanLeaves;
   uint64_t ReadLeaf(const Node* n, std::vector<ScanItem>* items) const;
 
   Result<bool> Put(K key, uint64_t value, PutMode mode);
