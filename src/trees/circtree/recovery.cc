@@ -44,6 +44,7 @@
 
 #include "trees/circtree/circtree.h"
 #include "trees/common/space_check.h"
+#include "trees/common/upcast.h"
 
 namespace pmtree::circtree {
 
@@ -642,23 +643,14 @@ TreeStats CircTree<KP>::Stats() {
 // Registry entry points and instantiation
 // ---------------------------------------------------------------------------
 
-namespace {
-template <class K>
-using PolicyOf = std::conditional_t<std::is_same_v<K, uint64_t>, U64Keys, BytesKeys>;
-}  // namespace
-
 template <class K, bool Paper>
 Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
-  auto r = CircTree<PolicyOf<K>>::Create(pool, options, Paper);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BasicTree<K>>(std::move(r).value());
+  return UpcastTree<BasicTree<K>>(CircTree<KeyPolicyFor<K>>::Create(pool, options, Paper));
 }
 
 template <class K, bool Paper>
 Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
-  auto r = CircTree<PolicyOf<K>>::Recover(pool, options, Paper);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BasicTree<K>>(std::move(r).value());
+  return UpcastTree<BasicTree<K>>(CircTree<KeyPolicyFor<K>>::Recover(pool, options, Paper));
 }
 
 // Members defined in this file; circtree.cc instantiates the class itself.
