@@ -8,6 +8,7 @@
 #include "trees/common/fair_split.h"
 #include "trees/common/partition_point.h"
 #include "trees/common/space_check.h"
+#include "trees/common/upcast.h"
 #include "trees/fastfair/fastfair.h"
 
 #include <algorithm>
@@ -1061,11 +1062,6 @@ Status FastFairTree<KP>::Close() {
 // Registry entry points
 // ---------------------------------------------------------------------------
 
-namespace {
-template <class K>
-using PolicyOf = std::conditional_t<std::is_same_v<K, uint64_t>, U64Keys, BytesKeys>;
-}  // namespace
-
 Status Flaws::Parse(std::string_view text, Flaws* out) {
   *out = Flaws{};
   if (text == "all") {
@@ -1104,16 +1100,12 @@ Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& 
     return Status::InvalidArgument(Orig ? "fastfair-orig: unknown option '" + key + "'; valid: flaws"
                                         : "fastfair: unknown option '" + key + "'; fastfair accepts no extra options");
   }
-  auto r = FastFairTree<PolicyOf<K>>::Create(pool, options, flaws);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BasicTree<K>>(std::move(r).value());
+  return UpcastTree<BasicTree<K>>(FastFairTree<KeyPolicyFor<K>>::Create(pool, options, flaws));
 }
 
 template <class K, bool Orig>
 Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
-  auto r = FastFairTree<PolicyOf<K>>::Recover(pool, options, Orig);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BasicTree<K>>(std::move(r).value());
+  return UpcastTree<BasicTree<K>>(FastFairTree<KeyPolicyFor<K>>::Recover(pool, options, Orig));
 }
 
 template class FastFairTree<U64Keys>;
