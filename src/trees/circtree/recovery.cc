@@ -556,14 +556,9 @@ Status CircTree<KP>::Verify() {
         return NodeError(off, "C8", "low key differs from the leftmost child's low key");
     }
     if (L > 0) {
-      const auto& below = levels[L - 1];
-      for (size_t i = 0; i < std::max(below.size(), expect_children.size()); i++) {
-        if (i >= expect_children.size())
-          return NodeError(below[i], "C7", "no parent names this node (IN one child short)");
-        if (i >= below.size() || below[i] != expect_children[i])
-          return NodeError(expect_children[i], "C7",
-                           "child order of level " + std::to_string(L) + " differs from the sibling chain below");
-      }
+      PMTREE_RETURN_IF_ERROR(
+          CheckChildOrder(levels[L - 1], expect_children, L, "no parent names this node (IN one child short)",
+                          [&](uint64_t off, const std::string& what) { return NodeError(off, "C7", what); }));
     }
   }
   uint64_t spare_bytes;

@@ -34,15 +34,36 @@
 #ifndef PMTREE_TREES_COMMON_FAIR_TRAVERSAL_H_
 #define PMTREE_TREES_COMMON_FAIR_TRAVERSAL_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "pmtree/status.h"
 
 namespace pmtree {
+
+// Verify's check that the parents of one level name, in order, exactly the
+// sibling chain of the level below (`below`, reached through the siblings;
+// `children`, the parents' child pointers in order, `level` the parents'
+// level).  A node of `below` past the end of `children` gets `unnamed` (the
+// design names its crash window); a mismatch gets the child-order message.
+// error(off, what) makes the design's Status for node `off`.
+template <class Error>
+Status CheckChildOrder(const std::vector<uint64_t>& below, const std::vector<uint64_t>& children, size_t level,
+                       std::string_view unnamed, Error&& error) {
+  for (size_t i = 0; i < std::max(below.size(), children.size()); i++) {
+    if (i >= children.size()) return error(below[i], std::string(unnamed));
+    if (i >= below.size() || below[i] != children[i])
+      return error(children[i],
+                   "child order of level " + std::to_string(level) + " differs from the sibling chain below");
+  }
+  return Status::Ok();
+}
 
 template <class Derived, class Node>
 class FairTraversal {
