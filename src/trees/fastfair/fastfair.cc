@@ -974,14 +974,9 @@ Status FastFairTree<KP>::Verify() {
       }
     }
     if (L > 0) {
-      const auto& below = levels[L - 1];
-      for (size_t i = 0; i < std::max(below.size(), expect_children.size()); i++) {
-        if (i >= expect_children.size())
-          return NodeError(below[i], 7, "no parent record names this node (split not linked in its parent)");
-        if (i >= below.size() || below[i] != expect_children[i])
-          return NodeError(expect_children[i], 7,
-                           "child order of level " + std::to_string(L) + " differs from the sibling chain below");
-      }
+      PMTREE_RETURN_IF_ERROR(CheckChildOrder(
+          levels[L - 1], expect_children, L, "no parent record names this node (split not linked in its parent)",
+          [&](uint64_t off, const std::string& what) { return NodeError(off, 7, what); }));
       for (uint64_t off : levels[L]) {
         const Node* n = N(off);
         for (uint32_t i = 0; i < n->hdr.count; i++)
