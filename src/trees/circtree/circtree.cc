@@ -284,24 +284,7 @@ Result<bool> CircTree<KP>::Put(K key, uint64_t value, PutMode mode) {
     Unlock(off);
     return Status::InvalidArgument("circtree-paper: the value 0 is the paper's NULL");
   }
-  auto slot = keys_.MakeSlot(key);
-  if (!slot.ok()) {
-    Unlock(off);
-    return slot.status();
-  }
-  if (s.n < cap_) {
-    InsertAt(off, ub, *slot, value);
-    Unlock(off);
-    return true;
-  }
-  Status st = SplitInsert(off, ub, *slot, value);
-  if (!st.ok()) {
-    // SplitInsert fails only before it changed anything, except when a test
-    // hook stopped it (then the state is left exactly as it is).
-    if (st.code() != Status::Code::kInternal) keys_.Release(*slot);
-    return st;
-  }
-  return true;
+  return InsertNewKey(off, ub, s.n, key, value);
 }
 
 template <KeyPolicy KP>

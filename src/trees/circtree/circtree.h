@@ -186,7 +186,8 @@ class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTre
   // (trees/common/fair_traversal.h) over the three hooks below.
   friend class FairTraversal<CircTree, Node>;
   using Fair = FairTraversal<CircTree, Node>;
-  using Fair::CompleteRootSplit, Fair::DescendTo, Fair::FindInLeaves, Fair::LockAt, Fair::MoveRight, Fair::ScanLeaves;
+  using Fair::CompleteRootSplit, Fair::DescendTo, Fair::FindInLeaves, Fair::InsertNewKey, Fair::LockAt, Fair::MoveRight,
+      Fair::ScanLeaves;
   template <class Cmp>
   uint64_t ChildOf(const Node* x, Cmp& cmp) const;
   template <class Cmp>
@@ -202,6 +203,7 @@ class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTre
   // Algorithm 1: inserts (slot, value) at logical position pos of the locked
   // node with room, shifting toward the nearer end.
   void InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
+  void InsertInPlace(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) { InsertAt(off, pos, slot, value); }
   // §5.3: removes logical position pos of the locked node.  With `w`, its
   // stores continue the caller's line-ordered stores (a merge's unlink and
   // separator, persisted before the parent's first shift store).

@@ -26,8 +26,12 @@
 //     whether leaf x holds cmp's target, and its value;
 //   uint64_t ReadLeaf(const Node* x, std::vector<ScanItem>* items) const:
 //     leaf x's records in key order into *items (cleared first); returns
-//     x's sibling.  Also keys_ (the key policy) and cap_ (records per node).
-// The three hooks run inside an optimistic read of x's stripe (version_lock.h
+//     x's sibling;
+//   void InsertInPlace(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value):
+//     the design's in-place insert into a locked node with room, and
+//     Status SplitInsert(off, pos, slot, value): its split (which unlocks).
+//   Also keys_ (the key policy) and cap_ (records per node).
+// The first three hooks run inside an optimistic read of x's stripe (version_lock.h
 // V3): they may see torn state and are retried, so they must not write.
 // cmp(slot) is <0, 0, >0 as the slot's key is <, ==, > the target.
 
@@ -174,6 +178,32 @@ class FairTraversal {
       off = next;
     }
     return got;
+  }
+
+  // The end of an insert of a new key at position pos of the locked leaf
+  // `off`, which holds `count` records: the key's slot is made, then the
+  // record goes in place, or in by a split.  Unlocks `off`.  A failed split
+  // changed nothing and its slot is released, except when a test hook
+  // stopped it (kInternal: the state is left exactly as it is).
+  template <class Arg>
+  Result<bool> InsertNewKey(uint64_t off, uint32_t pos, uint32_t count, Arg key, uint64_t value) {
+    Derived& t = D();
+    auto slot = t.keys_.MakeSlot(key);
+    if (!slot.ok()) {
+      t.Unlock(off);
+      return slot.status();
+    }
+    if (count < t.cap_) {
+      t.InsertInPlace(off, pos, *slot, value);
+      t.Unlock(off);
+      return true;
+    }
+    Status s = t.SplitInsert(off, pos, *slot, value);
+    if (!s.ok()) {
+      if (s.code() != Status::Code::kInternal) t.keys_.Release(*slot);
+      return s;
+    }
+    return true;
   }
 
   // Completes a root split left unfinished (a root with a sibling): by a
