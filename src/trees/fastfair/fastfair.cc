@@ -154,24 +154,7 @@ Result<bool> FastFairTree<KP>::Put(K key, uint64_t value, PutMode mode) {
     Unlock(off);
     return false;
   }
-  auto slot = keys_.MakeSlot(key);
-  if (!slot.ok()) {
-    Unlock(off);
-    return slot.status();
-  }
-  if (count < cap_) {
-    FastInsert(off, ub, *slot, value);
-    Unlock(off);
-    return true;
-  }
-  Status s = SplitInsert(off, ub, *slot, value);
-  if (!s.ok()) {
-    // SplitInsert fails only before it changed anything, except when a test
-    // hook stopped it (then the state is left exactly as it is).
-    if (s.code() != Status::Code::kInternal) keys_.Release(*slot);
-    return s;
-  }
-  return true;
+  return InsertNewKey(off, ub, count, key, value);
 }
 
 template <KeyPolicy KP>

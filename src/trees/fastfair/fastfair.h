@@ -171,7 +171,8 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   // (trees/common/fair_traversal.h) over the three hooks below.
   friend class FairTraversal<FastFairTree, Node>;
   using Fair = FairTraversal<FastFairTree, Node>;
-  using Fair::CompleteRootSplit, Fair::DescendTo, Fair::FindInLeaves, Fair::LockAt, Fair::MoveRight, Fair::ScanLeaves;
+  using Fair::CompleteRootSplit, Fair::DescendTo, Fair::FindInLeaves, Fair::InsertNewKey, Fair::LockAt, Fair::MoveRight,
+      Fair::ScanLeaves;
   template <class Cmp>
   uint64_t ChildOf(const Node* n, Cmp& cmp) const;
   template <class Cmp>
@@ -182,6 +183,7 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   Result<bool> Put(K key, uint64_t value, PutMode mode);
   // FAST insert of (slot, value) at position pos of the locked node with room.
   void FastInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
+  void InsertInPlace(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) { FastInsert(off, pos, slot, value); }
   // FAST delete of record pos of the locked node.
   void FastRemove(uint64_t off, uint32_t pos, bool original_flush);
   // FAIR split of the full locked node `off` plus insertion of (slot, value)
