@@ -129,15 +129,23 @@ bool FastFairTree<KP>::Lookup(K key, uint64_t* value) {
 }
 
 template <KeyPolicy KP>
+typename FastFairTree<KP>::LockedLeaf FastFairTree<KP>::LockLeafOf(K key) {
+  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
+  LockedLeaf l;
+  l.off = LockAt(DescendTo(0, cmp), cmp);
+  l.n = N(l.off);
+  l.count = static_cast<uint32_t>(Ld(&l.n->hdr.count));
+  l.ub = UpperBound(l.n, l.count, cmp);
+  l.found = l.ub > 0 && cmp(Ld(&l.n->records[l.ub - 1].key)) == 0;
+  return l;
+}
+
+template <KeyPolicy KP>
 Result<bool> FastFairTree<KP>::Put(K key, uint64_t value, PutMode mode) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
-  uint64_t off = LockAt(DescendTo(0, cmp), cmp);
-  Node* n = N(off);
-  const uint32_t count = static_cast<uint32_t>(Ld(&n->hdr.count));
-  const uint32_t ub = UpperBound(n, count, cmp);
-  if (ub > 0 && cmp(Ld(&n->records[ub - 1].key)) == 0) {
+  const auto [off, n, count, ub, found] = LockLeafOf(key);
+  if (found) {
     if (mode == PutMode::kInsert) {
       Unlock(off);
       return false;
@@ -161,12 +169,8 @@ template <KeyPolicy KP>
 Result<bool> FastFairTree<KP>::Remove(K key) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
-  uint64_t off = LockAt(DescendTo(0, cmp), cmp);
-  Node* n = N(off);
-  const uint32_t count = static_cast<uint32_t>(Ld(&n->hdr.count));
-  const uint32_t ub = UpperBound(n, count, cmp);
-  if (ub == 0 || cmp(Ld(&n->records[ub - 1].key)) != 0) {
+  const auto [off, n, count, ub, found] = LockLeafOf(key);
+  if (!found) {
     Unlock(off);
     return false;
   }

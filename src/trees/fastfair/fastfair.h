@@ -180,6 +180,16 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   using typename Fair::ScanItem;
   uint64_t ReadLeaf(const Node* n, std::vector<ScanItem>* items) const;
 
+  // The leaf that holds `key`, locked: its record count, the key's upper
+  // bound in it, and whether the record before that bound is the key.
+  struct LockedLeaf {
+    uint64_t off;
+    Node* n;
+    uint32_t count;
+    uint32_t ub;
+    bool found;
+  };
+  LockedLeaf LockLeafOf(K key);
   Result<bool> Put(K key, uint64_t value, PutMode mode);
   // FAST insert of (slot, value) at position pos of the locked node with room.
   void FastInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
