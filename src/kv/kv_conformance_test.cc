@@ -31,13 +31,6 @@ struct ModelValue {
 };
 using Model = std::map<std::string, ModelValue, std::less<>>;
 
-std::vector<std::string> PersistentEngines() {
-  std::vector<std::string> out;
-  for (const TreeFactory& f : Registry())
-    if (f.persistent() && !f.test_only() && f.create_bytes != nullptr) out.emplace_back(f.name);
-  return out;
-}
-
 // Compares every key the store shows in [lo, hi) at `snap` with the model.
 void ExpectRange(Store& s, const Model& m, const Snapshot* snap, const std::string& lo,
                  const std::optional<std::string>& hi) {
