@@ -209,11 +209,7 @@ bool CircTree<KP>::Lookup(K key, uint64_t* value) {
   if (!KP::CheckArg(key).ok()) return false;
   if constexpr (KP::kInline) {
     if (key == 0) {
-      struct Z {
-        bool present;
-        uint64_t value;
-      };
-      Z z = zero_lock_.ReadStable([&] { return Z{Ld(&meta_->zero_present) == 1, Ld(&meta_->zero_value)}; });
+      const ZeroKey z = ReadZero();
       if (z.present && value != nullptr) *value = z.value;
       return z.present;
     }
@@ -785,11 +781,7 @@ size_t CircTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
   size_t got = 0;
   if constexpr (KP::kInline) {
     if (start == 0) {
-      struct Z {
-        bool present;
-        uint64_t value;
-      };
-      Z z = zero_lock_.ReadStable([&] { return Z{Ld(&meta_->zero_present) == 1, Ld(&meta_->zero_value)}; });
+      const ZeroKey z = ReadZero();
       if (z.present) {
         out[got++] = Entry(0, z.value);
         if (got == out.size()) return got;

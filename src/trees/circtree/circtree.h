@@ -198,6 +198,14 @@ class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTre
   void Unlock(uint64_t off) { locks_.For(off).unlock(); }
 
   Result<bool> Put(K key, uint64_t value, PutMode mode);
+  // Key 0 of a 64-bit tree (in the meta block), read under zero_lock_.
+  struct ZeroKey {
+    bool present;
+    uint64_t value;
+  };
+  ZeroKey ReadZero() const {
+    return zero_lock_.ReadStable([&] { return ZeroKey{Ld(&meta_->zero_present) == 1, Ld(&meta_->zero_value)}; });
+  }
   Result<bool> PutZero(uint64_t value, PutMode mode);
   Result<bool> RemoveZero();
   // Algorithm 1: inserts (slot, value) at logical position pos of the locked
