@@ -381,26 +381,12 @@ void CircTree<KP>::RemoveAt(uint64_t off, uint32_t pos, LineWriter& w) {
 
 template <KeyPolicy KP>
 Status CircTree<KP>::EnsureSpares(size_t want) {
-  std::lock_guard<std::mutex> g(spare_mu_);
-  while (spares_.size() < want) {
-    auto r = pool_->allocator().Allocate(NodeBytes(node_size_), kLine);
-    if (!r.ok()) return r.status();
-    spares_.push_back(*r);
-  }
-  return Status::Ok();
+  return spares_.Ensure(pool_->allocator(), want, NodeBytes(node_size_), kLine);
 }
 
 template <KeyPolicy KP>
 Result<uint64_t> CircTree<KP>::TakeSpare() {
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    if (!spares_.empty()) {
-      const uint64_t off = spares_.back();
-      spares_.pop_back();
-      return off;
-    }
-  }
-  return pool_->allocator().Allocate(NodeBytes(node_size_), kLine);
+  return spares_.Take(pool_->allocator(), NodeBytes(node_size_), kLine);
 }
 
 template <KeyPolicy KP>
@@ -878,13 +864,9 @@ Result<std::unique_ptr<CircTree<KP>>> CircTree<KP>::Recover(PoolImpl* pool, cons
 template <KeyPolicy KP>
 Status CircTree<KP>::Close() {
   if (closed_) return Status::Busy("circtree: already closed");
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    // Reserved nodes are unreachable; return them so the saved allocator
-    // state (instant restart) holds no leak.
-    for (uint64_t off : spares_) pool_->allocator().Free(off, NodeBytes(node_size_));
-    spares_.clear();
-  }
+  // Reserved nodes are unreachable; return them so the saved allocator
+  // state (instant restart) holds no leak.
+  spares_.FreeAll(pool_->allocator(), NodeBytes(node_size_));
   closed_ = true;
   // Pool::Close lowers the crash flag (the pool's clean-shutdown flag) last.
   return pool_->Close();

@@ -52,6 +52,7 @@
 #include "trees/circtree/layout.h"
 #include "trees/common/fair_traversal.h"
 #include "trees/common/keys.h"
+#include "trees/common/spare_nodes.h"
 #include "trees/common/version_lock.h"
 
 namespace pmtree::circtree {
@@ -303,8 +304,7 @@ class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTre
   VersionLock zero_lock_;  // key 0 of a 64-bit tree (meta block)
   std::mutex root_mu_;
   std::mutex merge_mu_;  // one merge at a time (it holds several stripes)
-  mutable std::mutex spare_mu_;
-  std::vector<uint64_t> spares_;  // allocated, unlinked nodes reserved for splits
+  SpareNodes spares_;  // allocated, unlinked nodes reserved for splits
   // Design counters (Stats().extra; the crash explorer derives pre-states
   // from their first change).
   std::atomic<uint64_t> left_shifts_{0}, right_shifts_{0}, pairs_shifted_{0}, wraps_{0};

@@ -561,12 +561,8 @@ Status CircTree<KP>::Verify() {
                           [&](uint64_t off, const std::string& what) { return NodeError(off, "C7", what); }));
     }
   }
-  uint64_t spare_bytes;
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    spare_bytes = spares_.size() * Allocator::RoundUp(NodeBytes(node_size_));
-  }
-  return CheckSpaceAccounted("circtree: invariant C10", bytes, spare_bytes, pool_->allocator().bytes_in_use());
+  return CheckSpaceAccounted("circtree: invariant C10", bytes, spares_.HeldBytes(NodeBytes(node_size_)),
+                             pool_->allocator().bytes_in_use());
 }
 
 template <KeyPolicy KP>
@@ -594,11 +590,8 @@ TreeStats CircTree<KP>::Stats() {
       }
     }
   }
-  {
-    // Spare nodes reserved for splits are allocated and held by the tree.
-    std::lock_guard<std::mutex> g(spare_mu_);
-    st.pm_bytes += spares_.size() * Allocator::RoundUp(NodeBytes(node_size_));
-  }
+  // Spare nodes reserved for splits are allocated and held by the tree.
+  st.pm_bytes += spares_.HeldBytes(NodeBytes(node_size_));
   st.leaf_fill = st.leaf_nodes ? static_cast<double>(st.entries) / (st.leaf_nodes * cap_) : 0;
   st.dram_bytes = 4096 * 64;  // the striped version locks
   auto d = [](uint64_t v) { return static_cast<double>(v); };
