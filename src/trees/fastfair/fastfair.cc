@@ -311,26 +311,12 @@ void FastFairTree<KP>::FastRemove(uint64_t off, uint32_t pos, bool original_flus
 
 template <KeyPolicy KP>
 Status FastFairTree<KP>::EnsureSpares(size_t want) {
-  std::lock_guard<std::mutex> g(spare_mu_);
-  while (spares_.size() < want) {
-    auto r = pool_->allocator().Allocate(node_size_, kLine);
-    if (!r.ok()) return r.status();
-    spares_.push_back(*r);
-  }
-  return Status::Ok();
+  return spares_.Ensure(pool_->allocator(), want, node_size_, kLine);
 }
 
 template <KeyPolicy KP>
 Result<uint64_t> FastFairTree<KP>::TakeSpare() {
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    if (!spares_.empty()) {
-      uint64_t off = spares_.back();
-      spares_.pop_back();
-      return off;
-    }
-  }
-  return pool_->allocator().Allocate(node_size_, kLine);
+  return spares_.Take(pool_->allocator(), node_size_, kLine);
 }
 
 // Writes a new node image (not yet reachable) and persists it.
@@ -974,12 +960,8 @@ Status FastFairTree<KP>::Verify() {
       }
     }
   }
-  uint64_t spare_bytes;
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    spare_bytes = spares_.size() * Allocator::RoundUp(node_size_);
-  }
-  return CheckSpaceAccounted("fastfair: invariant 10", bytes, spare_bytes, pool_->allocator().bytes_in_use());
+  return CheckSpaceAccounted("fastfair: invariant 10", bytes, spares_.HeldBytes(node_size_),
+                             pool_->allocator().bytes_in_use());
 }
 
 template <KeyPolicy KP>
@@ -1005,12 +987,9 @@ TreeStats FastFairTree<KP>::Stats() {
       }
     }
   }
-  {
-    // Spare nodes reserved for splits are allocated and held by the tree, so
-    // they count as its PM bytes (the allocator sees them in use).
-    std::lock_guard<std::mutex> g(spare_mu_);
-    st.pm_bytes += spares_.size() * Allocator::RoundUp(node_size_);
-  }
+  // Spare nodes reserved for splits are allocated and held by the tree, so
+  // they count as its PM bytes (the allocator sees them in use).
+  st.pm_bytes += spares_.HeldBytes(node_size_);
   st.leaf_fill = st.leaf_nodes ? static_cast<double>(st.entries) / (st.leaf_nodes * cap_) : 0;
   st.dram_bytes = locks_.DramBytes();
   st.extra = {
@@ -1029,13 +1008,9 @@ TreeStats FastFairTree<KP>::Stats() {
 template <KeyPolicy KP>
 Status FastFairTree<KP>::Close() {
   if (closed_) return Status::Busy("fastfair: already closed");
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    // Reserved nodes are unreachable; return them so the saved allocator
-    // state holds no leak.
-    for (uint64_t off : spares_) pool_->allocator().Free(off, node_size_);
-    spares_.clear();
-  }
+  // Reserved nodes are unreachable; return them so the saved allocator
+  // state holds no leak.
+  spares_.FreeAll(pool_->allocator(), node_size_);
   closed_ = true;
   return pool_->Close();
 }

@@ -48,6 +48,7 @@
 #include "pmtree/tree.h"
 #include "trees/common/fair_traversal.h"
 #include "trees/common/keys.h"
+#include "trees/common/spare_nodes.h"
 #include "trees/common/version_lock.h"
 #include "trees/fastfair/layout.h"
 
@@ -225,8 +226,7 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   Flaws flaws_;
   StripedVersionLocks<kStripes> locks_;
   std::mutex root_mu_;
-  mutable std::mutex spare_mu_;
-  std::vector<uint64_t> spares_;  // allocated, unlinked nodes reserved for splits
+  SpareNodes spares_;  // allocated, unlinked nodes reserved for splits
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> root_splits_{0};
   RecoveryReport report_;
