@@ -34,8 +34,8 @@
 namespace pmtree::kv {
 namespace {
 
-using Val = CrashVal;
-using Model = CrashModel;
+using Val = ModelValue;
+using Model = KvModel;
 
 // Operation i of the stream, applied to the store (when s != null) and to
 // the model.  Deterministic in (seed, i, model).  Returns false on an

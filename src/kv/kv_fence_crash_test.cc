@@ -55,8 +55,8 @@ class ExitAtFenceBackend final : public PersistBackend {
   char* alias_;
 };
 
-using Val = CrashVal;
-using Model = CrashModel;
+using Val = ModelValue;
+using Model = KvModel;
 
 // The workload: each operation applied to the store (when s != null) and
 // the model.

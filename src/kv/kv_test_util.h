@@ -95,24 +95,24 @@ inline std::vector<std::string> PersistentEngines() {
   return out;
 }
 
-// The crash tests' model of one key: a plain value or a field map.
-struct CrashVal {
+// The kv tests' model of one key: a plain value or a field map.
+struct ModelValue {
   bool is_fields = false;
   std::string value;
   FieldMap fields;
-  bool operator==(const CrashVal& o) const {
+  bool operator==(const ModelValue& o) const {
     return is_fields == o.is_fields && (is_fields ? fields == o.fields : value == o.value);
   }
 };
-using CrashModel = std::map<std::string, CrashVal, std::less<>>;
+using KvModel = std::map<std::string, ModelValue, std::less<>>;
 
 // True when the store holds exactly the model's keys, kinds and values.
-inline bool Matches(Store& s, const CrashModel& m) {
+inline bool Matches(Store& s, const KvModel& m) {
   auto it = s.NewIterator();
   auto mi = m.begin();
   for (it->SeekToFirst(); it->Valid(); it->Next(), ++mi) {
     if (mi == m.end() || it->key() != mi->first) return false;
-    if (!(CrashVal{it->is_fields(), std::string(it->value()), it->fields()} == mi->second)) return false;
+    if (!(ModelValue{it->is_fields(), std::string(it->value()), it->fields()} == mi->second)) return false;
   }
   return it->status().ok() && mi == m.end();
 }
