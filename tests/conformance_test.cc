@@ -84,6 +84,9 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
   }
 
   bool persistent() const { return factory_->persistent(); }
+  template <class Reopened>
+  void RoundsOverReopens(const std::string& path, bool close, std::map<uint64_t, uint64_t>& model,
+                         Reopened&& reopened);
   bool concurrent() const { return factory_->capabilities & kCapConcurrent; }
 
   // Full comparison: every model key looked up, a full scan equal to the model.
@@ -431,20 +434,35 @@ TEST_P(ConformanceTest, AFullPoolOfMixedSizeByteKeysIsAStatusAndTheTreeStaysUsab
   ExpectEqualsModel(tree, model);
 }
 
-TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {
-  if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
-  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
-  const std::string& path = Track(testutil::TempPoolPath("close"));
-  std::map<uint64_t, uint64_t> model;
+// Three rounds over one pool file: create it (round 0) or reopen it and
+// compare with the model, then 5000 seeded random operations, then Close()
+// (`close`) or drop the tree unclosed (a crash after the last acknowledged
+// operation).  reopened(handle) adds a round's own checks after a reopen.
+template <class Reopened>
+void ConformanceTest::RoundsOverReopens(const std::string& path, bool close, std::map<uint64_t, uint64_t>& model,
+                                        Reopened&& reopened) {
   std::mt19937_64 rng(seed_);
   for (int round = 0; round < 3; round++) {
     auto h = round == 0 ? CreateTree(*factory_, path, kFilePoolSize, {}, pool_opts_)
                         : OpenTree(path, factory_, {}, pool_opts_);
     ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
-    if (round > 0) ExpectEqualsModel(*h->tree, model);
+    if (round > 0) {
+      ExpectEqualsModel(*h->tree, model);
+      reopened(*h);
+    }
     ASSERT_NO_FATAL_FAILURE(RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0));
-    ASSERT_TRUE(h->tree->Close().ok());
+    if (close) {
+      ASSERT_TRUE(h->tree->Close().ok());
+    }
   }
+}
+
+TEST_P(ConformanceTest, CloseAndReopenKeepsEverything) {
+  if (!persistent()) GTEST_SKIP() << GetParam() << " is volatile";
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  const std::string& path = Track(testutil::TempPoolPath("close"));
+  std::map<uint64_t, uint64_t> model;
+  ASSERT_NO_FATAL_FAILURE(RoundsOverReopens(path, true, model, [](TreeHandle<Tree>&) {}));
   auto h = OpenTree(path, factory_, {}, pool_opts_);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_TRUE(h->pool->clean_shutdown());
@@ -456,20 +474,11 @@ TEST_P(ConformanceTest, CrashWithoutCloseRecoversEveryAcknowledgedOperation) {
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
   const std::string& path = Track(testutil::TempPoolPath("crash"));
   std::map<uint64_t, uint64_t> model;
-  std::mt19937_64 rng(seed_);
-  for (int round = 0; round < 3; round++) {
-    auto h = round == 0 ? CreateTree(*factory_, path, kFilePoolSize, {}, pool_opts_)
-                        : OpenTree(path, factory_, {}, pool_opts_);
-    ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
-    if (round > 0) {
-      EXPECT_FALSE(h->pool->clean_shutdown());
-      ExpectEqualsModel(*h->tree, model);
-      EXPECT_EQ(PoolImpl::Of(*h->pool).allocator().bytes_in_use(), h->tree->Stats().pm_bytes)
-          << "allocator disagrees with what the tree reaches after recovery";
-    }
-    ASSERT_NO_FATAL_FAILURE(RandomOps(*h->tree, model, rng, 5000, [](std::mt19937_64& r) { return r() % 3000; }, 0));
-    // Destroyed without Close(): the process "crashed" after the last acknowledged op.
-  }
+  ASSERT_NO_FATAL_FAILURE(RoundsOverReopens(path, false, model, [](TreeHandle<Tree>& h) {
+    EXPECT_FALSE(h.pool->clean_shutdown());
+    EXPECT_EQ(PoolImpl::Of(*h.pool).allocator().bytes_in_use(), h.tree->Stats().pm_bytes)
+        << "allocator disagrees with what the tree reaches after recovery";
+  }));
 }
 
 TEST_P(ConformanceTest, OpeningWithTheWrongTreeOrKeyTypeFailsClearlyAndChangesNothing) {

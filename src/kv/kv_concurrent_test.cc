@@ -26,13 +26,6 @@ constexpr int kStart = 1000;
 
 std::string Account(int i) { return "acct" + std::to_string(100 + i); }
 
-std::vector<std::string> Engines() {
-  std::vector<std::string> out;
-  for (const TreeFactory& f : Registry())
-    if (f.persistent() && !f.test_only() && f.create_bytes != nullptr) out.emplace_back(f.name);
-  return out;
-}
-
 // Takes 50 snapshots while writers run; at each, every key must hold the
 // same value (one writer's whole batch or group).  Returns the failures.
 int MixedSnapshots(Store& s, const std::vector<std::string>& keys) {
@@ -232,7 +225,7 @@ TEST_P(KvConcurrentTest, PutManyGroupsRacingBatchesAreSeenWholeAtEverySnapshot) 
   EXPECT_TRUE(v.ok()) << v.ToString();
 }
 
-INSTANTIATE_TEST_SUITE_P(AllEngines, KvConcurrentTest, ::testing::ValuesIn(Engines()),
+INSTANTIATE_TEST_SUITE_P(AllEngines, KvConcurrentTest, ::testing::ValuesIn(PersistentEngines()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

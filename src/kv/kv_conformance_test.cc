@@ -21,22 +21,7 @@
 namespace pmtree::kv {
 namespace {
 
-struct ModelValue {
-  bool is_fields = false;
-  std::string value;
-  FieldMap fields;
-  bool operator==(const ModelValue& o) const {
-    return is_fields == o.is_fields && (is_fields ? fields == o.fields : value == o.value);
-  }
-};
-using Model = std::map<std::string, ModelValue, std::less<>>;
-
-std::vector<std::string> PersistentEngines() {
-  std::vector<std::string> out;
-  for (const TreeFactory& f : Registry())
-    if (f.persistent() && !f.test_only() && f.create_bytes != nullptr) out.emplace_back(f.name);
-  return out;
-}
+using Model = KvModel;
 
 // Compares every key the store shows in [lo, hi) at `snap` with the model.
 void ExpectRange(Store& s, const Model& m, const Snapshot* snap, const std::string& lo,

@@ -34,15 +34,8 @@
 namespace pmtree::kv {
 namespace {
 
-struct Val {
-  bool is_fields = false;
-  std::string value;
-  FieldMap fields;
-  bool operator==(const Val& o) const {
-    return is_fields == o.is_fields && (is_fields ? fields == o.fields : value == o.value);
-  }
-};
-using Model = std::map<std::string, Val, std::less<>>;
+using Val = ModelValue;
+using Model = KvModel;
 
 // Operation i of the stream, applied to the store (when s != null) and to
 // the model.  Deterministic in (seed, i, model).  Returns false on an
@@ -113,16 +106,6 @@ bool RunOp(uint64_t seed, uint64_t i, Store* s, Model* m) {
     if (!RunOp(seed, i, opened->get(), &m)) _exit(3);
     acked->store(i + 1, std::memory_order_release);
   }
-}
-
-bool Matches(Store& s, const Model& m) {
-  auto it = s.NewIterator();
-  auto mi = m.begin();
-  for (it->SeekToFirst(); it->Valid(); it->Next(), ++mi) {
-    if (mi == m.end() || it->key() != mi->first) return false;
-    if (!(Val{it->is_fields(), std::string(it->value()), it->fields()} == mi->second)) return false;
-  }
-  return it->status().ok() && mi == m.end();
 }
 
 int Kills() {
@@ -206,13 +189,6 @@ TEST(KvCrashCheckTest, NegativeControlALostOrPartialWriteMatchesNoState) {
   ASSERT_TRUE(s->Put("zz-half", "x").ok());  // one key of a batch that wrote two
   EXPECT_FALSE(Matches(*s, m));
   EXPECT_FALSE(Matches(*s, next));
-}
-
-std::vector<std::string> PersistentEngines() {
-  std::vector<std::string> out;
-  for (const TreeFactory& f : Registry())
-    if (f.persistent() && !f.test_only() && f.create_bytes != nullptr) out.emplace_back(f.name);
-  return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllEngines, KvCrashTest, ::testing::ValuesIn(PersistentEngines()),

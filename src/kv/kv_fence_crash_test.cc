@@ -55,15 +55,8 @@ class ExitAtFenceBackend final : public PersistBackend {
   char* alias_;
 };
 
-struct Val {
-  bool is_fields = false;
-  std::string value;
-  FieldMap fields;
-  bool operator==(const Val& o) const {
-    return is_fields == o.is_fields && (is_fields ? fields == o.fields : value == o.value);
-  }
-};
-using Model = std::map<std::string, Val>;
+using Val = ModelValue;
+using Model = KvModel;
 
 // The workload: each operation applied to the store (when s != null) and
 // the model.
@@ -139,16 +132,6 @@ Model Initial() {
   m["d"] = {false, "old-d", {}};
   m["f"] = {true, {}, {{"f0", "zero"}, {"f1", "one"}, {"f2", "two"}}};
   return m;
-}
-
-bool Matches(Store& s, const Model& m) {
-  auto it = s.NewIterator();
-  auto mi = m.begin();
-  for (it->SeekToFirst(); it->Valid(); it->Next(), ++mi) {
-    if (mi == m.end() || it->key() != mi->first) return false;
-    if (!(Val{it->is_fields(), std::string(it->value()), it->fields()} == mi->second)) return false;
-  }
-  return it->status().ok() && mi == m.end();
 }
 
 // True when s equals `before` with any subset of the keys that differ in
@@ -257,14 +240,7 @@ TEST(KvFenceCrashCheckTest, NegativeControlRecoveryWithoutRedoShowsPartialCommit
   EXPECT_GT(bad, 0) << "a recovery that skips the redo of committed batches went unnoticed";
 }
 
-std::vector<std::string> Engines() {
-  std::vector<std::string> out;
-  for (const TreeFactory& f : Registry())
-    if (f.persistent() && !f.test_only() && f.create_bytes != nullptr) out.emplace_back(f.name);
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllEngines, KvFenceCrashTest, ::testing::ValuesIn(Engines()),
+INSTANTIATE_TEST_SUITE_P(AllEngines, KvFenceCrashTest, ::testing::ValuesIn(PersistentEngines()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

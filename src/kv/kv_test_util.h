@@ -11,6 +11,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +84,37 @@ inline std::string Key(int i) {
   char buf[32];
   snprintf(buf, sizeof(buf), "key%08d", i);
   return buf;
+}
+
+// The engines the kv suites run over: every persistent, non-test-only tree
+// with byte-string keys.
+inline std::vector<std::string> PersistentEngines() {
+  std::vector<std::string> out;
+  for (const TreeFactory& f : Registry())
+    if (f.persistent() && !f.test_only() && f.create_bytes != nullptr) out.emplace_back(f.name);
+  return out;
+}
+
+// The kv tests' model of one key: a plain value or a field map.
+struct ModelValue {
+  bool is_fields = false;
+  std::string value;
+  FieldMap fields;
+  bool operator==(const ModelValue& o) const {
+    return is_fields == o.is_fields && (is_fields ? fields == o.fields : value == o.value);
+  }
+};
+using KvModel = std::map<std::string, ModelValue, std::less<>>;
+
+// True when the store holds exactly the model's keys, kinds and values.
+inline bool Matches(Store& s, const KvModel& m) {
+  auto it = s.NewIterator();
+  auto mi = m.begin();
+  for (it->SeekToFirst(); it->Valid(); it->Next(), ++mi) {
+    if (mi == m.end() || it->key() != mi->first) return false;
+    if (!(ModelValue{it->is_fields(), std::string(it->value()), it->fields()} == mi->second)) return false;
+  }
+  return it->status().ok() && mi == m.end();
 }
 
 }  // namespace pmtree::kv

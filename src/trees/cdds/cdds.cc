@@ -38,6 +38,7 @@
 
 #include "trees/cdds/cdds.h"
 #include "trees/common/bulk_input.h"
+#include "trees/common/partition_point.h"
 #include "trees/common/upcast.h"
 
 #include <algorithm>
@@ -226,6 +227,19 @@ Status CddsTree<KP>::Commit(Op* op) {
   return Status::Ok();
 }
 
+// The end of a point write: a failed change `s` is rolled back (Abort), a
+// done one committed and followed by a step of garbage collection.
+template <KeyPolicy KP>
+Status CddsTree<KP>::CommitOrAbort(Op* op, Status s) {
+  if (!s.ok()) {
+    Abort(op);
+    return s;
+  }
+  PMTREE_RETURN_IF_ERROR(Commit(op));
+  MaybeGc();
+  return Status::Ok();
+}
+
 template <KeyPolicy KP>
 void CddsTree<KP>::FinishOp(Op* op) {
   FreeOwned(op->released);
@@ -263,14 +277,8 @@ void CddsTree<KP>::FindPath(Arg key, Path* path) const {
       path->push_back(PathStep{off, 0});
       return;
     }
-    uint32_t n = count(off), lo = 0, hi = n;
-    while (lo < hi) {
-      uint32_t mid = (lo + hi) / 2;
-      if (keys_.Compare(es[mid].key, key) < 0)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
+    uint32_t n = count(off);
+    const uint32_t lo = PartitionPoint(0, n, [&](uint32_t i) { return keys_.Compare(es[i].key, key) < 0; });
     int idx = -1;
     for (uint32_t i = lo; i < n && idx < 0; i++)
       if (Live(es[i])) idx = static_cast<int>(i);
@@ -285,14 +293,8 @@ void CddsTree<KP>::FindPath(Arg key, Path* path) const {
 template <KeyPolicy KP>
 int CddsTree<KP>::FindLeafEntry(uint64_t leaf, Arg key) const {
   const NodeEntry* es = entries(leaf);
-  uint32_t n = count(leaf), lo = 0, hi = n;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (keys_.Compare(es[mid].key, key) < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
+  uint32_t n = count(leaf);
+  const uint32_t lo = PartitionPoint(0, n, [&](uint32_t i) { return keys_.Compare(es[i].key, key) < 0; });
   for (uint32_t i = lo; i < n && keys_.Compare(es[i].key, key) == 0; i++)
     if (Live(es[i])) return static_cast<int>(i);
   return -1;
@@ -303,15 +305,7 @@ uint32_t CddsTree<KP>::InsertPos(uint64_t off, uint64_t key_slot) const {
   // After every entry with a smaller or equal key: a new entry has the
   // largest start version of its key (C3).
   const NodeEntry* es = entries(off);
-  uint32_t lo = 0, hi = count(off);
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (keys_.CompareSlots(es[mid].key, key_slot) <= 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return PartitionPoint(0, count(off), [&](uint32_t i) { return keys_.CompareSlots(es[i].key, key_slot) <= 0; });
 }
 
 template <KeyPolicy KP>
@@ -619,7 +613,7 @@ Status CddsTree<KP>::Rebalance(Op* op, const Path& path, size_t depth) {
 // Operations
 
 template <KeyPolicy KP>
-Status CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool allow_update, bool* existed) {
+Result<bool> CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool allow_update) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   std::lock_guard lock(write_mu_);
   PMTREE_RETURN_IF_ERROR(CheckUsable());
@@ -629,11 +623,11 @@ Status CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool all
   FindPath(key, &path);
   const uint64_t leaf = path.back().node;
   const int idx = FindLeafEntry(leaf, key);
-  *existed = idx >= 0;
-  if ((*existed && !allow_update) || (!*existed && !allow_insert)) return Status::Ok();
+  const bool existed = idx >= 0;
+  if ((existed && !allow_update) || (!existed && !allow_insert)) return existed;
   std::vector<std::pair<uint32_t, uint64_t>> ends;
   NodeEntry e{0, value, op.v, 0};
-  if (*existed) {
+  if (existed) {
     // Update as a versioned replace: the old entry ends at v and hands its
     // key blob to the new one (C6).
     e.key = entries(leaf)[idx].key;
@@ -645,34 +639,24 @@ Status CddsTree<KP>::Mutate(Arg key, uint64_t value, bool allow_insert, bool all
     e.key = *slot;
   }
   bool replaced = false;
-  Status s = ApplyChange(&op, path, path.size() - 1, ends, {e}, &replaced);
-  if (!s.ok()) {
-    Abort(&op);
-    return s;
-  }
-  PMTREE_RETURN_IF_ERROR(Commit(&op));
-  MaybeGc();
-  return Status::Ok();
+  PMTREE_RETURN_IF_ERROR(CommitOrAbort(&op, ApplyChange(&op, path, path.size() - 1, ends, {e}, &replaced)));
+  return existed;
 }
 
 template <KeyPolicy KP>
 Result<bool> CddsTree<KP>::Insert(Arg key, uint64_t value) {
-  bool existed = false;
-  PMTREE_RETURN_IF_ERROR(Mutate(key, value, true, false, &existed));
+  PMTREE_ASSIGN_OR_RETURN(bool existed, Mutate(key, value, true, false));
   return !existed;
 }
 
 template <KeyPolicy KP>
 Result<bool> CddsTree<KP>::Update(Arg key, uint64_t value) {
-  bool existed = false;
-  PMTREE_RETURN_IF_ERROR(Mutate(key, value, false, true, &existed));
-  return existed;
+  return Mutate(key, value, false, true);
 }
 
 template <KeyPolicy KP>
 Result<bool> CddsTree<KP>::Upsert(Arg key, uint64_t value) {
-  bool existed = false;
-  PMTREE_RETURN_IF_ERROR(Mutate(key, value, true, true, &existed));
+  PMTREE_ASSIGN_OR_RETURN(bool existed, Mutate(key, value, true, true));
   return !existed;
 }
 
@@ -688,16 +672,7 @@ Status CddsTree<KP>::RemoveKey(Arg key, bool* removed, bool rebalance) {
   if (!*removed) return Status::Ok();
   // Alg. 4 line 5: the entry keeps its key blob until GC reclaims it.
   SetEnd(&op, leaf, static_cast<uint32_t>(idx), op.v);
-  if (rebalance) {
-    Status s = Rebalance(&op, path, path.size() - 1);
-    if (!s.ok()) {
-      Abort(&op);
-      return s;
-    }
-  }
-  PMTREE_RETURN_IF_ERROR(Commit(&op));
-  MaybeGc();
-  return Status::Ok();
+  return CommitOrAbort(&op, rebalance ? Rebalance(&op, path, path.size() - 1) : Status::Ok());
 }
 
 template <KeyPolicy KP>

@@ -193,11 +193,13 @@ class CddsTree final : public BasicTree<typename KP::Arg> {
 
   // Writers.
   Status CheckUsable() const;
-  Status Mutate(Arg key, uint64_t value, bool allow_insert, bool allow_update, bool* existed);
+  // Returns whether the key was present before (whether or not it changed).
+  Result<bool> Mutate(Arg key, uint64_t value, bool allow_insert, bool allow_update);
   Status RemoveKey(Arg key, bool* removed, bool rebalance);
   void BeginOp(Op* op);
   Status Commit(Op* op);
   void Abort(Op* op);
+  Status CommitOrAbort(Op* op, Status s);
   void FinishOp(Op* op);
   void FindPath(Arg key, Path* path) const;
   int FindLeafEntry(uint64_t leaf, Arg key) const;

@@ -11,6 +11,7 @@
 
 #include "trees/cdds/cdds.h"
 #include "trees/cdds/cdds_internal.h"
+#include "trees/common/partition_point.h"
 
 namespace pmtree {
 
@@ -144,15 +145,7 @@ namespace {
 // First entry of c whose key is >= key (binary search, lines 11-17).
 template <KeyPolicy KP, class C, class A>
 uint32_t LowerBoundIn(const KP& keys, const C& c, A key) {
-  uint32_t lo = 0, hi = c.n;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (keys.Compare(c.e[mid].key, key) < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return PartitionPoint(0, c.n, [&](uint32_t i) { return keys.Compare(c.e[i].key, key) < 0; });
 }
 
 // The child an inner node copy routes `key` to at version v: the first entry

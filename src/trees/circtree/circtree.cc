@@ -48,6 +48,7 @@
 
 #include "trees/circtree/circtree.h"
 #include "trees/common/fair_split.h"
+#include "trees/common/partition_point.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -164,57 +165,39 @@ uint32_t CircTree<KP>::UpperBound(const Node* x, const Span& s, uint32_t from, C
       hi = wrap;
   }
   const Pair* seg = &x->pairs[Phys(s.b, lo)];  // [lo, hi) is contiguous from here
-  const uint32_t base = lo;
-  while (lo < hi) {
-    const uint32_t mid = (lo + hi) / 2;
-    if (cmp(Ld(&seg[mid - base].key)) <= 0)
-      lo = mid + 1;
-    else
-      hi = mid;
+  return PartitionPoint(lo, hi, [&](uint32_t i) { return cmp(Ld(&seg[i - lo].key)) <= 0; });
+}
+
+// The design hooks of FairTraversal (trees/common/fair_traversal.h).
+template <KeyPolicy KP>
+uint64_t CircTree<KP>::ReadLeaf(const Node* x, std::vector<ScanItem>* items) const {
+  items->clear();
+  const Span s = LoadSpan(x);
+  for (uint32_t i = 0; i < s.n; i++) {
+    const Pair* p = At(x, s, i);
+    items->push_back({Ld(&p->key), Ld(&p->value)});
   }
-  return lo;
+  return Ld(&x->hdr.sibling);
 }
 
 template <KeyPolicy KP>
 template <class Cmp>
-bool CircTree<KP>::MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const {
-  // §5.4: a key at or above the sibling's low key belongs to the sibling,
-  // even before the parent knows it.
-  const uint64_t sib = Ld(&x->hdr.sibling);
-  if (sib == 0) return false;
-  if (cmp(Ld(&N(sib)->hdr.low_key)) > 0) return false;
-  *sibling = sib;
+uint64_t CircTree<KP>::ChildOf(const Node* x, Cmp& cmp) const {
+  const Span s = LoadSpan(x);
+  const uint32_t ub = UpperBound(x, s, 1, cmp);
+  return Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->value);
+}
+
+template <KeyPolicy KP>
+template <class Cmp>
+bool CircTree<KP>::FindInLeaf(const Node* x, Cmp& cmp, uint64_t* value) const {
+  const Span s = LoadSpan(x);
+  const uint32_t ub = UpperBound(x, s, 0, cmp);
+  if (ub == 0) return false;
+  const Pair* p = At(x, s, static_cast<int64_t>(ub) - 1);
+  if (cmp(Ld(&p->key)) != 0) return false;
+  *value = Ld(&p->value);
   return true;
-}
-
-template <KeyPolicy KP>
-template <class Cmp>
-uint64_t CircTree<KP>::DescendTo(uint32_t level, Cmp&& cmp) {
-  uint64_t off = Ld(&meta_->root);
-  for (;;) {
-    const Node* x = N(off);
-    if (Ld32(&x->hdr.level) <= level) return off;
-    off = locks_.For(off).ReadStable([&] {
-      uint64_t sib;
-      if (MoveRight(x, cmp, &sib)) return sib;
-      const Span s = LoadSpan(x);
-      const uint32_t ub = UpperBound(x, s, 1, cmp);
-      return Ld(&At(x, s, static_cast<int64_t>(ub) - 1)->value);
-    });
-  }
-}
-
-template <KeyPolicy KP>
-template <class Cmp>
-uint64_t CircTree<KP>::LockAt(uint64_t off, Cmp&& cmp) {
-  Lock(off);
-  uint64_t sib;
-  while (MoveRight(N(off), cmp, &sib)) {
-    Unlock(off);
-    off = sib;
-    Lock(off);
-  }
-  return off;
 }
 
 // ---------------------------------------------------------------------------
@@ -226,46 +209,13 @@ bool CircTree<KP>::Lookup(K key, uint64_t* value) {
   if (!KP::CheckArg(key).ok()) return false;
   if constexpr (KP::kInline) {
     if (key == 0) {
-      struct Z {
-        bool present;
-        uint64_t value;
-      };
-      Z z = zero_lock_.ReadStable([&] { return Z{Ld(&meta_->zero_present) == 1, Ld(&meta_->zero_value)}; });
+      const ZeroKey z = ReadZero();
       if (z.present && value != nullptr) *value = z.value;
       return z.present;
     }
   }
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, key); };
-  uint64_t off = DescendTo(0, cmp);
-  for (;;) {
-    const Node* x = N(off);
-    struct R {
-      uint64_t next = 0;
-      bool found = false;
-      uint64_t value = 0;
-    };
-    R r = locks_.For(off).ReadStable([&] {
-      R out;
-      if (MoveRight(x, cmp, &out.next)) return out;
-      const Span s = LoadSpan(x);
-      const uint32_t ub = UpperBound(x, s, 0, cmp);
-      if (ub > 0) {
-        const Pair* p = At(x, s, static_cast<int64_t>(ub) - 1);
-        if (cmp(Ld(&p->key)) == 0) {
-          out.found = true;
-          out.value = Ld(&p->value);
-        }
-      }
-      return out;
-    });
-    if (r.next != 0) {
-      off = r.next;
-      continue;
-    }
-    if (r.found && value != nullptr) *value = r.value;
-    return r.found;
-  }
+  return FindInLeaves([&](uint64_t slot) { return SafeCompare(slot, key); }, value);
 }
 
 // Key 0 of a 64-bit tree lives in the meta block (layout.h): present flag
@@ -330,24 +280,7 @@ Result<bool> CircTree<KP>::Put(K key, uint64_t value, PutMode mode) {
     Unlock(off);
     return Status::InvalidArgument("circtree-paper: the value 0 is the paper's NULL");
   }
-  auto slot = keys_.MakeSlot(key);
-  if (!slot.ok()) {
-    Unlock(off);
-    return slot.status();
-  }
-  if (s.n < cap_) {
-    InsertAt(off, ub, *slot, value);
-    Unlock(off);
-    return true;
-  }
-  Status st = SplitInsert(off, ub, *slot, value);
-  if (!st.ok()) {
-    // SplitInsert fails only before it changed anything, except when a test
-    // hook stopped it (then the state is left exactly as it is).
-    if (st.code() != Status::Code::kInternal) keys_.Release(*slot);
-    return st;
-  }
-  return true;
+  return InsertNewKey(off, ub, s.n, key, value);
 }
 
 template <KeyPolicy KP>
@@ -448,26 +381,12 @@ void CircTree<KP>::RemoveAt(uint64_t off, uint32_t pos, LineWriter& w) {
 
 template <KeyPolicy KP>
 Status CircTree<KP>::EnsureSpares(size_t want) {
-  std::lock_guard<std::mutex> g(spare_mu_);
-  while (spares_.size() < want) {
-    auto r = pool_->allocator().Allocate(NodeBytes(node_size_), kLine);
-    if (!r.ok()) return r.status();
-    spares_.push_back(*r);
-  }
-  return Status::Ok();
+  return spares_.Ensure(pool_->allocator(), want, NodeBytes(node_size_), kLine);
 }
 
 template <KeyPolicy KP>
 Result<uint64_t> CircTree<KP>::TakeSpare() {
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    if (!spares_.empty()) {
-      const uint64_t off = spares_.back();
-      spares_.pop_back();
-      return off;
-    }
-  }
-  return pool_->allocator().Allocate(NodeBytes(node_size_), kLine);
+  return spares_.Take(pool_->allocator(), NodeBytes(node_size_), kLine);
 }
 
 template <KeyPolicy KP>
@@ -609,23 +528,6 @@ void CircTree<KP>::CollapseRoot(uint64_t child) {
   // root, now retired, can be reused).
   pool_->Persist(&meta_->root, sizeof(uint64_t));
   root_collapses_.fetch_add(1, std::memory_order_relaxed);
-}
-
-template <KeyPolicy KP>
-Status CircTree<KP>::CompleteRootSplit() {
-  uint64_t root;
-  for (;;) {
-    root = Ld(&meta_->root);
-    Lock(root);
-    if (Ld(&meta_->root) == root) break;
-    Unlock(root);
-  }
-  std::lock_guard<std::mutex> g(root_mu_);
-  const uint64_t sib = Ld(&N(root)->hdr.sibling);
-  Status s;
-  if (sib != 0) s = InstallRoot(root, Ld(&N(sib)->hdr.low_key), sib);
-  Unlock(root);
-  return s;
 }
 
 template <KeyPolicy KP>
@@ -865,11 +767,7 @@ size_t CircTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
   size_t got = 0;
   if constexpr (KP::kInline) {
     if (start == 0) {
-      struct Z {
-        bool present;
-        uint64_t value;
-      };
-      Z z = zero_lock_.ReadStable([&] { return Z{Ld(&meta_->zero_present) == 1, Ld(&meta_->zero_value)}; });
+      const ZeroKey z = ReadZero();
       if (z.present) {
         out[got++] = Entry(0, z.value);
         if (got == out.size()) return got;
@@ -877,35 +775,7 @@ size_t CircTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
     }
   }
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return SafeCompare(slot, start); };
-  uint64_t off = DescendTo(0, cmp);
-  bool have_last = false;
-  uint64_t last = 0;
-  std::vector<Pair> tmp;
-  tmp.reserve(cap_);
-  while (off != 0 && got < out.size()) {
-    const Node* x = N(off);
-    const uint64_t next = locks_.For(off).ReadStable([&] {
-      tmp.clear();
-      const Span s = LoadSpan(x);
-      for (uint32_t i = 0; i < s.n; i++) {
-        const Pair* p = At(x, s, i);
-        tmp.push_back({Ld(&p->key), Ld(&p->value)});
-      }
-      return Ld(&x->hdr.sibling);
-    });
-    for (const Pair& r : tmp) {
-      if (keys_.Compare(r.key, start) < 0) continue;
-      if (have_last && keys_.CompareSlots(r.key, last) <= 0) continue;
-      if (end != nullptr && keys_.Compare(r.key, *end) > 0) return got;
-      out[got++] = Entry(keys_.Load(r.key), r.value);
-      have_last = true;
-      last = r.key;
-      if (got == out.size()) return got;
-    }
-    off = next;
-  }
-  return got;
+  return ScanLeaves([&](uint64_t slot) { return SafeCompare(slot, start); }, start, end, out, got);
 }
 
 // ---------------------------------------------------------------------------
@@ -994,13 +864,9 @@ Result<std::unique_ptr<CircTree<KP>>> CircTree<KP>::Recover(PoolImpl* pool, cons
 template <KeyPolicy KP>
 Status CircTree<KP>::Close() {
   if (closed_) return Status::Busy("circtree: already closed");
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    // Reserved nodes are unreachable; return them so the saved allocator
-    // state (instant restart) holds no leak.
-    for (uint64_t off : spares_) pool_->allocator().Free(off, NodeBytes(node_size_));
-    spares_.clear();
-  }
+  // Reserved nodes are unreachable; return them so the saved allocator
+  // state (instant restart) holds no leak.
+  spares_.FreeAll(pool_->allocator(), NodeBytes(node_size_));
   closed_ = true;
   // Pool::Close lowers the crash flag (the pool's clean-shutdown flag) last.
   return pool_->Close();

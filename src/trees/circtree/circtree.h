@@ -50,7 +50,9 @@
 #include "pm/pool_impl.h"
 #include "pmtree/tree.h"
 #include "trees/circtree/layout.h"
+#include "trees/common/fair_traversal.h"
 #include "trees/common/keys.h"
+#include "trees/common/spare_nodes.h"
 #include "trees/common/version_lock.h"
 
 namespace pmtree::circtree {
@@ -91,7 +93,7 @@ struct RecoveryReport {
 };
 
 template <KeyPolicy KP>
-class CircTree final : public BasicTree<typename KP::Arg> {
+class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTree<KP>, Node> {
  public:
   using Base = BasicTree<typename KP::Arg>;
   using K = typename KP::Arg;
@@ -181,21 +183,36 @@ class CircTree final : public BasicTree<typename KP::Arg> {
   // slot's key is <, ==, > the target.
   template <class Cmp>
   uint32_t UpperBound(const Node* x, const Span& s, uint32_t from, Cmp&& cmp) const;
+  // The B-link steps of §5.4's move-right rule come from FairTraversal
+  // (trees/common/fair_traversal.h) over the three hooks below.
+  friend class FairTraversal<CircTree, Node>;
+  using Fair = FairTraversal<CircTree, Node>;
+  using Fair::CompleteRootSplit, Fair::DescendTo, Fair::FindInLeaves, Fair::InsertNewKey, Fair::LockAt, Fair::MoveRight,
+      Fair::ScanLeaves;
   template <class Cmp>
-  bool MoveRight(const Node* x, Cmp&& cmp, uint64_t* sibling) const;
+  uint64_t ChildOf(const Node* x, Cmp& cmp) const;
   template <class Cmp>
-  uint64_t DescendTo(uint32_t level, Cmp&& cmp);
-  template <class Cmp>
-  uint64_t LockAt(uint64_t off, Cmp&& cmp);
+  bool FindInLeaf(const Node* x, Cmp& cmp, uint64_t* value) const;
+  using typename Fair::ScanItem;
+  uint64_t ReadLeaf(const Node* x, std::vector<ScanItem>* items) const;
   void Lock(uint64_t off) { locks_.For(off).lock(); }
   void Unlock(uint64_t off) { locks_.For(off).unlock(); }
 
   Result<bool> Put(K key, uint64_t value, PutMode mode);
+  // Key 0 of a 64-bit tree (in the meta block), read under zero_lock_.
+  struct ZeroKey {
+    bool present;
+    uint64_t value;
+  };
+  ZeroKey ReadZero() const {
+    return zero_lock_.ReadStable([&] { return ZeroKey{Ld(&meta_->zero_present) == 1, Ld(&meta_->zero_value)}; });
+  }
   Result<bool> PutZero(uint64_t value, PutMode mode);
   Result<bool> RemoveZero();
   // Algorithm 1: inserts (slot, value) at logical position pos of the locked
   // node with room, shifting toward the nearer end.
   void InsertAt(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
+  void InsertInPlace(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) { InsertAt(off, pos, slot, value); }
   // §5.3: removes logical position pos of the locked node.  With `w`, its
   // stores continue the caller's line-ordered stores (a merge's unlink and
   // separator, persisted before the parent's first shift store).
@@ -252,7 +269,6 @@ class CircTree final : public BasicTree<typename KP::Arg> {
   Status InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib);
   // Root collapse (merge step M7, recovery case 9): meta.root = child.
   void CollapseRoot(uint64_t child);
-  Status CompleteRootSplit();
   Status EnsureSpares(size_t n);
   Result<uint64_t> TakeSpare();
   // Writes a fresh zeroed node image at `off` holding `pairs` from base 0.
@@ -288,8 +304,7 @@ class CircTree final : public BasicTree<typename KP::Arg> {
   VersionLock zero_lock_;  // key 0 of a 64-bit tree (meta block)
   std::mutex root_mu_;
   std::mutex merge_mu_;  // one merge at a time (it holds several stripes)
-  mutable std::mutex spare_mu_;
-  std::vector<uint64_t> spares_;  // allocated, unlinked nodes reserved for splits
+  SpareNodes spares_;  // allocated, unlinked nodes reserved for splits
   // Design counters (Stats().extra; the crash explorer derives pre-states
   // from their first change).
   std::atomic<uint64_t> left_shifts_{0}, right_shifts_{0}, pairs_shifted_{0}, wraps_{0};

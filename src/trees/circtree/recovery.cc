@@ -44,6 +44,7 @@
 
 #include "trees/circtree/circtree.h"
 #include "trees/common/space_check.h"
+#include "trees/common/upcast.h"
 
 namespace pmtree::circtree {
 
@@ -555,22 +556,13 @@ Status CircTree<KP>::Verify() {
         return NodeError(off, "C8", "low key differs from the leftmost child's low key");
     }
     if (L > 0) {
-      const auto& below = levels[L - 1];
-      for (size_t i = 0; i < std::max(below.size(), expect_children.size()); i++) {
-        if (i >= expect_children.size())
-          return NodeError(below[i], "C7", "no parent names this node (IN one child short)");
-        if (i >= below.size() || below[i] != expect_children[i])
-          return NodeError(expect_children[i], "C7",
-                           "child order of level " + std::to_string(L) + " differs from the sibling chain below");
-      }
+      PMTREE_RETURN_IF_ERROR(
+          CheckChildOrder(levels[L - 1], expect_children, L, "no parent names this node (IN one child short)",
+                          [&](uint64_t off, const std::string& what) { return NodeError(off, "C7", what); }));
     }
   }
-  uint64_t spare_bytes;
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    spare_bytes = spares_.size() * Allocator::RoundUp(NodeBytes(node_size_));
-  }
-  return CheckSpaceAccounted("circtree: invariant C10", bytes, spare_bytes, pool_->allocator().bytes_in_use());
+  return CheckSpaceAccounted("circtree: invariant C10", bytes, spares_.HeldBytes(NodeBytes(node_size_)),
+                             pool_->allocator().bytes_in_use());
 }
 
 template <KeyPolicy KP>
@@ -598,11 +590,8 @@ TreeStats CircTree<KP>::Stats() {
       }
     }
   }
-  {
-    // Spare nodes reserved for splits are allocated and held by the tree.
-    std::lock_guard<std::mutex> g(spare_mu_);
-    st.pm_bytes += spares_.size() * Allocator::RoundUp(NodeBytes(node_size_));
-  }
+  // Spare nodes reserved for splits are allocated and held by the tree.
+  st.pm_bytes += spares_.HeldBytes(NodeBytes(node_size_));
   st.leaf_fill = st.leaf_nodes ? static_cast<double>(st.entries) / (st.leaf_nodes * cap_) : 0;
   st.dram_bytes = 4096 * 64;  // the striped version locks
   auto d = [](uint64_t v) { return static_cast<double>(v); };
@@ -642,23 +631,14 @@ TreeStats CircTree<KP>::Stats() {
 // Registry entry points and instantiation
 // ---------------------------------------------------------------------------
 
-namespace {
-template <class K>
-using PolicyOf = std::conditional_t<std::is_same_v<K, uint64_t>, U64Keys, BytesKeys>;
-}  // namespace
-
 template <class K, bool Paper>
 Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& options) {
-  auto r = CircTree<PolicyOf<K>>::Create(pool, options, Paper);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BasicTree<K>>(std::move(r).value());
+  return UpcastTree<BasicTree<K>>(CircTree<KeyPolicyFor<K>>::Create(pool, options, Paper));
 }
 
 template <class K, bool Paper>
 Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
-  auto r = CircTree<PolicyOf<K>>::Recover(pool, options, Paper);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BasicTree<K>>(std::move(r).value());
+  return UpcastTree<BasicTree<K>>(CircTree<KeyPolicyFor<K>>::Recover(pool, options, Paper));
 }
 
 // Members defined in this file; circtree.cc instantiates the class itself.

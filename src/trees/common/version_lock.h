@@ -164,6 +164,29 @@ class VersionLock {
     }
   }
 
+  // The optimistic read every tree writes with a seqlock, as one loop: runs
+  // `read` until it completes without a writer overlapping it (V3) and
+  // returns the value inside its std::optional.  Unlike ReadStable, `read`
+  // may load the protected words relaxed (the version is re-read behind an
+  // acquire fence, ValidateFenced), and it may return std::nullopt when it
+  // saw a state no completed write section leaves (an empty node, a count
+  // past the capacity): the read backs off and starts again without
+  // validating.  The same rules as ReadStable: `read` must tolerate torn
+  // state and must have no side effects outside its return value.
+  template <class F>
+  auto ReadOptimistic(F&& read) const {
+    int spins = 0;
+    for (;;) {
+      uint64_t v = ReadBegin();
+      auto r = read();
+      if (!r.has_value()) {
+        CpuRelax(spins);
+        continue;
+      }
+      if (ValidateFenced(v)) return *std::move(r);
+    }
+  }
+
  private:
   std::atomic<uint64_t> v_{0};
 };

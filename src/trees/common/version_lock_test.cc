@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <set>
 #include <thread>
@@ -70,6 +71,47 @@ TEST(VersionLockTest, ConcurrentReadersNeverSeeATornPair) {
   }
   writer.join();
   EXPECT_EQ(torn, 0u);
+}
+
+TEST(VersionLockTest, ReadOptimisticRetriesAReadThatSawAnUnfinishedState) {
+  VersionLock l;
+  int calls = 0;
+  int r = l.ReadOptimistic([&]() -> std::optional<int> {
+    if (++calls < 3) return std::nullopt;
+    return 7;
+  });
+  EXPECT_EQ(r, 7);
+  EXPECT_EQ(calls, 3);
+}
+
+// As ConcurrentReadersNeverSeeATornPair, with relaxed loads, and a writer
+// that leaves a state readers must reject (count 0) inside its section: a
+// returned read is never torn and never the unfinished state.
+TEST(VersionLockTest, ReadOptimisticNeverReturnsATornOrUnfinishedRead) {
+  VersionLock l;
+  std::atomic<uint64_t> count{1}, a{1}, b{1};
+  constexpr uint64_t kWrites = 20000;
+  std::thread writer([&] {
+    for (uint64_t i = 2; i <= kWrites; i++) {
+      std::lock_guard<VersionLock> g(l);
+      count.store(0, std::memory_order_relaxed);
+      a.store(i, std::memory_order_relaxed);
+      b.store(i, std::memory_order_relaxed);
+      count.store(1, std::memory_order_relaxed);
+    }
+  });
+  uint64_t bad = 0, last = 0;
+  while (last < kWrites) {
+    auto [x, y] = l.ReadOptimistic([&]() -> std::optional<std::pair<uint64_t, uint64_t>> {
+      if (count.load(std::memory_order_relaxed) == 0) return std::nullopt;
+      return std::pair(a.load(std::memory_order_relaxed), b.load(std::memory_order_relaxed));
+    });
+    bad += x != y || x == 0;
+    EXPECT_GE(x, last);
+    last = x;
+  }
+  writer.join();
+  EXPECT_EQ(bad, 0u);
 }
 
 TEST(SpinLockTest, ConcurrentIncrementsUnderTheLockAreNotLost) {

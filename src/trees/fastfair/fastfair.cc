@@ -6,7 +6,9 @@
 
 #include "trees/common/bulk_input.h"
 #include "trees/common/fair_split.h"
+#include "trees/common/partition_point.h"
 #include "trees/common/space_check.h"
+#include "trees/common/upcast.h"
 #include "trees/fastfair/fastfair.h"
 
 #include <algorithm>
@@ -83,56 +85,36 @@ uint32_t FastFairTree<KP>::capabilities() const {
 template <KeyPolicy KP>
 template <class Cmp>
 uint32_t FastFairTree<KP>::UpperBound(const Node* n, uint32_t count, Cmp&& cmp) const {
-  uint32_t lo = 0, hi = std::min(count, cap_);
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (cmp(Ld(&n->records[mid].key)) <= 0)
-      lo = mid + 1;
-    else
-      hi = mid;
+  return PartitionPoint(0, std::min(count, cap_), [&](uint32_t i) { return cmp(Ld(&n->records[i].key)) <= 0; });
+}
+
+// The design hooks of FairTraversal (trees/common/fair_traversal.h).
+template <KeyPolicy KP>
+uint64_t FastFairTree<KP>::ReadLeaf(const Node* n, std::vector<ScanItem>* items) const {
+  items->clear();
+  const uint32_t count = std::min<uint32_t>(static_cast<uint32_t>(Ld(&n->hdr.count)), cap_);
+  for (uint32_t i = 0; i < count; i++) {
+    const uint64_t k = Ld(&n->records[i].key);
+    if (i + 1 < count && Ld(&n->records[i + 1].key) == k) continue;  // transient duplicate
+    items->push_back({k, Ld(&n->records[i].value)});
   }
-  return lo;
+  return Ld(&n->hdr.sibling);
 }
 
 template <KeyPolicy KP>
 template <class Cmp>
-bool FastFairTree<KP>::MoveRight(const Node* n, Cmp&& cmp, uint64_t* sibling) const {
-  // FAIR: a node's keys end below its sibling's low key; a key at or above it
-  // lives to the right even before the parent knows the sibling.
-  uint64_t sib = Ld(&n->hdr.sibling);
-  if (sib == 0) return false;
-  if (cmp(Ld(&N(sib)->hdr.low_key)) > 0) return false;
-  *sibling = sib;
+uint64_t FastFairTree<KP>::ChildOf(const Node* n, Cmp& cmp) const {
+  uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
+  return ub == 0 ? Ld(&n->hdr.leftmost) : Ld(&n->records[ub - 1].value);
+}
+
+template <KeyPolicy KP>
+template <class Cmp>
+bool FastFairTree<KP>::FindInLeaf(const Node* n, Cmp& cmp, uint64_t* value) const {
+  uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
+  if (ub == 0 || cmp(Ld(&n->records[ub - 1].key)) != 0) return false;
+  *value = Ld(&n->records[ub - 1].value);
   return true;
-}
-
-template <KeyPolicy KP>
-template <class Cmp>
-uint64_t FastFairTree<KP>::DescendTo(uint32_t level, Cmp&& cmp) {
-  uint64_t off = Ld(&meta_->root);
-  for (;;) {
-    const Node* n = N(off);
-    if (Ld32(&n->hdr.level) <= level) return off;
-    off = ReadStable(off, [&] {
-      uint64_t sib;
-      if (MoveRight(n, cmp, &sib)) return sib;
-      uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
-      return ub == 0 ? Ld(&n->hdr.leftmost) : Ld(&n->records[ub - 1].value);
-    });
-  }
-}
-
-template <KeyPolicy KP>
-template <class Cmp>
-uint64_t FastFairTree<KP>::LockAt(uint64_t off, Cmp&& cmp) {
-  Lock(off);
-  uint64_t sib;
-  while (MoveRight(N(off), cmp, &sib)) {
-    Unlock(off);
-    off = sib;
-    Lock(off);
-  }
-  return off;
 }
 
 // ---------------------------------------------------------------------------
@@ -143,44 +125,27 @@ template <KeyPolicy KP>
 bool FastFairTree<KP>::Lookup(K key, uint64_t* value) {
   if (!KP::CheckArg(key).ok()) return false;
   auto guard = pool_->epochs().Protect();
+  return FindInLeaves([&](uint64_t slot) { return keys_.Compare(slot, key); }, value);
+}
+
+template <KeyPolicy KP>
+typename FastFairTree<KP>::LockedLeaf FastFairTree<KP>::LockLeafOf(K key) {
   auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
-  uint64_t off = DescendTo(0, cmp);
-  for (;;) {
-    const Node* n = N(off);
-    struct R {
-      uint64_t next = 0;
-      bool found = false;
-      uint64_t value = 0;
-    };
-    R r = ReadStable(off, [&] {
-      R out;
-      if (MoveRight(n, cmp, &out.next)) return out;
-      uint32_t ub = UpperBound(n, static_cast<uint32_t>(Ld(&n->hdr.count)), cmp);
-      if (ub > 0 && cmp(Ld(&n->records[ub - 1].key)) == 0) {
-        out.found = true;
-        out.value = Ld(&n->records[ub - 1].value);
-      }
-      return out;
-    });
-    if (r.next != 0) {
-      off = r.next;
-      continue;
-    }
-    if (r.found && value != nullptr) *value = r.value;
-    return r.found;
-  }
+  LockedLeaf l;
+  l.off = LockAt(DescendTo(0, cmp), cmp);
+  l.n = N(l.off);
+  l.count = static_cast<uint32_t>(Ld(&l.n->hdr.count));
+  l.ub = UpperBound(l.n, l.count, cmp);
+  l.found = l.ub > 0 && cmp(Ld(&l.n->records[l.ub - 1].key)) == 0;
+  return l;
 }
 
 template <KeyPolicy KP>
 Result<bool> FastFairTree<KP>::Put(K key, uint64_t value, PutMode mode) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
-  uint64_t off = LockAt(DescendTo(0, cmp), cmp);
-  Node* n = N(off);
-  const uint32_t count = static_cast<uint32_t>(Ld(&n->hdr.count));
-  const uint32_t ub = UpperBound(n, count, cmp);
-  if (ub > 0 && cmp(Ld(&n->records[ub - 1].key)) == 0) {
+  const auto [off, n, count, ub, found] = LockLeafOf(key);
+  if (found) {
     if (mode == PutMode::kInsert) {
       Unlock(off);
       return false;
@@ -197,36 +162,15 @@ Result<bool> FastFairTree<KP>::Put(K key, uint64_t value, PutMode mode) {
     Unlock(off);
     return false;
   }
-  auto slot = keys_.MakeSlot(key);
-  if (!slot.ok()) {
-    Unlock(off);
-    return slot.status();
-  }
-  if (count < cap_) {
-    FastInsert(off, ub, *slot, value);
-    Unlock(off);
-    return true;
-  }
-  Status s = SplitInsert(off, ub, *slot, value);
-  if (!s.ok()) {
-    // SplitInsert fails only before it changed anything, except when a test
-    // hook stopped it (then the state is left exactly as it is).
-    if (s.code() != Status::Code::kInternal) keys_.Release(*slot);
-    return s;
-  }
-  return true;
+  return InsertNewKey(off, ub, count, key, value);
 }
 
 template <KeyPolicy KP>
 Result<bool> FastFairTree<KP>::Remove(K key) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, key); };
-  uint64_t off = LockAt(DescendTo(0, cmp), cmp);
-  Node* n = N(off);
-  const uint32_t count = static_cast<uint32_t>(Ld(&n->hdr.count));
-  const uint32_t ub = UpperBound(n, count, cmp);
-  if (ub == 0 || cmp(Ld(&n->records[ub - 1].key)) != 0) {
+  const auto [off, n, count, ub, found] = LockLeafOf(key);
+  if (!found) {
     Unlock(off);
     return false;
   }
@@ -367,26 +311,12 @@ void FastFairTree<KP>::FastRemove(uint64_t off, uint32_t pos, bool original_flus
 
 template <KeyPolicy KP>
 Status FastFairTree<KP>::EnsureSpares(size_t want) {
-  std::lock_guard<std::mutex> g(spare_mu_);
-  while (spares_.size() < want) {
-    auto r = pool_->allocator().Allocate(node_size_, kLine);
-    if (!r.ok()) return r.status();
-    spares_.push_back(*r);
-  }
-  return Status::Ok();
+  return spares_.Ensure(pool_->allocator(), want, node_size_, kLine);
 }
 
 template <KeyPolicy KP>
 Result<uint64_t> FastFairTree<KP>::TakeSpare() {
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    if (!spares_.empty()) {
-      uint64_t off = spares_.back();
-      spares_.pop_back();
-      return off;
-    }
-  }
-  return pool_->allocator().Allocate(node_size_, kLine);
+  return spares_.Take(pool_->allocator(), node_size_, kLine);
 }
 
 // Writes a new node image (not yet reachable) and persists it.
@@ -538,25 +468,6 @@ Status FastFairTree<KP>::InstallRoot(uint64_t old_root, uint64_t low, uint64_t s
   return Status::Ok();
 }
 
-// Completes a root split left unfinished (a root with a sibling): by a crash
-// between truncation and the root switch, or by running out of space there.
-template <KeyPolicy KP>
-Status FastFairTree<KP>::CompleteRootSplit() {
-  uint64_t root;
-  for (;;) {
-    root = Ld(&meta_->root);
-    Lock(root);
-    if (Ld(&meta_->root) == root) break;
-    Unlock(root);
-  }
-  std::lock_guard<std::mutex> g(root_mu_);
-  const uint64_t sib = Ld(&N(root)->hdr.sibling);
-  Status s;
-  if (sib != 0) s = InstallRoot(root, Ld(&N(sib)->hdr.low_key), sib);
-  Unlock(root);
-  return s;
-}
-
 template <KeyPolicy KP>
 Status FastFairTree<KP>::InsertSeparator(uint32_t level, uint64_t slot, uint64_t child) {
   auto cmp = [&](uint64_t s) { return keys_.CompareSlots(s, slot); };
@@ -593,39 +504,7 @@ size_t FastFairTree<KP>::Scan(K start, const K* end, std::span<Entry> out) {
   // (contract in pmtree/tree.h), so no CheckArg here.
   if (out.empty()) return 0;
   auto guard = pool_->epochs().Protect();
-  auto cmp = [&](uint64_t slot) { return keys_.Compare(slot, start); };
-  uint64_t off = DescendTo(0, cmp);
-  size_t got = 0;
-  bool have_last = false;
-  uint64_t last = 0;
-  std::vector<Record> tmp;
-  tmp.reserve(cap_);
-  while (off != 0 && got < out.size()) {
-    const Node* n = N(off);
-    uint64_t next = ReadStable(off, [&] {
-      tmp.clear();
-      const uint32_t count = std::min<uint32_t>(static_cast<uint32_t>(Ld(&n->hdr.count)), cap_);
-      for (uint32_t i = 0; i < count; i++) {
-        const uint64_t k = Ld(&n->records[i].key);
-        if (i + 1 < count && Ld(&n->records[i + 1].key) == k) continue;  // transient duplicate
-        tmp.push_back({k, Ld(&n->records[i].value)});
-      }
-      return Ld(&n->hdr.sibling);
-    });
-    for (const Record& r : tmp) {
-      if (keys_.Compare(r.key, start) < 0) continue;
-      // A split in progress leaves copies in the old node that the sibling
-      // also holds; keys are returned once, in ascending order.
-      if (have_last && keys_.CompareSlots(r.key, last) <= 0) continue;
-      if (end != nullptr && keys_.Compare(r.key, *end) > 0) return got;
-      out[got++] = Entry(keys_.Load(r.key), r.value);
-      have_last = true;
-      last = r.key;
-      if (got == out.size()) return got;
-    }
-    off = next;
-  }
-  return got;
+  return ScanLeaves([&](uint64_t slot) { return keys_.Compare(slot, start); }, start, end, out, 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -1068,14 +947,9 @@ Status FastFairTree<KP>::Verify() {
       }
     }
     if (L > 0) {
-      const auto& below = levels[L - 1];
-      for (size_t i = 0; i < std::max(below.size(), expect_children.size()); i++) {
-        if (i >= expect_children.size())
-          return NodeError(below[i], 7, "no parent record names this node (split not linked in its parent)");
-        if (i >= below.size() || below[i] != expect_children[i])
-          return NodeError(expect_children[i], 7,
-                           "child order of level " + std::to_string(L) + " differs from the sibling chain below");
-      }
+      PMTREE_RETURN_IF_ERROR(CheckChildOrder(
+          levels[L - 1], expect_children, L, "no parent record names this node (split not linked in its parent)",
+          [&](uint64_t off, const std::string& what) { return NodeError(off, 7, what); }));
       for (uint64_t off : levels[L]) {
         const Node* n = N(off);
         for (uint32_t i = 0; i < n->hdr.count; i++)
@@ -1086,12 +960,8 @@ Status FastFairTree<KP>::Verify() {
       }
     }
   }
-  uint64_t spare_bytes;
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    spare_bytes = spares_.size() * Allocator::RoundUp(node_size_);
-  }
-  return CheckSpaceAccounted("fastfair: invariant 10", bytes, spare_bytes, pool_->allocator().bytes_in_use());
+  return CheckSpaceAccounted("fastfair: invariant 10", bytes, spares_.HeldBytes(node_size_),
+                             pool_->allocator().bytes_in_use());
 }
 
 template <KeyPolicy KP>
@@ -1117,12 +987,9 @@ TreeStats FastFairTree<KP>::Stats() {
       }
     }
   }
-  {
-    // Spare nodes reserved for splits are allocated and held by the tree, so
-    // they count as its PM bytes (the allocator sees them in use).
-    std::lock_guard<std::mutex> g(spare_mu_);
-    st.pm_bytes += spares_.size() * Allocator::RoundUp(node_size_);
-  }
+  // Spare nodes reserved for splits are allocated and held by the tree, so
+  // they count as its PM bytes (the allocator sees them in use).
+  st.pm_bytes += spares_.HeldBytes(node_size_);
   st.leaf_fill = st.leaf_nodes ? static_cast<double>(st.entries) / (st.leaf_nodes * cap_) : 0;
   st.dram_bytes = locks_.DramBytes();
   st.extra = {
@@ -1141,13 +1008,9 @@ TreeStats FastFairTree<KP>::Stats() {
 template <KeyPolicy KP>
 Status FastFairTree<KP>::Close() {
   if (closed_) return Status::Busy("fastfair: already closed");
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    // Reserved nodes are unreachable; return them so the saved allocator
-    // state holds no leak.
-    for (uint64_t off : spares_) pool_->allocator().Free(off, node_size_);
-    spares_.clear();
-  }
+  // Reserved nodes are unreachable; return them so the saved allocator
+  // state holds no leak.
+  spares_.FreeAll(pool_->allocator(), node_size_);
   closed_ = true;
   return pool_->Close();
 }
@@ -1155,11 +1018,6 @@ Status FastFairTree<KP>::Close() {
 // ---------------------------------------------------------------------------
 // Registry entry points
 // ---------------------------------------------------------------------------
-
-namespace {
-template <class K>
-using PolicyOf = std::conditional_t<std::is_same_v<K, uint64_t>, U64Keys, BytesKeys>;
-}  // namespace
 
 Status Flaws::Parse(std::string_view text, Flaws* out) {
   *out = Flaws{};
@@ -1199,16 +1057,12 @@ Result<std::unique_ptr<BasicTree<K>>> Create(PoolImpl* pool, const TreeOptions& 
     return Status::InvalidArgument(Orig ? "fastfair-orig: unknown option '" + key + "'; valid: flaws"
                                         : "fastfair: unknown option '" + key + "'; fastfair accepts no extra options");
   }
-  auto r = FastFairTree<PolicyOf<K>>::Create(pool, options, flaws);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BasicTree<K>>(std::move(r).value());
+  return UpcastTree<BasicTree<K>>(FastFairTree<KeyPolicyFor<K>>::Create(pool, options, flaws));
 }
 
 template <class K, bool Orig>
 Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions& options) {
-  auto r = FastFairTree<PolicyOf<K>>::Recover(pool, options, Orig);
-  if (!r.ok()) return r.status();
-  return std::unique_ptr<BasicTree<K>>(std::move(r).value());
+  return UpcastTree<BasicTree<K>>(FastFairTree<KeyPolicyFor<K>>::Recover(pool, options, Orig));
 }
 
 template class FastFairTree<U64Keys>;

@@ -46,7 +46,9 @@
 
 #include "pm/pool_impl.h"
 #include "pmtree/tree.h"
+#include "trees/common/fair_traversal.h"
 #include "trees/common/keys.h"
+#include "trees/common/spare_nodes.h"
 #include "trees/common/version_lock.h"
 #include "trees/fastfair/layout.h"
 
@@ -97,7 +99,7 @@ struct RecoveryReport {
 };
 
 template <KeyPolicy KP>
-class FastFairTree final : public BasicTree<typename KP::Arg> {
+class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<FastFairTree<KP>, Node> {
  public:
   using Base = BasicTree<typename KP::Arg>;
   using K = typename KP::Arg;
@@ -158,10 +160,6 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
   // (Ld), which keeps the validating load after them.
   void Lock(uint64_t off) { locks_.For(off).lock(); }
   void Unlock(uint64_t off) { locks_.For(off).unlock(); }
-  template <class F>
-  auto ReadStable(uint64_t off, F&& f) {
-    return locks_.For(off).ReadStable(std::forward<F>(f));
-  }
 
   bool Stop(StopPoint p) { return stop_hook_ && stop_hook_(p); }
   Status Stopped() { return Status::Internal("fastfair: operation stopped by the test hook"); }
@@ -170,17 +168,33 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
   // cmp(slot) is <0, 0, >0 as slot's key is <, ==, > the target.
   template <class Cmp>
   uint32_t UpperBound(const Node* n, uint32_t count, Cmp&& cmp) const;
-  // True when `key` (cmp's target) belongs to n's right sibling.
+  // The B-link steps of FAIR's rule come from FairTraversal
+  // (trees/common/fair_traversal.h) over the three hooks below.
+  friend class FairTraversal<FastFairTree, Node>;
+  using Fair = FairTraversal<FastFairTree, Node>;
+  using Fair::CompleteRootSplit, Fair::DescendTo, Fair::FindInLeaves, Fair::InsertNewKey, Fair::LockAt, Fair::MoveRight,
+      Fair::ScanLeaves;
   template <class Cmp>
-  bool MoveRight(const Node* n, Cmp&& cmp, uint64_t* sibling) const;
+  uint64_t ChildOf(const Node* n, Cmp& cmp) const;
   template <class Cmp>
-  uint64_t DescendTo(uint32_t level, Cmp&& cmp);
-  template <class Cmp>
-  uint64_t LockAt(uint64_t off, Cmp&& cmp);
+  bool FindInLeaf(const Node* n, Cmp& cmp, uint64_t* value) const;
+  using typename Fair::ScanItem;
+  uint64_t ReadLeaf(const Node* n, std::vector<ScanItem>* items) const;
 
+  // The leaf that holds `key`, locked: its record count, the key's upper
+  // bound in it, and whether the record before that bound is the key.
+  struct LockedLeaf {
+    uint64_t off;
+    Node* n;
+    uint32_t count;
+    uint32_t ub;
+    bool found;
+  };
+  LockedLeaf LockLeafOf(K key);
   Result<bool> Put(K key, uint64_t value, PutMode mode);
   // FAST insert of (slot, value) at position pos of the locked node with room.
   void FastInsert(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value);
+  void InsertInPlace(uint64_t off, uint32_t pos, uint64_t slot, uint64_t value) { FastInsert(off, pos, slot, value); }
   // FAST delete of record pos of the locked node.
   void FastRemove(uint64_t off, uint32_t pos, bool original_flush);
   // FAIR split of the full locked node `off` plus insertion of (slot, value)
@@ -191,8 +205,6 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
   // Root split: persists a new root over old_root and its sibling, then
   // switches meta.root.  Needs old_root's lock and root_mu_.
   Status InstallRoot(uint64_t old_root, uint64_t low, uint64_t sib);
-  // Finishes a root split left unfinished (root with a sibling), if any.
-  Status CompleteRootSplit();
   Status EnsureSpares(size_t n);
   Result<uint64_t> TakeSpare();
 
@@ -214,8 +226,7 @@ class FastFairTree final : public BasicTree<typename KP::Arg> {
   Flaws flaws_;
   StripedVersionLocks<kStripes> locks_;
   std::mutex root_mu_;
-  mutable std::mutex spare_mu_;
-  std::vector<uint64_t> spares_;  // allocated, unlinked nodes reserved for splits
+  SpareNodes spares_;  // allocated, unlinked nodes reserved for splits
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> root_splits_{0};
   RecoveryReport report_;

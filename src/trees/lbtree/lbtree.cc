@@ -278,6 +278,19 @@ class LbTree final : public BasicTree<K> {
       return ChildIndex(n, *S::Ptr(sep));
     }
   }
+  // Adds (sep -> child) to write-locked inner node n, which has room: shifts
+  // the keys and children right of sep's position, then publishes the count.
+  void InsertIntoInner(Inner* n, uint64_t sep, uint64_t child) {
+    int count = static_cast<int>(n->count.load(std::memory_order_relaxed));
+    int pos = ChildIndexSep(n, sep);
+    for (int i = count; i > pos; i--) {
+      n->keys[i].store(n->keys[i - 1].load(std::memory_order_relaxed), std::memory_order_release);
+      n->child[i + 1].store(n->child[i].load(std::memory_order_relaxed), std::memory_order_release);
+    }
+    n->keys[pos].store(sep, std::memory_order_release);
+    n->child[pos + 1].store(child, std::memory_order_release);
+    n->count.store(count + 1, std::memory_order_relaxed);
+  }
 
   struct LeafRef {
     uint64_t leaf;
@@ -474,15 +487,7 @@ void LbTree<K>::SplitInner(Inner* node, Inner* parent) {
   right->count.store(rn, std::memory_order_relaxed);
   node->count.store(mid, std::memory_order_relaxed);
   if (parent != nullptr) {
-    int pn = static_cast<int>(parent->count.load(std::memory_order_relaxed));
-    int pos = ChildIndexSep(parent, midkey);
-    for (int i = pn; i > pos; i--) {
-      parent->keys[i].store(parent->keys[i - 1].load(std::memory_order_relaxed), std::memory_order_release);
-      parent->child[i + 1].store(parent->child[i].load(std::memory_order_relaxed), std::memory_order_release);
-    }
-    parent->keys[pos].store(midkey, std::memory_order_release);
-    parent->child[pos + 1].store(reinterpret_cast<uint64_t>(right), std::memory_order_release);
-    parent->count.store(pn + 1, std::memory_order_relaxed);
+    InsertIntoInner(parent, midkey, reinterpret_cast<uint64_t>(right));
   } else {
     Inner* nr = NewInner(node->level + 1);
     nr->keys[0].store(midkey, std::memory_order_release);
@@ -533,15 +538,7 @@ void LbTree<K>::InsertSeparator(uint64_t sep, uint64_t new_leaf) {
       }
       if (node->level == 1) {
         if (!TryLock(node, v)) break;
-        int n = static_cast<int>(node->count.load(std::memory_order_relaxed));
-        int pos = ChildIndexSep(node, sep);
-        for (int i = n; i > pos; i--) {
-          node->keys[i].store(node->keys[i - 1].load(std::memory_order_relaxed), std::memory_order_release);
-          node->child[i + 1].store(node->child[i].load(std::memory_order_relaxed), std::memory_order_release);
-        }
-        node->keys[pos].store(sep, std::memory_order_release);
-        node->child[pos + 1].store(new_leaf, std::memory_order_release);
-        node->count.store(n + 1, std::memory_order_relaxed);
+        InsertIntoInner(node, sep, new_leaf);
         Unlock(node);
         return;
       }

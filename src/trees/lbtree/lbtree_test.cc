@@ -450,18 +450,28 @@ void Fill(Tree& t, std::map<uint64_t, uint64_t>& model, std::mt19937_64& rng, in
   }
 }
 
+// Creates an lbtree at `path` and fills it with n operations (Fill); then
+// closes it, or with `crash` drops it unclosed after checking that leaves
+// were recorded while running (the hints recovery splits its work by).
+void CreateAndFill(const std::string& path, std::map<uint64_t, uint64_t>& model, std::mt19937_64& rng, int n,
+                   bool crash) {
+  auto h = CreateTree(Lb(), path, kPoolSize, {});
+  ASSERT_TRUE(h.ok());
+  ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, n));
+  if (crash) {
+    EXPECT_GT(Extra(h->tree->Stats(), "hint_records"), 0) << "leaves were recorded while running";
+  } else {
+    ASSERT_TRUE(h->tree->Close().ok());
+  }
+}
+
 TEST(LbTreeTest, CleanCloseRestartsInstantlyWithoutScanningLeaves) {
   uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
   PathGuard pg(TestPath("instant"));
   std::mt19937_64 rng(seed);
   std::map<uint64_t, uint64_t> model;
-  {
-    auto h = CreateTree(Lb(), pg.path, kPoolSize, {});
-    ASSERT_TRUE(h.ok());
-    ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 20000));
-    ASSERT_TRUE(h->tree->Close().ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateAndFill(pg.path, model, rng, 20000, false));
   for (int round = 0; round < 2; round++) {
     auto h = OpenTree(pg.path, &Lb(), {});
     ASSERT_TRUE(h.ok()) << h.status().ToString();
@@ -480,13 +490,7 @@ TEST(LbTreeTest, CrashRecoveryRebuildsInnerNodesInParallelOverLeafSegments) {
   PathGuard pg(TestPath("crash"));
   std::mt19937_64 rng(seed);
   std::map<uint64_t, uint64_t> model;
-  {
-    auto h = CreateTree(Lb(), pg.path, kPoolSize, {});
-    ASSERT_TRUE(h.ok());
-    ASSERT_NO_FATAL_FAILURE(Fill(*h->tree, model, rng, 30000));
-    EXPECT_GT(Extra(h->tree->Stats(), "hint_records"), 0) << "leaves were recorded while running";
-    // destroyed without Close(): a crash
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateAndFill(pg.path, model, rng, 30000, true));
   for (uint32_t threads : {1u, 2u, 4u}) {
     TreeOptions o;
     o.recovery_threads = threads;

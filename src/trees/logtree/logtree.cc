@@ -5,6 +5,7 @@
 // invariants numbered below.
 
 #include "trees/common/bulk_input.h"
+#include "trees/common/partition_point.h"
 #include "trees/common/upcast.h"
 #include "trees/logtree/logtree.h"
 
@@ -574,29 +575,13 @@ logtree::LogTreeCounts LogTree<KP>::counts() const {
 template <KeyPolicy KP>
 uint32_t LogTree<KP>::LowerBound(uint64_t off, Arg key) const {
   const NodeEntry* es = entries(off);
-  uint32_t lo = 0, hi = node(off)->count;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (keys_.Compare(es[mid].key, key) < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return PartitionPoint(0, node(off)->count, [&](uint32_t i) { return keys_.Compare(es[i].key, key) < 0; });
 }
 
 template <KeyPolicy KP>
 uint32_t LogTree<KP>::UpperBound(uint64_t off, Arg key) const {
   const NodeEntry* es = entries(off);
-  uint32_t lo = 0, hi = node(off)->count;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (keys_.Compare(es[mid].key, key) <= 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return PartitionPoint(0, node(off)->count, [&](uint32_t i) { return keys_.Compare(es[i].key, key) <= 0; });
 }
 
 template <KeyPolicy KP>

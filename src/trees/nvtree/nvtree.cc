@@ -6,6 +6,7 @@
 // profiling counters updated in Mutate/Lookup/Smo.
 
 #include "trees/common/bulk_input.h"
+#include "trees/common/partition_point.h"
 #include "trees/nvtree/nvtree.h"
 
 #include <algorithm>
@@ -98,8 +99,18 @@ struct PlnEntry {
   std::atomic<uint64_t> info{0};  // LeafInfo*
 };
 
+// Reads entry `e`'s words into `out` (a Found or a Neighbor), inside a read
+// under the PLN's sequence counter: `sep` with acquire (see above), the others
+// relaxed (VersionLock::ReadOptimistic validates behind a fence).
+template <class Out>
+void LoadEntry(const PlnEntry& e, Out* out) {
+  out->sep = e.sep.load(std::memory_order_acquire);
+  out->ln = e.ln.load(std::memory_order_relaxed);
+  out->info = reinterpret_cast<LeafInfo*>(e.info.load(std::memory_order_relaxed));
+}
+
 struct Pln {
-  std::atomic<uint64_t> version{0};  // sequence counter; odd while a writer holds the PLN
+  VersionLock version;  // sequence counter (version_lock.h, V1-V3); odd while a writer holds the PLN
   std::atomic<uint32_t> count{0};
   // Splits that passed the capacity check and have not yet added their entry.
   // Without it two splits of different LNs in one PLN could both see one free
@@ -143,18 +154,6 @@ struct Inner {
 };
 
 namespace {
-
-void PlnLock(Pln& p) {
-  int spins = 0;
-  for (;;) {
-    uint64_t v = p.version.load(std::memory_order_relaxed);
-    if ((v & 1) == 0 &&
-        p.version.compare_exchange_weak(v, v + 1, std::memory_order_acquire, std::memory_order_relaxed))
-      return;
-    CpuRelax(spins);
-  }
-}
-void PlnUnlock(Pln& p) { p.version.fetch_add(1, std::memory_order_release); }
 
 // Lays out PLN j with capacities[j] slots and counts[j] entries taken in
 // order from seps/lns/infos, then the IN levels above them (Algorithm 1's
@@ -532,45 +531,24 @@ typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
   for (size_t d = 0; d < in->level_first.size(); d++) {
     uint64_t node = in->level_first[d] + q;
     const uint64_t* keys = &in->in_key[node * in->in_keys];
-    uint32_t lo = 0, hi = in->in_count[node];
-    while (lo < hi) {
-      uint32_t mid = (lo + hi) / 2;
-      if (ge(keys[mid])) hi = mid;
-      else lo = mid + 1;
-    }
+    const uint32_t lo = PartitionPoint(0, in->in_count[node], [&](uint32_t i) { return !ge(keys[i]); });
     q = q * in->fanout + lo;  // Algorithm 1 line 6, relative to the next level
   }
-  Found f;
-  f.pln = q;
-  Pln& p = in->pln[q];
-  int spins = 0;
-  for (;;) {
-    uint64_t v = p.version.load(std::memory_order_acquire);
-    if (v & 1) {
-      CpuRelax(spins);
-      continue;
-    }
+  const Pln& p = in->pln[q];
+  Found f = p.version.ReadOptimistic([&]() -> std::optional<Found> {
     uint32_t c = p.count.load(std::memory_order_relaxed);
-    if (c == 0 || c > p.capacity) {
-      CpuRelax(spins);
-      continue;
-    }
-    uint32_t lo = 0, hi = c;
-    while (lo < hi) {
-      uint32_t mid = (lo + hi) / 2;
-      if (ge(in->entry[p.base + mid].sep.load(std::memory_order_acquire))) hi = mid;
-      else lo = mid + 1;
-    }
+    if (c == 0 || c > p.capacity) return std::nullopt;  // a writer is mid-way
+    uint32_t lo = PartitionPoint(0, c, [&](uint32_t i) {
+      return !ge(in->entry[p.base + i].sep.load(std::memory_order_acquire));
+    });
     if (lo == c) lo = c - 1;
-    const PlnEntry& e = in->entry[p.base + lo];
-    f.pos = lo;
-    f.count = c;
-    f.sep = e.sep.load(std::memory_order_acquire);
-    f.ln = e.ln.load(std::memory_order_relaxed);
-    f.info = reinterpret_cast<LeafInfo*>(e.info.load(std::memory_order_relaxed));
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (p.version.load(std::memory_order_relaxed) == v) break;
-  }
+    Found r;
+    r.pos = lo;
+    r.count = c;
+    LoadEntry(in->entry[p.base + lo], &r);
+    return r;
+  });
+  f.pln = q;
   f.last = f.pln + 1 == in->n_pln && f.pos + 1 == f.count;
   return f;
 }
@@ -589,66 +567,54 @@ typename NvTree<KP>::Found NvTree<KP>::FindAfter(Inner* in, uint64_t sep) const 
 template <KeyPolicy KP>
 bool NvTree<KP>::ReadEntry(Inner* in, uint64_t pln, int64_t pos, uint64_t* sep, uint64_t* ln,
                            LeafInfo** info) const {
-  Pln& p = in->pln[pln];
-  int spins = 0;
-  for (;;) {
-    uint64_t v = p.version.load(std::memory_order_acquire);
-    if (v & 1) {
-      CpuRelax(spins);
-      continue;
-    }
+  const Pln& p = in->pln[pln];
+  Neighbor e = p.version.ReadOptimistic([&]() -> std::optional<Neighbor> {
     uint32_t c = p.count.load(std::memory_order_relaxed);
     int64_t i = pos < 0 ? static_cast<int64_t>(c) - 1 : pos;
-    bool ok = i >= 0 && i < static_cast<int64_t>(c) && c <= p.capacity;
-    if (ok) {
-      const PlnEntry& e = in->entry[p.base + i];
-      *sep = e.sep.load(std::memory_order_acquire);
-      *ln = e.ln.load(std::memory_order_relaxed);
-      *info = reinterpret_cast<LeafInfo*>(e.info.load(std::memory_order_relaxed));
+    Neighbor r;  // has == false: absent
+    if (i >= 0 && i < static_cast<int64_t>(c) && c <= p.capacity) {
+      r.has = true;
+      LoadEntry(in->entry[p.base + i], &r);
     }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (p.version.load(std::memory_order_relaxed) == v) return ok;
+    return r;
+  });
+  if (e.has) {
+    *sep = e.sep;
+    *ln = e.ln;
+    *info = e.info;
   }
+  return e.has;
 }
 
 template <KeyPolicy KP>
 bool NvTree<KP>::Neighbors(Inner* in, uint64_t pln, uint64_t ln, Neighbor* left, Neighbor* right) const {
-  Pln& p = in->pln[pln];
-  int spins = 0;
-  bool found;
-  for (;;) {
-    *left = Neighbor();
-    *right = Neighbor();
-    found = false;
-    uint64_t v = p.version.load(std::memory_order_acquire);
-    if (v & 1) {
-      CpuRelax(spins);
-      continue;
-    }
-    uint32_t c = p.count.load(std::memory_order_relaxed);
+  const Pln& p = in->pln[pln];
+  struct Read {
+    bool found = false;
     uint32_t pos = 0;
+    Neighbor left, right;
+  };
+  Read r = p.version.ReadOptimistic([&]() -> std::optional<Read> {
+    Read x;
+    uint32_t c = p.count.load(std::memory_order_relaxed);
     if (c <= p.capacity) {
-      while (pos < c && in->entry[p.base + pos].ln.load(std::memory_order_relaxed) != ln) pos++;
-      found = pos < c;
+      while (x.pos < c && in->entry[p.base + x.pos].ln.load(std::memory_order_relaxed) != ln) x.pos++;
+      x.found = x.pos < c;
     }
-    auto read = [&](uint32_t k, Neighbor* nb) {
-      const PlnEntry& e = in->entry[p.base + k];
-      nb->has = true;
-      nb->sep = e.sep.load(std::memory_order_acquire);
-      nb->ln = e.ln.load(std::memory_order_relaxed);
-      nb->info = reinterpret_cast<LeafInfo*>(e.info.load(std::memory_order_relaxed));
-    };
-    if (found && pos > 0) read(pos - 1, left);
-    if (found && pos + 1 < c) read(pos + 1, right);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (p.version.load(std::memory_order_relaxed) != v) continue;
-    if (found && pos == 0 && pln > 0) {
-      // Entries never move between PLNs, so the previous PLN's last LN is left
-      // of `ln` whatever happens to it meanwhile.
-      left->has = ReadEntry(in, pln - 1, -1, &left->sep, &left->ln, &left->info);
-    }
-    return found;
+    x.left.has = x.found && x.pos > 0;
+    if (x.left.has) LoadEntry(in->entry[p.base + x.pos - 1], &x.left);
+    x.right.has = x.found && x.pos + 1 < c;
+    if (x.right.has) LoadEntry(in->entry[p.base + x.pos + 1], &x.right);
+    return x;
+  });
+  *left = r.left;
+  *right = r.right;
+  if (r.found && r.pos == 0 && pln > 0) {
+    // Entries never move between PLNs, so the previous PLN's last LN is left
+    // of `ln` whatever happens to it meanwhile.
+    left->has = ReadEntry(in, pln - 1, -1, &left->sep, &left->ln, &left->info);
   }
+  return r.found;
 }
 
 // ============================================================================
@@ -1278,7 +1244,7 @@ void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnRes
   const uint64_t rd = f.info->n_reads.load(std::memory_order_relaxed);
   n_writes_.fetch_add(s.need, std::memory_order_relaxed);
   Pln& p = in->pln[f.pln];
-  PlnLock(p);
+  p.version.lock();
   uint32_t c = p.count.load(std::memory_order_relaxed);
   uint32_t pos = 0;
   while (pos < c && in->entry[p.base + pos].ln.load(std::memory_order_relaxed) != f.ln) pos++;
@@ -1332,7 +1298,7 @@ void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnRes
     in->entry[p.base + pos].info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     replaces_.fetch_add(1, std::memory_order_relaxed);
   }
-  PlnUnlock(p);
+  p.version.unlock();
 }
 
 // Retires what a committed SMO unlinked (readers inside an epoch may still

@@ -22,32 +22,21 @@
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
+#include "trees/wotree/blink_frame_test.h"
 
 namespace pmtree::sortedtree {
 namespace {
 
 constexpr uint64_t kPoolSize = 256ull << 20;
 
+using blink_frame_test::Measure;
+using blink_frame_test::NodeSize;
 using testutil::Seed;
 
 const TreeFactory& Sorted() {
   const TreeFactory* f = FindTree("sortedtree");
   EXPECT_NE(f, nullptr);
   return *f;
-}
-
-TreeOptions NodeSize(uint32_t n) {
-  TreeOptions o;
-  o.node_size = n;
-  return o;
-}
-
-template <class F>
-PersistCounters Measure(F&& op) {
-  counters::BeginOperation();
-  const PersistCounters before = counters::Snapshot();
-  op();
-  return counters::Snapshot() - before;
 }
 
 // §2.3: an insert below every key shifts all records of the leaf and persists
@@ -110,34 +99,12 @@ TEST(SortedTreeTest, ConcurrentInsertsLookupsAndRemovesThenVerify) {
 TEST(SortedTreeCrashTest, SmallAndRandomWorkloadsHaveNoViolationsAtFourAndSixteenLines) {
   const uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  struct Case {
-    uint32_t size;
-    crash::Mode mode;
-    crash::Workload workload;
-    uint32_t depth;
-  };
-  for (Case c : {Case{256, crash::Mode::kAdr, crash::Workload::kSmall, 2},
-                 Case{1024, crash::Mode::kAdr, crash::Workload::kSmall, 1},
-                 Case{1024, crash::Mode::kEadr, crash::Workload::kSmall, 1},
-                 Case{256, crash::Mode::kAdr, crash::Workload::kRandom, 0}}) {
-    crash::ExploreOptions o;
-    o.mode = c.mode;
-    o.workload = c.workload;
-    o.depth = c.depth == 0 ? 1 : c.depth;
-    o.ops = 300;
-    o.seed = seed;
-    o.tree_options.node_size = c.size;
-    o.max_tickets = 5;
-    auto r = crash::Explore(Sorted(), o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    std::printf("sortedtree %u B %s %s: %llu crash points, %llu images, sites %llu/%llu, %llu violations\n", c.size,
-                std::string(crash::ModeName(c.mode)).c_str(), std::string(crash::WorkloadName(c.workload)).c_str(),
-                (unsigned long long)r->crash_points, (unsigned long long)r->images_checked,
-                (unsigned long long)r->sites_covered, (unsigned long long)r->sites_total,
-                (unsigned long long)r->violations);
-    for (const auto& tk : r->tickets) ADD_FAILURE() << tk.ToString();
-    EXPECT_EQ(r->violations, 0u);
-  }
+  blink_frame_test::ExpectNoCrashViolations(Sorted(),
+                                            {{256, crash::Mode::kAdr, crash::Workload::kSmall, 2},
+                                             {1024, crash::Mode::kAdr, crash::Workload::kSmall, 1},
+                                             {1024, crash::Mode::kEadr, crash::Workload::kSmall, 1},
+                                             {256, crash::Mode::kAdr, crash::Workload::kRandom, 1}},
+                                            seed, 300, [](const auto&, const auto&) {});
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "pmtree/counters.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
+#include "trees/wotree/blink_frame_test.h"
 #include "trees/wotree/layout.h"
 
 namespace pmtree::wotree {
@@ -34,18 +35,14 @@ namespace {
 
 constexpr uint64_t kPoolSize = 256ull << 20;
 
+using blink_frame_test::Measure;
+using blink_frame_test::NodeSize;
 using testutil::Seed;
 
 const TreeFactory& Wo(const char* name = "wotree") {
   const TreeFactory* f = FindTree(name);
   EXPECT_NE(f, nullptr);
   return *f;
-}
-
-TreeOptions NodeSize(uint32_t n) {
-  TreeOptions o;
-  o.node_size = n;
-  return o;
 }
 
 PoolOptions Counting() {
@@ -61,14 +58,6 @@ double Extra(const TreeStats& st, const std::string& name) {
     if (k == name) return v;
   ADD_FAILURE() << "no Stats().extra entry " << name;
   return -1;
-}
-
-template <class F>
-PersistCounters Measure(F&& op) {
-  counters::BeginOperation();
-  const PersistCounters before = counters::Snapshot();
-  op();
-  return counters::Snapshot() - before;
 }
 
 void ExpectModel(Tree& t, const std::map<uint64_t, uint64_t>& model) {
@@ -371,16 +360,6 @@ TEST(WoTreeTest, ConcurrentInsertsLookupsScansAndRemovesThenVerify) {
 
 // ---- crash exploration (src/crash, docs/crash_model.md) ------------------------------
 
-void PrintReport(const crash::ExploreReport& r) {
-  std::printf("%s %s %s: %llu crash points, %llu images, sites %llu/%llu, %llu violations, %.1f s\n",
-              r.tree.c_str(), std::string(crash::ModeName(r.mode)).c_str(),
-              std::string(crash::WorkloadName(r.workload)).c_str(), (unsigned long long)r.crash_points,
-              (unsigned long long)r.images_checked, (unsigned long long)r.sites_covered,
-              (unsigned long long)r.sites_total, (unsigned long long)r.violations, r.seconds);
-  for (const auto& s : r.sites)
-    if (!s.covered) std::printf("  uncovered: %s@%s\n", s.name.c_str(), s.kind.c_str());
-}
-
 // The default run's share of the exploration: every two-operation sequence
 // at 4 lines in ADR mode (every flush/fence site covered), one-operation
 // sequences at 16 lines in ADR and eADR, seeded random workloads at 4 and 16
@@ -389,34 +368,18 @@ void PrintReport(const crash::ExploreReport& r) {
 TEST(WoTreeCrashTest, SmallAndRandomWorkloadsHaveNoViolationsAtFourAndSixteenLines) {
   const uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  struct Case {
-    uint32_t size;
-    crash::Mode mode;
-    crash::Workload workload;
-    uint32_t depth;
-  };
-  for (Case c : {Case{256, crash::Mode::kAdr, crash::Workload::kSmall, 2},
-                 Case{1024, crash::Mode::kAdr, crash::Workload::kSmall, 1},
-                 Case{1024, crash::Mode::kEadr, crash::Workload::kSmall, 1},
-                 Case{256, crash::Mode::kAdr, crash::Workload::kRandom, 1},
-                 Case{1024, crash::Mode::kEadr, crash::Workload::kRandom, 1}}) {
-    crash::ExploreOptions o;
-    o.mode = c.mode;
-    o.workload = c.workload;
-    o.depth = c.depth;
-    o.ops = 400;
-    o.seed = seed;
-    o.tree_options.node_size = c.size;
-    o.max_tickets = 5;
-    auto r = crash::Explore(Wo(), o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    PrintReport(*r);
-    for (const auto& tk : r->tickets) ADD_FAILURE() << tk.ToString();
-    EXPECT_EQ(r->violations, 0u);
-    if (c.size == 256 && c.workload == crash::Workload::kSmall) {
-      EXPECT_EQ(r->sites_covered, r->sites_total) << "every reached flush/fence site covered";
-    }
-  }
+  blink_frame_test::ExpectNoCrashViolations(
+      Wo(),
+      {{256, crash::Mode::kAdr, crash::Workload::kSmall, 2},
+       {1024, crash::Mode::kAdr, crash::Workload::kSmall, 1},
+       {1024, crash::Mode::kEadr, crash::Workload::kSmall, 1},
+       {256, crash::Mode::kAdr, crash::Workload::kRandom, 1},
+       {1024, crash::Mode::kEadr, crash::Workload::kRandom, 1}},
+      seed, 400, [](const blink_frame_test::CrashCase& c, const crash::ExploreReport& r) {
+        if (c.size == 256 && c.workload == crash::Workload::kSmall) {
+          EXPECT_EQ(r.sites_covered, r.sites_total) << "every reached flush/fence site covered";
+        }
+      });
 }
 
 // Negative control: Algorithm 3 as printed (old leaf's next/bitmap/slot array
@@ -432,7 +395,7 @@ TEST(WoTreeCrashTest, PaperSplitOrderIsCaughtDuringALeafSplit) {
   o.max_tickets = 50;
   auto r = crash::Explore(Wo("wotree-paper"), o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  PrintReport(*r);
+  crash::PrintReport(*r, stdout);
   EXPECT_GT(r->violations, 0u);
   bool split = false;
   for (const auto& tk : r->tickets) split = split || tk.op.rfind("insert", 0) == 0;
