@@ -244,8 +244,9 @@ bool DetectsLossAfterCleanClose(const std::string& tree) {
 
 // Trees that refuse a crashed pool that lost leaves: fptree's and wbtree's
 // leaves carry the pool's leaf magic, and their recovery reports free space
-// holding it (docs/pool_format.md, "Detecting a loss after a crash").
-bool DetectsLossAfterCrash(const std::string& tree) { return tree == "fptree" || tree == "wbtree"; }
+// holding it; lbtree's recovery walk must reach the leaf count its meta block
+// keeps (docs/pool_format.md, "Detecting a loss after a crash").
+bool DetectsLossAfterCrash(const std::string& tree) { return tree == "fptree" || tree == "wbtree" || tree == "lbtree"; }
 
 bool DetectsLoss(const std::string& tree, bool clean) {
   return clean ? DetectsLossAfterCleanClose(tree) : DetectsLossAfterCrash(tree);
@@ -474,7 +475,8 @@ TEST_P(CorruptionTest, EveryZeroedPageIsAnErrorAVerifyFailureOrIntactData) {
 // failed open had marked the pool dirty and dropped its saved allocator
 // state, so the second open rebuilt the allocator from what it reached and
 // absorbed the loss (wbtree, lbtree, fastfair below); a crashed fptree or
-// wbtree pool is refused again because its lost leaves keep their leaf magic.
+// wbtree pool is refused again because its lost leaves keep their leaf magic,
+// a crashed lbtree pool because its meta block keeps its leaf count.
 template <class T>
 void DetectedLossStaysDetected(const std::string& name, bool clean) {
   BasePool<T> b;
@@ -512,7 +514,7 @@ TEST(DetectedLossTest, StaysDetectedAcrossReadWriteOpens) {
     SCOPED_TRACE(name);
     DetectedLossStaysDetected<Tree>(name, /*clean=*/true);
   }
-  for (const char* name : {"fptree", "wbtree"}) {
+  for (const char* name : {"fptree", "wbtree", "lbtree"}) {
     SCOPED_TRACE(std::string(name) + " crashed");
     DetectedLossStaysDetected<Tree>(name, /*clean=*/false);
     DetectedLossStaysDetected<BytesTree>(name, /*clean=*/false);
