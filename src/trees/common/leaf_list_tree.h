@@ -969,9 +969,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
       mins.emplace_back(min ? keys_.Load(*min) : Owned{}, off);
     }
     a.EndRebuild();
-    // The leaf magic: free space must not hold a leaf.  Not while a key-value
-    // store holds the rebuild: what is free is known only once the store has
-    // marked its records (a limit: docs/pool_format.md).
+    // The leaf magic: free space must not hold a leaf.  While a key-value
+    // store holds the rebuild, what is free is known only once the store has
+    // marked its records: the store runs the scan then (DeferRebuildCheck).
     if (!a.rebuild_end_pending()) PMTREE_RETURN_IF_ERROR(ScanForLostLeaves());
     // After a clean close the saved allocator state says how many bytes the
     // tree held; a walk that reaches fewer lost blocks to damage (a cut leaf
@@ -986,6 +986,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
                                 " bytes but the clean close left " +
                                 std::to_string(saved) + " in use: blocks unreachable (a cut leaf list?)");
     index_.Build(std::move(mins));
+    // Deferred last, once this recovery can no longer fail: the check refers
+    // to this tree, which the store then keeps.
+    if (a.rebuild_end_pending() && magic_mask_ != 0) a.DeferRebuildCheck([this] { return ScanForLostLeaves(); });
     return Status::Ok();
   }
 
