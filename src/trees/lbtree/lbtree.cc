@@ -1448,11 +1448,6 @@ Status LbTree<K>::WalkSegments(std::vector<uint64_t>* starts_io, uint32_t thread
   return Status::Ok();
 }
 
-// Allocator (rule 4 of allocator.h): after a crash, everything reachable is
-// in use and the rest of the heap is free again.  The allocator's rebuild is
-// serial, so it gets all blocks at once in ascending offset order (each
-// segment sorted its blocks in parallel; merged here): each goes in next to
-// the previous one.  In list order the offsets are random.
 template <class K>
 void LbTree<K>::PersistLeafCount(uint64_t leaves) {
   pool_->Store64(&meta()->leaves, leaves);
@@ -1462,6 +1457,11 @@ void LbTree<K>::PersistLeafCount(uint64_t leaves) {
   pool_->Persist(&meta()->leaves, 8);
 }
 
+// Allocator (rule 4 of allocator.h): after a crash, everything reachable is
+// in use and the rest of the heap is free again.  The allocator's rebuild is
+// serial, so it gets all blocks at once in ascending offset order (each
+// segment sorted its blocks in parallel; merged here): each goes in next to
+// the previous one.  In list order the offsets are random.
 template <class K>
 Status LbTree<K>::RebuildAllocator(std::vector<SegmentResult>* res_io) {
   std::vector<SegmentResult>& res = *res_io;
