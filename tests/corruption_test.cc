@@ -242,10 +242,14 @@ bool DetectsLossAfterCleanClose(const std::string& tree) {
          tree == "wotree" || tree == "sortedtree" || tree == "circtree" || tree == "cdds";
 }
 
-// Trees that refuse a crashed pool that lost leaves: fptree's leaves carry
-// the pool's leaf magic, and its recovery reports free space holding it
-// (docs/pool_format.md, "Detecting a loss after a crash").
-bool DetectsLossAfterCrash(const std::string& tree) { return tree == "fptree"; }
+// Trees that refuse a crashed pool that lost leaves: fptree's and wbtree's
+// leaves carry the pool's leaf magic, and their recovery reports free space
+// holding it; lbtree's and fastfair's recovery walk must reach the leaf
+// count their meta block keeps (docs/pool_format.md, "Detecting a loss after
+// a crash").
+bool DetectsLossAfterCrash(const std::string& tree) {
+  return tree == "fptree" || tree == "wbtree" || tree == "lbtree" || tree == "fastfair";
+}
 
 bool DetectsLoss(const std::string& tree, bool clean) {
   return clean ? DetectsLossAfterCleanClose(tree) : DetectsLossAfterCrash(tree);
@@ -473,8 +477,10 @@ TEST_P(CorruptionTest, EveryZeroedPageIsAnErrorAVerifyFailureOrIntactData) {
 // twice more, and each must fail again.  Before Pool::RestoreOpenState the
 // failed open had marked the pool dirty and dropped its saved allocator
 // state, so the second open rebuilt the allocator from what it reached and
-// absorbed the loss (wbtree, lbtree, fastfair below); a crashed fptree pool
-// is refused again because its lost leaves keep their leaf magic.
+// absorbed the loss (wbtree, lbtree, fastfair below); a crashed fptree or
+// wbtree pool is refused again because its lost leaves keep their leaf magic,
+// a crashed lbtree or fastfair pool because its meta block keeps its leaf
+// count.
 template <class T>
 void DetectedLossStaysDetected(const std::string& name, bool clean) {
   BasePool<T> b;
@@ -512,9 +518,11 @@ TEST(DetectedLossTest, StaysDetectedAcrossReadWriteOpens) {
     SCOPED_TRACE(name);
     DetectedLossStaysDetected<Tree>(name, /*clean=*/true);
   }
-  SCOPED_TRACE("fptree crashed");
-  DetectedLossStaysDetected<Tree>("fptree", /*clean=*/false);
-  DetectedLossStaysDetected<BytesTree>("fptree", /*clean=*/false);
+  for (const char* name : {"fptree", "wbtree", "lbtree", "fastfair"}) {
+    SCOPED_TRACE(std::string(name) + " crashed");
+    DetectedLossStaysDetected<Tree>(name, /*clean=*/false);
+    DetectedLossStaysDetected<BytesTree>(name, /*clean=*/false);
+  }
 }
 
 // Seeds that once crashed a recovery, replayed up to the copy that did

@@ -145,6 +145,13 @@ class Allocator {
   void HoldRebuild();
   bool rebuild_end_pending() const;
   void ReleaseRebuild();
+  // A check a tree's recovery can make only once the free space is final
+  // (fptree's and wbtree's scan for lost leaves, docs/pool_format.md): while
+  // the rebuild is held, the tree defers it here; the store runs the
+  // deferred checks after ReleaseRebuild (the first failure is returned) and
+  // they are dropped, run or not, by the next BeginRebuild.
+  void DeferRebuildCheck(std::function<Status()> check);
+  Status RunDeferredRebuildChecks();
   // After a restore from saved extents (clean shutdown) the allocator cannot
   // tell owners apart: the store declares how many of the bytes in use are
   // its own (it saved that figure at its clean close).

@@ -191,6 +191,9 @@ static Status Recover(Store::Impl& s) {
                                        : ReadLogs(s, &plan);
   if (st.ok() && walk) st = MarkReachable(s, &plan);
   al.ReleaseRebuild();
+  // The tree's checks that needed the final free space (fptree's and
+  // wbtree's scan for lost leaves): it is final now.
+  if (st.ok()) st = al.RunDeferredRebuildChecks();
   PMTREE_RETURN_IF_ERROR(st.Annotate("kv recovery"));
   if (!walk) {
     // Restored allocator state: declare the store's bytes; plan the logs.

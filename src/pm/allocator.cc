@@ -187,6 +187,7 @@ struct Allocator::Impl {
   uint64_t allocations_left = UINT64_MAX;
   bool injected_failure = false;
   Map used;                          // during rebuild: offset -> size
+  std::vector<std::function<Status()>> deferred_checks;  // DeferRebuildCheck
 };
 
 Allocator::Allocator(uint64_t heap_begin, uint64_t heap_end)
@@ -313,6 +314,7 @@ void Allocator::BeginRebuild() {
   impl_->store_bytes = 0;
   impl_->rebuild_end_pending = false;
   impl_->used.clear();
+  impl_->deferred_checks.clear();
 }
 
 Status Allocator::MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner) {
@@ -387,6 +389,22 @@ void Allocator::ReleaseRebuild() {
   std::lock_guard<std::mutex> g(impl_->mu);
   impl_->rebuild_held = false;
   if (impl_->rebuild_end_pending) impl_->FinishRebuildLocked(heap_begin_, heap_end_);
+}
+
+void Allocator::DeferRebuildCheck(std::function<Status()> check) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->deferred_checks.push_back(std::move(check));
+}
+
+Status Allocator::RunDeferredRebuildChecks() {
+  std::vector<std::function<Status()>> checks;
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    checks.swap(impl_->deferred_checks);
+  }
+  // Outside the lock: a check reads FreeExtents().
+  for (auto& check : checks) PMTREE_RETURN_IF_ERROR(check());
+  return Status::Ok();
 }
 
 Status Allocator::SetStoreBytes(uint64_t bytes) {

@@ -169,6 +169,37 @@ TEST(AllocatorTest, StoreBlocksAreCountedApartFromTheTrees) {
   EXPECT_EQ(a.bytes_in_use(), 0u);
 }
 
+// A check deferred by a tree's recovery runs once, after the store's
+// release, and sees the final free space; the first failure is returned and
+// the next rebuild drops what was never run.
+TEST(AllocatorTest, DeferredRebuildChecksRunOnceOnTheFinalFreeSpace) {
+  Allocator a(4096, 1 << 20);
+  const uint64_t node = *a.Allocate(256);
+  const uint64_t rec = *a.Allocate(512, kAllocGranule, BlockOwner::kStore);
+  a.HoldRebuild();
+  a.BeginRebuild();
+  ASSERT_TRUE(a.MarkUsed(node, 256).ok());
+  a.EndRebuild();
+  int runs = 0;
+  uint64_t free_seen = 0;
+  a.DeferRebuildCheck([&] {
+    runs++;
+    free_seen = a.bytes_free();
+    return Status::Ok();
+  });
+  a.DeferRebuildCheck([] { return Status::Corruption("lost leaf"); });
+  ASSERT_TRUE(a.MarkUsed(rec, 512, BlockOwner::kStore).ok());
+  a.ReleaseRebuild();
+  EXPECT_EQ(a.RunDeferredRebuildChecks().code(), Status::Code::kCorruption);
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(free_seen, a.heap_bytes() - 768u);  // the store's record was not free
+  EXPECT_TRUE(a.RunDeferredRebuildChecks().ok());  // run once
+  a.DeferRebuildCheck([] { return Status::Corruption("stale"); });
+  a.BeginRebuild();  // a new recovery forgets it
+  a.EndRebuild();
+  EXPECT_TRUE(a.RunDeferredRebuildChecks().ok());
+}
+
 TEST(AllocatorTest, HeldRebuildKeepsWhatTheStoreReportsAfterTheTreeEnds) {
   Allocator a(4096, 1 << 20);
   uint64_t node = *a.Allocate(256);

@@ -49,7 +49,7 @@ inline constexpr uint64_t kLeafListRestartMagic = 0x3154525453524c4cull;  // "LL
 //                           (0 = none); trusted only when the pool reports a
 //                           clean shutdown and the image matches the leaf list
 //   32    8     restart_bytes  the image's size in bytes (written with restart)
-//   40    8     leaf_limit  designs with a leaf magic (fptree): every leaf ever
+//   40    8     leaf_limit  designs with a leaf magic (fptree, wbtree): every leaf ever
 //                           allocated ends at or below this offset (raised in
 //                           1 MiB steps, persisted before the leaf is written),
 //                           so recovery's scan for lost leaves stops here; 0

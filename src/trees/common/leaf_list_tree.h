@@ -43,12 +43,16 @@
 //   void SealLoadedLeaf(Leaf*, int m, uint64_t next, const LoadState&);  header + flush
 // Optional (defaults here do nothing): CheckEntry, CheckLeaf (Verify's
 // invariant 5), AddStats, and
-//   static uint32_t MagicOffset(uint32_t node_size);  the leaf magic's word, 0 = none
+//   static uint32_t MagicOffset(uint32_t node_size);  byte offset of the leaf magic's 8-byte word
+//   static uint64_t MagicMask(uint32_t node_size);    the magic's bits in that word, 0 = no magic
 //
 // The leaf magic (docs/pool_format.md, "Detecting a loss after a crash"): a
-// design with a free word in its leaf keeps LeafMagic() there while the leaf
-// is in the list.  A new leaf gets it with the line its creation persists
-// anyway (a split's copy, the first leaf's header); it is cleared and made
+// design with free bits in its leaf keeps LeafMagic() there (a whole free
+// word in fptree, the free upper half of a word in wbtree, which may be the
+// bitmap's: Verify's invariant 4 then ignores those bits) while the leaf is
+// in the list.  A new leaf gets it with the line its creation persists
+// anyway (a split's copy, the first leaf's header), or once a durable split
+// log names it (wbtree's FinishSplit); it is cleared and made
 // durable before an unlink is (UnlinkLeaf), so no leaf can be freed with
 // it; a bulk load sets it after its commit.  A reachable leaf without it is
 // valid (a crash between the clear and the unlink).  After a rebuild of the
@@ -132,9 +136,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     }
     uint64_t leaf_off = *leaf_r;
     Derived::InitEmptyLeaf(pool, pool->At<LeafT>(leaf_off), node_size);
-    if (const uint32_t mo = Derived::MagicOffset(node_size); mo != 0) {
-      char* word = pool->At<char>(leaf_off) + mo;
-      pool->Store64(word, LeafMagic(pool));
+    if (const uint64_t mask = Derived::MagicMask(node_size); mask != 0) {
+      char* word = pool->At<char>(leaf_off) + Derived::MagicOffset(node_size);
+      pool->Store64(word, (PoolImpl::Load64(word) & ~mask) | LeafMagic(pool, mask));
       // Flushed with the empty leaf; the meta block's fence below orders both
       // before root slot 0.
       pool->Flush(word, 8);
@@ -144,7 +148,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     Meta head{};
     head.magic = Derived::kTraits.magic;
     head.head = leaf_off;
-    if (Derived::MagicOffset(node_size) != 0) head.leaf_limit = LeafLimitFor(leaf_off + node_size);
+    if (Derived::MagicMask(node_size) != 0) head.leaf_limit = LeafLimitFor(leaf_off + node_size);
     head.node_size = node_size;
     head.key_kind = static_cast<uint32_t>(KP::kKind);
     pool->Write(meta, &head, 64);
@@ -301,12 +305,8 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     // free space after a crash, which must not carry it.  One flush per leaf
     // and one fence per load; a crash before it leaves reachable leaves
     // without magic, which is valid.
-    if (magic_off_ != 0) {
-      for (uint64_t l : leaves) {
-        char* word = reinterpret_cast<char*>(LeafAt(l)) + magic_off_;
-        pool_->Store64(word, leaf_magic_);
-        pool_->Flush(word, 8);
-      }
+    if (magic_mask_ != 0) {
+      for (uint64_t l : leaves) SetLeafMagic(l);
       pool_->Fence();
     }
     for (uint64_t off : old) pool_->allocator().Retire(off, node_size_);
@@ -453,16 +453,19 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
         entries_off_(Derived::EntriesOffset(node_size)),
         entry_mask_((cap_ == 64 ? ~0ull : (1ull << cap_) - 1) << Derived::kTraits.entry_bit_shift),
         magic_off_(Derived::MagicOffset(node_size)),
-        leaf_magic_(LeafMagic(pool)),
+        magic_mask_(Derived::MagicMask(node_size)),
+        leaf_magic_(LeafMagic(pool, magic_mask_)),
         index_(pool) {}
 
-  // The leaf magic of `pool`: its id mixed with a constant, never 0.
-  static uint64_t LeafMagic(const Pool* pool) {
-    const uint64_t m = pool->id() ^ 0x4d4c46454c4c4c50ull;  // "PLLLEFLM"
-    return m != 0 ? m : 1;
+  // The leaf magic of `pool` in the bits of `mask`: its id mixed with a
+  // constant, never 0.
+  static uint64_t LeafMagic(const Pool* pool, uint64_t mask) {
+    const uint64_t m = (pool->id() ^ 0x4d4c46454c4c4c50ull) & mask;  // "PLLLEFLM"
+    return m != 0 ? m : mask & -mask;
   }
-  // Default: no word for the leaf magic (the design's leaf has none free).
+  // Default: no leaf magic (the design's leaf has no free bits for it).
   static uint32_t MagicOffset(uint32_t /*node_size*/) { return 0; }
+  static uint64_t MagicMask(uint32_t /*node_size*/) { return 0; }
 
   // Default hooks (a design hides them with its own).
   Status CheckEntry(uint64_t /*off*/, const LeafT* /*leaf*/, int /*i*/, uint64_t /*slot*/) const {
@@ -483,8 +486,25 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
   static int EntryOfBit(uint64_t bits) { return __builtin_ctzll(bits) - Derived::kTraits.entry_bit_shift; }
   // Bits of the leaf's valid entries.
   uint64_t EntryMask(const LeafT* leaf) const { return leaf->bitmap & entry_mask_; }
-  // Set bitmap bits that are neither entry bits nor the design's flags (invariant 4).
-  uint64_t StrayBits(const LeafT* leaf) const { return leaf->bitmap & ~(entry_mask_ | Derived::kTraits.flag_bits); }
+  // Set bitmap bits that are neither entry bits nor the design's flags nor
+  // the leaf magic's (invariant 4).
+  uint64_t StrayBits(const LeafT* leaf) const {
+    const uint64_t magic_bits = magic_off_ == kLeafListBitmapOffset ? magic_mask_ : 0;
+    return leaf->bitmap & ~(entry_mask_ | Derived::kTraits.flag_bits | magic_bits);
+  }
+  // The leaf magic's bits of the bitmap word (0 when the magic lives elsewhere).
+  uint64_t BitmapMagicBits(const LeafT* leaf) const {
+    return magic_off_ == kLeafListBitmapOffset ? leaf->bitmap & magic_mask_ : 0;
+  }
+
+  // Writes the leaf magic into `leaf` and flushes its word (the caller's
+  // next fence makes it durable): only once the leaf is reachable, or named
+  // by a durable log whose replay makes it so.
+  void SetLeafMagic(uint64_t leaf) {
+    char* word = reinterpret_cast<char*>(LeafAt(leaf)) + magic_off_;
+    pool_->Store64(word, (PoolImpl::Load64(word) & ~magic_mask_) | leaf_magic_);
+    pool_->Flush(word, 8);
+  }
 
   Status Corrupt(const char* what, uint64_t off, int inv, const std::string& msg) const {
     return Status::Corruption(std::string(Derived::kTraits.name) + " " + what + " at offset " + HexOffset(off) +
@@ -529,7 +549,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
   // scan for lost leaves covers every leaf that may carry the magic.  One
   // flush and fence per 1 MiB of heap that leaves reach.
   void NoteLeaf(uint64_t leaf) {
-    if (magic_off_ == 0 || leaf + node_size_ <= PoolImpl::Load64(&meta_->leaf_limit)) return;
+    if (magic_mask_ == 0 || leaf + node_size_ <= PoolImpl::Load64(&meta_->leaf_limit)) return;
     std::lock_guard<std::mutex> g(limit_mu_);
     if (leaf + node_size_ <= meta_->leaf_limit) return;
     pool_->Store64(&meta_->leaf_limit, LeafLimitFor(leaf + node_size_));
@@ -545,8 +565,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
   const int cap_;
   const uint32_t entries_off_;
   const uint64_t entry_mask_;  // every entry bit of a full leaf
-  const uint32_t magic_off_;   // the leaf magic's byte offset in a leaf (0 = none)
-  const uint64_t leaf_magic_;  // LeafMagic(pool_)
+  const uint32_t magic_off_;   // byte offset of the leaf magic's word in a leaf
+  const uint64_t magic_mask_;  // the magic's bits in that word (0 = no leaf magic)
+  const uint64_t leaf_magic_;  // LeafMagic(pool_, magic_mask_)
 
  private:
   enum class Mode { kInsert, kUpdate, kUpsert };
@@ -671,25 +692,26 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
   // Clears the leaf magic of `leaf` and flushes it (the caller's next fence
   // makes it durable, before any unlink of the leaf).
   void ClearLeafMagic(uint64_t leaf) {
-    if (magic_off_ == 0) return;
+    if (magic_mask_ == 0) return;
     char* word = reinterpret_cast<char*>(LeafAt(leaf)) + magic_off_;
-    if (PoolImpl::Load64(word) == 0) return;
-    pool_->Store64(word, 0);
+    const uint64_t w = PoolImpl::Load64(word);
+    if ((w & magic_mask_) == 0) return;
+    pool_->Store64(word, w & ~magic_mask_);
     pool_->Flush(word, 8);
   }
 
   // After a rebuild of the allocator: free space below the leaf limit (at
   // the allocator's 64 B granule, a whole leaf's size inside one free
-  // extent) whose leaf-magic word holds this pool's leaf magic is a leaf
+  // extent) whose leaf-magic bits hold this pool's leaf magic is a leaf
   // that no list reaches -- a cut list.  One 8-byte read per 64 B of free
   // space below the limit (a limit of 0, damage, scans the whole heap).
   Status ScanForLostLeaves() const {
-    if (magic_off_ == 0) return Status::Ok();
+    if (magic_mask_ == 0) return Status::Ok();
     const uint64_t limit = meta_->leaf_limit != 0 ? meta_->leaf_limit : pool_->size();
     for (const auto& [begin, size] : pool_->allocator().FreeExtents()) {
       const uint64_t end = std::min(begin + size, limit);
       for (uint64_t off = begin; off + node_size_ <= end; off += 64) {
-        if (PoolImpl::Load64(pool_->At<char>(off) + magic_off_) == leaf_magic_)
+        if ((PoolImpl::Load64(pool_->At<char>(off) + magic_off_) & magic_mask_) == leaf_magic_)
           return Status::Corruption(std::string(Derived::kTraits.name) + ": leaf at offset " + HexOffset(off) +
                                     " unreachable (it carries this pool's leaf magic but no list reaches it: a cut "
                                     "leaf list?)");
@@ -947,9 +969,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
       mins.emplace_back(min ? keys_.Load(*min) : Owned{}, off);
     }
     a.EndRebuild();
-    // The leaf magic: free space must not hold a leaf.  Not while a key-value
-    // store holds the rebuild: what is free is known only once the store has
-    // marked its records (a limit: docs/pool_format.md).
+    // The leaf magic: free space must not hold a leaf.  While a key-value
+    // store holds the rebuild, what is free is known only once the store has
+    // marked its records: the store runs the scan then (DeferRebuildCheck).
     if (!a.rebuild_end_pending()) PMTREE_RETURN_IF_ERROR(ScanForLostLeaves());
     // After a clean close the saved allocator state says how many bytes the
     // tree held; a walk that reaches fewer lost blocks to damage (a cut leaf
@@ -964,6 +986,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
                                 " bytes but the clean close left " +
                                 std::to_string(saved) + " in use: blocks unreachable (a cut leaf list?)");
     index_.Build(std::move(mins));
+    // Deferred last, once this recovery can no longer fail: the check refers
+    // to this tree, which the store then keeps.
+    if (a.rebuild_end_pending() && magic_mask_ != 0) a.DeferRebuildCheck([this] { return ScanForLostLeaves(); });
     return Status::Ok();
   }
 

@@ -432,6 +432,15 @@ Status FastFairTree<KP>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, 
     Unlock(off);
     return Stopped();
   }
+  if (level == 0) {
+    // The leaf count, only now that the link of the new leaf is durable (the
+    // persist above), so no crash state counts a leaf the chain does not
+    // hold (invariant 11).  No fence of its own: the parent insert's (or the
+    // new root's) fence below makes it durable, and a count that lags --
+    // that one unfenced, or concurrent splits storing out of order -- only
+    // weakens recovery's check.
+    StoreLeafCount(leaf_count_.fetch_add(1, std::memory_order_relaxed) + 1, /*fence=*/false);
+  }
   if (!goes_right) FastInsert(off, pos, slot, value);
   splits_.fetch_add(1, std::memory_order_relaxed);
   return PublishSplit(
@@ -624,6 +633,8 @@ Status FastFairTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fil
   // The old empty root leaf is unreachable now and no operation runs
   // concurrently with BulkLoad.
   pool_->allocator().Free(old_root, node_size_);
+  leaf_count_.store(n_leaves);
+  StoreLeafCount(n_leaves, /*fence=*/true);  // after the switch that links the leaves (invariant 11)
   return Status::Ok();
 }
 
@@ -655,6 +666,7 @@ Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Create(PoolImpl* poo
   m.root = leaf;
   m.key_kind = static_cast<uint32_t>(KP::kKind);
   m.variant = flaws.Bits();
+  m.leaves = 1;  // the first leaf (invariant 11)
   pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
   static_assert(sizeof(Meta) + sizeof(NodeHeader) == 2 * kLine);
   if (!flaws.header_flush) {
@@ -681,7 +693,8 @@ Result<std::unique_ptr<FastFairTree<KP>>> FastFairTree<KP>::Recover(PoolImpl* po
   if (m->magic != kMetaMagic) return Status::Corruption(where + "invariant 1 violated: bad magic");
   if (m->version != kFormatVersion)
     return Status::Incompatible(where + "format version " + std::to_string(m->version) + ", this build reads " +
-                                std::to_string(kFormatVersion));
+                                std::to_string(kFormatVersion) +
+                                (m->version == 1 ? " (version 1 predates the leaf count)" : ""));
   if (m->node_size == 0 || !CheckNodeSize(m->node_size).ok())
     return Status::Corruption(where + "invariant 1 violated: node size " + std::to_string(m->node_size));
   if (m->key_kind != static_cast<uint32_t>(KP::kKind))
@@ -763,11 +776,41 @@ Status FastFairTree<KP>::RecoverFromPool(bool clean) {
   // word set and the allocator state saved by the pool; nothing is read.
   // (Damage since then is Verify()'s to find: its bytes-reached check
   // compares with the saved state, which this path keeps.)
-  if (clean) return Status::Ok();
+  // The leaf count a clean Close stored is exact (invariant 11).
+  if (clean) {
+    leaf_count_.store(std::min<uint64_t>(meta_->leaves, pool_->size() / node_size_));
+    return Status::Ok();
+  }
   std::vector<std::vector<uint64_t>> levels;
   PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
+  // Invariant 11: nodes are never freed and the meta block never counts more
+  // leaves than the chain durably has, so a walk that reaches fewer met a
+  // cut leaf chain (a zeroed sibling pointer or page): report it before the
+  // allocator rebuild would turn the lost leaves into free space.  Needs no
+  // allocator state, so it holds under a key-value store too.
+  const uint64_t walked = levels[0].size(), counted = meta_->leaves;
+  if (counted == 0 || counted > walked)
+    return Status::Corruption("fastfair: the leaf chain reaches " + std::to_string(walked) +
+                              " leaves but the meta block counts " + std::to_string(counted) +
+                              (counted == 0 ? " (never 0: a damaged meta block)"
+                                            : ": leaves unreachable (a cut leaf chain?)") +
+                              " (invariant 11)");
   PMTREE_RETURN_IF_ERROR(RebuildAllocator(levels));
-  return Repair(&levels);
+  PMTREE_RETURN_IF_ERROR(Repair(&levels));
+  // The exact count (a split's count may have lagged; repairs split no leaf).
+  leaf_count_.store(levels[0].size());
+  if (levels[0].size() != counted) StoreLeafCount(levels[0].size(), /*fence=*/true);
+  return Status::Ok();
+}
+
+template <KeyPolicy KP>
+void FastFairTree<KP>::StoreLeafCount(uint64_t leaves, bool fence) {
+  pool_->Store64(&meta_->leaves, leaves);
+  // Flush the count; every caller stores it only after the leaves it counts
+  // are durably linked, so no crash state has it above the chain.
+  pool_->Flush(&meta_->leaves, sizeof(uint64_t));
+  // Fence when the caller has no later fence (bulk load, recovery, Close).
+  if (fence) pool_->Fence();
 }
 
 template <KeyPolicy KP>
@@ -900,6 +943,8 @@ Status FastFairTree<KP>::Repair(std::vector<std::vector<uint64_t>>* levels) {
 //  9. Key slots are valid (byte keys: blob in the heap, length, hash).
 // 10. Pool bytes reached (meta, nodes, leaf key blobs, leaf low-key blobs)
 //     plus reserved spare nodes equal the allocator's bytes in use.
+// 11. The meta block's leaf count is at least 1 and at most the number of
+//     leaves in the chain (recovery refuses a chain shorter than it).
 template <KeyPolicy KP>
 Status FastFairTree<KP>::Verify() {
   // Verify runs alone: blocks retired by earlier removals can be freed now,
@@ -909,6 +954,10 @@ Status FastFairTree<KP>::Verify() {
     return Status::Corruption("fastfair meta block at offset " + Hex(meta_off_) + ": invariant 1 violated");
   std::vector<std::vector<uint64_t>> levels;
   PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));  // 1, 2, 5, 6 (reached twice), 9
+  if (meta_->leaves == 0 || meta_->leaves > levels[0].size())
+    return Status::Corruption("fastfair meta block at offset " + Hex(meta_off_) + ": leaf count " +
+                              std::to_string(meta_->leaves) + " but " + std::to_string(levels[0].size()) +
+                              " leaves in the chain (invariant 11)");
   uint64_t bytes = Allocator::RoundUp(sizeof(Meta));
   const size_t top = levels.size() - 1;
   if (levels[top].size() != 1)
@@ -1012,6 +1061,9 @@ Status FastFairTree<KP>::Close() {
   // state holds no leak.
   spares_.FreeAll(pool_->allocator(), node_size_);
   closed_ = true;
+  // The exact leaf count (invariant 11) before the clean flag: the next
+  // clean open takes it as it is.
+  StoreLeafCount(leaf_count_.load(), /*fence=*/true);
   return pool_->Close();
 }
 

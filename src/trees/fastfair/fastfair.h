@@ -216,6 +216,9 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   Status CheckNode(uint64_t off, uint32_t level) const;
   // Walks every level (leftmost chain), bounds-checked; levels[0] = leaves.
   Status CollectLevels(std::vector<std::vector<uint64_t>>* levels) const;
+  // The meta block's leaf count (invariant 11): stores `leaves` and flushes
+  // it; `fence` also orders it (else a later fence of the caller does).
+  void StoreLeafCount(uint64_t leaves, bool fence);
 
   PoolImpl* pool_;
   KP keys_;
@@ -229,6 +232,7 @@ class FastFairTree final : public BasicTree<typename KP::Arg>, FairTraversal<Fas
   SpareNodes spares_;  // allocated, unlinked nodes reserved for splits
   std::atomic<uint64_t> splits_{0};
   std::atomic<uint64_t> root_splits_{0};
+  std::atomic<uint64_t> leaf_count_{1};  // leaves in the chain (invariant 11)
   RecoveryReport report_;
   std::function<bool(StopPoint)> stop_hook_;
   bool closed_ = false;

@@ -456,6 +456,87 @@ TEST(FastFairTest, UpdateFlushesOneLineOnce) {
   EXPECT_EQ(c.fences, 1u);
 }
 
+// A leaf split (node 256, 12 records; the key goes to the new sibling):
+// the new sibling's header and records, the link and truncation, the
+// parent's separator; the first split also installs a root.  The leaf count
+// (issue 17) adds one flush of the meta line to each leaf split and no
+// fence: the parent insert's fence makes it durable.
+TEST(FastFairTest, LeafSplitCostsTheFairStepsAndTheLeafCount) {
+  Harness<> h(256);
+  for (uint64_t k = 1; k <= 12; k++) ASSERT_TRUE(*h.tree().Insert(k * 10, k));
+  Cost root = Measure([&] { ASSERT_TRUE(*h.tree().Insert(125, 0)); });  // leaf and root split
+  ASSERT_EQ(h.tree().Stats().leaf_nodes, 2u);
+  // Ascending keys fill the right leaf; the insert that splits it adds a
+  // separator to the root (no root split).
+  Cost leaf{};
+  for (uint64_t k = 130;; k += 10) {
+    Cost c = Measure([&] { ASSERT_TRUE(*h.tree().Insert(k, k)); });
+    if (h.tree().Stats().leaf_nodes == 3) {
+      leaf = c;
+      break;
+    }
+  }
+  EXPECT_EQ(Extra(h.tree().Stats(), "root_splits"), 1);
+  std::printf("leaf + root split: %llu flushes, %llu fences, %llu lines; leaf split: %llu, %llu, %llu\n",
+              static_cast<unsigned long long>(root.flushes), static_cast<unsigned long long>(root.fences),
+              static_cast<unsigned long long>(root.lines), static_cast<unsigned long long>(leaf.flushes),
+              static_cast<unsigned long long>(leaf.fences), static_cast<unsigned long long>(leaf.lines));
+  // Before the leaf count: 7 flushes, 4 fences, 7 lines and 6, 4, 6.
+  EXPECT_EQ(root.flushes, 8u);
+  EXPECT_EQ(root.fences, 4u);
+  EXPECT_EQ(root.lines, 7u);  // the count shares the meta line with the root switch
+  EXPECT_EQ(leaf.flushes, 7u);
+  EXPECT_EQ(leaf.fences, 4u);
+  EXPECT_EQ(leaf.lines, 7u);
+  const Meta* m = h.pool().At<Meta>(h.pool().root(0));
+  EXPECT_EQ(m->leaves, 3u);
+}
+
+// The leaves of the tree in `pool`, in chain order.
+std::vector<uint64_t> LeafChain(PoolImpl& pool) {
+  const Meta* m = pool.At<Meta>(pool.root(0));
+  uint64_t off = m->root;
+  while (pool.At<Node>(off)->hdr.level > 0) off = pool.At<Node>(off)->hdr.leftmost;
+  std::vector<uint64_t> chain;
+  for (; off != 0; off = pool.At<Node>(off)->hdr.sibling) chain.push_back(off);
+  return chain;
+}
+
+// Issue 17: after a crash, a leaf chain cut by damage (one zeroed sibling
+// pointer) loses every leaf behind the cut.  The meta block's leaf count
+// (invariant 11) makes recovery refuse the pool, and refuse it again,
+// instead of rebuilding the allocator without those leaves.
+TEST(FastFairTest, CrashRecoveryRefusesACutLeafChain) {
+  Harness<> h(256);
+  for (uint64_t k = 0; k < 5000; k++) ASSERT_TRUE(*h.tree().Insert(k * 7919 % 5003, k));
+  std::vector<uint64_t> chain = LeafChain(h.pool());
+  ASSERT_GT(chain.size(), 100u);
+  EXPECT_EQ(h.pool().At<Meta>(h.pool().root(0))->leaves, chain.size());
+  uint64_t* cut = &h.pool().At<Node>(chain[chain.size() - 3])->hdr.sibling;  // two leaves are lost
+  h.pool().Store64(cut, 0);
+  h.pool().Persist(cut, 8);
+  for (int again = 0; again < 2; again++) {
+    Status s = h.CrashAndRecover();
+    EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+    EXPECT_NE(s.ToString().find("leaves unreachable"), std::string::npos) << s.ToString();
+  }
+}
+
+// A pool of format version 1 (before the leaf count, whose word was
+// reserved and 0) is Incompatible.
+TEST(FastFairTest, APoolOfTheFormatBeforeTheLeafCountIsIncompatible) {
+  Harness<> h(256);
+  ASSERT_TRUE(*h.tree().Insert(1, 1));
+  Meta* m = h.pool().At<Meta>(h.pool().root(0));
+  ASSERT_EQ(m->version, kFormatVersion);
+  const uint64_t word = (uint64_t{m->node_size} << 32) | 1;  // version 1, same node size
+  h.pool().Store64(&m->version, word);
+  h.pool().Persist(&m->version, 8);
+  Status s = h.CrashAndRecover();
+  EXPECT_EQ(s.code(), Status::Code::kIncompatible) << s.ToString();
+  EXPECT_NE(s.ToString().find("predates the leaf count"), std::string::npos) << s.ToString();
+}
+
 TEST(FastFairTest, OrigRemoveFlushesALineWhenItsFirstRecordIsWrittenNotWhenItIsLeft) {
   // Flaw (1): removing record 1 of 8 rewrites records 1-3 (line 1) and 4-6
   // (line 2).  The original flushes line 2 as soon as record 4 is written,

@@ -18,7 +18,9 @@
 namespace pmtree::fastfair {
 
 inline constexpr uint64_t kMetaMagic = 0x5249414654534146ull;  // "FASTFAIR" little-endian
-inline constexpr uint32_t kFormatVersion = 1;
+// 2 since the meta block keeps the leaf count; a version-1 pool (whose
+// count word was reserved, 0) is Incompatible.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint32_t kDefaultNodeSize = 512;
 inline constexpr uint32_t kMinNodeSize = 256;
 inline constexpr uint32_t kMaxNodeSize = 4096;
@@ -35,7 +37,16 @@ inline constexpr uint64_t kLine = 64;
 //   24   4     key_kind   KeyKind of the pool's keys (0 = u64, 1 = bytes)
 //   28   4     variant    0 = fastfair; else fastfair-orig (test-only) and the
 //                         flaws it re-enables (Flaws::Bits, fastfair.h)
-//   32   32    reserved   zero
+//   32   8     leaves     a lower bound of the leaves in the leaf chain that no
+//                         crash state exceeds: 1 at creation; a leaf split
+//                         stores it after the link of its new leaf is durable
+//                         (made durable by the parent insert's fence), a bulk
+//                         load after its root switch, Close and recovery the
+//                         exact count.  Nodes are never freed (but a bulk
+//                         load's old empty root), so recovery's walk must
+//                         reach at least this many leaves, else the chain was
+//                         cut: Corruption, not a loss absorbed (issue 17)
+//   40   24    reserved   zero
 struct Meta {
   uint64_t magic;
   uint32_t version;
@@ -43,11 +54,13 @@ struct Meta {
   uint64_t root;
   uint32_t key_kind;
   uint32_t variant;
-  uint64_t reserved[4];
+  uint64_t leaves;
+  uint64_t reserved[3];
 };
 static_assert(sizeof(Meta) == 64);
 static_assert(offsetof(Meta, root) == 16);
 static_assert(offsetof(Meta, root) % 8 == 0, "root is written with one atomic 8-byte store");
+static_assert(offsetof(Meta, leaves) == 32);
 
 // Node header (64 B, the node's first cache line).
 //

@@ -59,6 +59,7 @@ class FpTree final : public LeafListTree<FpTree<KP>, KP, FpLeaf, FpEntry> {
   static int Capacity(uint32_t node_size) { return FpCapacity(node_size); }
   static uint32_t EntriesOffset(uint32_t /*node_size*/) { return offsetof(FpLeaf, entries); }
   static uint32_t MagicOffset(uint32_t node_size) { return FpMagicOffset(node_size); }
+  static uint64_t MagicMask(uint32_t /*node_size*/) { return ~0ull; }  // a whole free word
 
   static void InitEmptyLeaf(PoolImpl* pool, FpLeaf* leaf, uint32_t /*node_size*/) {
     pool->Zero(leaf, 64);

@@ -56,7 +56,10 @@ const LeafListDesign kFpDesign{"fptree",
                                // 6 before the leaf magic: the split log is now persisted (its
                                // own fence) before the new leaf's copy, which carries the magic.
                                /*split_fences=*/7,
-                               &FpCraftSplitCrash};
+                               &FpCraftSplitCrash,
+                               &fptree::FpMagicOffset,
+                               /*magic_mask=*/~0ull,
+                               fptree::kFpMagicV1};
 
 INSTANTIATE_TEST_SUITE_P(FpTree, LeafListTreeTest, testing::Values(kFpDesign), LeafListDesignName);
 
@@ -86,77 +89,6 @@ TEST(FpTreeTest, InsertWithoutSplitCostsThreeFlushesTwoFences) {
   EXPECT_EQ(d.flushes, 3u);  // entry line, fingerprint line; bitmap (header line again)
   EXPECT_EQ(d.fences, 2u);
   EXPECT_EQ(d.lines, 2u);
-}
-
-// The delete that empties a leaf (not the last) also unlinks it: the
-// delete's bitmap write (1, 1), the delete log with the cleared leaf magic
-// (2 flushes, 1 fence: the magic's line is the one extra flush the leaf
-// magic costs), the unlink (1, 1) and the log clear (1, 1).
-TEST(FpTreeTest, DeleteThatUnlinksALeafClearsItsMagic) {
-  PoolFile f(kFpDesign);
-  Handle h = CreateOn(kFpDesign, f.path());
-  for (uint64_t k = 1; k <= 13; k++) ASSERT_TRUE(*h.tree->Insert(k * 10, k));  // two leaves: 6 + 7 keys
-  for (uint64_t k = 7; k <= 12; k++) ASSERT_TRUE(*h.tree->Remove(k * 10));
-  ASSERT_EQ(h.tree->Stats().leaf_nodes, 2u);
-  const FpMeta* m = Meta(h.pool.get());
-  const uint64_t right = PoolImpl::Of(h.pool.get())->At<FpLeaf>(m->head)->next;
-  const uint64_t* magic = PoolImpl::Of(h.pool.get())->At<uint64_t>(right + fptree::FpMagicOffset(256));
-  EXPECT_NE(*magic, 0u);
-  PersistCounters d = CostOf([&] { ASSERT_TRUE(*h.tree->Remove(130)); });
-  EXPECT_EQ(h.tree->Stats().leaf_nodes, 1u);
-  EXPECT_EQ(*magic, 0u);
-  EXPECT_EQ(d.flushes, 5u);
-  EXPECT_EQ(d.fences, 4u);
-  ASSERT_TRUE(h.tree->Verify().ok()) << h.tree->Verify().ToString();
-}
-
-// The leaf limit follows the leaves past the first MiB, and recovery after a
-// crash finds a leaf cut off up there (issue 17): without the limit raised,
-// the scan would stop at the first MiB and the loss would be absorbed.
-TEST(FpTreeTest, CrashRecoveryFindsALeafCutOffPastTheFirstMiB) {
-  PoolFile f(kFpDesign);
-  Handle h = CreateOn(kFpDesign, f.path());
-  // Ascending keys: each split adds the new leaf at the top of the heap.
-  for (uint64_t k = 0; k < 60000; k++) ASSERT_TRUE(*h.tree->Insert(k, k));
-  const FpMeta* m = Meta(h.pool.get());
-  uint64_t prev = 0, last = 0, max_end = 0;
-  for (uint64_t off = m->head; off != 0; off = PoolImpl::Of(h.pool.get())->At<FpLeaf>(off)->next) {
-    prev = last;
-    last = off;
-    max_end = std::max<uint64_t>(max_end, off + 256);
-  }
-  ASSERT_GT(max_end, 2u << 20);
-  EXPECT_GE(m->leaf_limit, max_end);
-  EXPECT_LE(m->leaf_limit, max_end + (1u << 20));
-  // Cut the list before its last leaf, then crash.
-  FpLeaf* cut = PoolImpl::Of(h.pool.get())->At<FpLeaf>(prev);
-  PoolImpl::Of(h.pool.get())->Store64(&cut->next, 0);
-  PoolImpl::Of(h.pool.get())->Persist(&cut->next, 8);
-  h.Crash();
-  auto p = PoolImpl::Open(f.path(), "fptree");
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  auto t = kFpDesign.recover(p->get(), TreeOptions{});
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), Status::Code::kCorruption);
-  EXPECT_NE(t.status().ToString().find("unreachable"), std::string::npos) << t.status().ToString();
-}
-
-// The meta magic is the format version: a pool of the format before the
-// leaf magic ("FPTREE01") is Incompatible, not opened with freed leaves that
-// still carry no cleared magic.
-TEST(FpTreeTest, APoolOfTheFormatBeforeTheLeafMagicIsIncompatible) {
-  PoolFile f(kFpDesign);
-  Handle h = CreateOn(kFpDesign, f.path());
-  ASSERT_TRUE(*h.tree->Insert(1, 1));
-  FpMeta* m = Meta(h.pool.get());
-  PoolImpl::Of(h.pool.get())->Store64(&m->magic, fptree::kFpMagicV1);
-  PoolImpl::Of(h.pool.get())->Persist(&m->magic, 8);
-  h.Crash();
-  auto p = PoolImpl::Open(f.path(), "fptree");
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  auto t = kFpDesign.recover(p->get(), TreeOptions{});
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), Status::Code::kIncompatible) << t.status().ToString();
 }
 
 }  // namespace

@@ -51,7 +51,8 @@
 // ---- Meta block (576 B, root slot 0) -------------------------------------------
 //
 //   off  size  field          meaning
-//   0    8     magic          kMetaMagic ("LBTREE01")
+//   0    8     magic          kMetaMagic ("LBTREE02"; "LBTREE01", kMetaMagicV1, is
+//                             the format before `leaves`: Incompatible)
 //   8    4     node_size      leaf size in bytes: 256, 512, 768 or 1024
 //   12   4     key_kind       KeyKind (0 = u64, 1 = byte strings)
 //   16   8     head           offset of the leftmost leaf; never changes (a
@@ -68,7 +69,13 @@
 //                             before this word was kept): an image recovery
 //                             cannot use is still counted when the walk's
 //                             bytes are checked against the clean close's
-//   56   8     reserved       zero
+//   56   8     leaves         a lower bound of the leaves in the list, never above
+//                             what a crash leaves there: 1 at creation; a split
+//                             persists it after the NAW that links its new leaf,
+//                             a bulk load after its NAW, Close and recovery the
+//                             exact count.  Recovery's walk must reach at least
+//                             this many leaves (leaves are never freed), else
+//                             the list was cut: Corruption, not a loss absorbed
 //   64   256   hints[0]       HintArray: count (8 B) + up to 31 leaf offsets
 //   320  256   hints[1]       the alternative HintArray
 //
@@ -143,7 +150,8 @@ constexpr uint64_t SlotsOfLine(int line) {
 }
 static_assert(SlotsOfLine(0) == 0x7 && SlotsOfLine(3) == 0x3800);
 
-inline constexpr uint64_t kMetaMagic = 0x31304545'5254424cull;     // bytes "LBTREE01"
+inline constexpr uint64_t kMetaMagic = 0x32304545'5254424cull;     // bytes "LBTREE02"
+inline constexpr uint64_t kMetaMagicV1 = 0x31304545'5254424cull;   // bytes "LBTREE01": before `leaves`
 inline constexpr uint64_t kRestartMagic = 0x54525453'4552424cull;  // bytes "LBRESTRT"
 inline constexpr int kMaxHints = 31;
 
@@ -162,7 +170,7 @@ struct Meta {
   uint64_t restart;
   uint64_t variant;
   uint64_t restart_bytes;
-  uint64_t reserved;
+  uint64_t leaves;
   HintArray hints[2];
 };
 static_assert(sizeof(Meta) == 576);
@@ -171,6 +179,7 @@ static_assert(offsetof(Meta, hint_sel) == 24);
 static_assert(offsetof(Meta, restart) == 32);
 static_assert(offsetof(Meta, variant) == 40);
 static_assert(offsetof(Meta, restart_bytes) == 48);
+static_assert(offsetof(Meta, leaves) == 56, "restart, restart_bytes and leaves share the meta's first line");
 inline constexpr uint64_t kVariantLbTree = 0;
 inline constexpr uint64_t kVariantPaperSplit = 1;
 static_assert(offsetof(Meta, hints) == 64);

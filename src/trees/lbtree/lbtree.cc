@@ -23,6 +23,10 @@
 //   L8. Recorded hint leaves are list leaves, in list order, excluding head.
 //   L9. The pool bytes reached (meta, leaves, key blobs) equal the
 //       allocator's bytes in use.
+//   L10. The meta block's leaf count is at least 1 and at most the number of
+//       leaves in the list (it is persisted only after the NAW that links a
+//       leaf, and leaves are never freed); recovery refuses a list shorter
+//       than it (a cut leaf list, issue 17).
 //
 // Concurrency (docs "Concurrency"): inner nodes use optimistic lock coupling
 // (a version word per node, odd = write-locked; readers validate); each leaf
@@ -355,6 +359,8 @@ class LbTree final : public BasicTree<K> {
   Status WalkSegments(std::vector<uint64_t>* starts, uint32_t threads, std::vector<SegmentResult>* res,
                       double* serial_cpu0);
   Status RebuildAllocator(std::vector<SegmentResult>* res);
+  // Stores and persists the meta block's leaf count (L10).
+  void PersistLeafCount(uint64_t leaves);
   // Level-1 nodes over `recs` (separators of records 1.. are their min keys;
   // empty leaves other than the very first record are not routed to, L7).
   struct Built {
@@ -754,7 +760,11 @@ Status LbTree<K>::SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t k
   pool_->Persist(LinePtr(leaf, 0, 0), kLineSize);
 
   splits_.Add();
-  leaf_count_.fetch_add(1, std::memory_order_relaxed);
+  // The leaf count only now that the NAW linking the new leaf is durable, so
+  // it never exceeds the leaves a crash leaves in the list (L10).  Concurrent
+  // splits may persist their counts out of order: a count that lags only
+  // weakens recovery's check, and Close and recovery write the exact one.
+  PersistLeafCount(leaf_count_.fetch_add(1, std::memory_order_relaxed) + 1);
   // The new leaf's version word may hold anything from an earlier use of the
   // bytes; make it even (nobody can reach the leaf through DRAM yet).
   LeafVer(nl).Reset();
@@ -957,6 +967,7 @@ Status LbTree<K>::InitNew(KeyKind kind) {
   m.key_kind = static_cast<uint32_t>(kind);
   m.head = head_;
   m.variant = paper_split_ ? kVariantPaperSplit : kVariantLbTree;
+  m.leaves = 1;  // the head (L10)
   pool_->Write(pool_->At<Meta>(moff), &m, sizeof(m));
   // Persist the empty head leaf and the meta block before the root slot
   // names them: a crash after SetRoot must find both complete.
@@ -1129,6 +1140,7 @@ Status LbTree<K>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
   // Persist the NAW: the bulk load is durable when it returns.
   pool_->Persist(LinePtr(head_, 0, 0), kLineSize);
   leaf_count_.store(nleaves);
+  PersistLeafCount(nleaves);  // after the NAW that links the loaded leaves (L10)
 
   std::vector<std::pair<uint64_t, uint64_t>> routed(nleaves);
   for (size_t li = 0; li < nleaves; li++) routed[li] = {li == 0 ? 0 : MakeSepFromSlot(slots[li * per]), leaves[li]};
@@ -1319,6 +1331,20 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     return ms;
   };
   recovery_walk_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // L10: leaves are never freed and the meta block never counts more leaves
+  // than the list durably has, so a walk that reaches fewer met a cut leaf
+  // list (a zeroed sibling pointer or page): report it before the allocator
+  // rebuild would turn the lost leaves into free space.  Checked after a
+  // crash and after a clean close alike, and under a key-value store too
+  // (it needs no allocator state).
+  uint64_t walked = 0;
+  for (const auto& r : res) walked += r.leaves.size();
+  const uint64_t counted = Load(&meta()->leaves);
+  if (counted == 0 || counted > walked)
+    return Status::Corruption("lbtree: the leaf list reaches " + std::to_string(walked) +
+                              " leaves but the meta block counts " + std::to_string(counted) +
+                              (counted == 0 ? " (never 0: a damaged meta block)" : ": leaves unreachable (a cut leaf list?)") +
+                              " (invariant L10)");
   if (!pool_->clean_shutdown() || force_alloc_rebuild_) PMTREE_RETURN_IF_ERROR(RebuildAllocator(&res));
   recovery_alloc_ms_ = lap();
 
@@ -1339,6 +1365,7 @@ Status LbTree<K>::RecoverFrom(uint64_t meta_off, uint32_t threads) {
     stale_locks_cleared_ += r.stale_locks;
   }
   leaf_count_.store(count);
+  if (count != counted) PersistLeafCount(count);  // the exact count (split counts may lag)
   recovery_route_ms_ = lap();
   PMTREE_RETURN_IF_ERROR(RebuildFromRoutes(std::move(routed)));
   recovery_inner_ms_ = lap();
@@ -1416,6 +1443,15 @@ Status LbTree<K>::WalkSegments(std::vector<uint64_t>* starts_io, uint32_t thread
     if (!r.reached_end) return Status::Corruption("lbtree: leaf list walk did not terminate (invariant L2)");
   }
   return Status::Ok();
+}
+
+template <class K>
+void LbTree<K>::PersistLeafCount(uint64_t leaves) {
+  pool_->Store64(&meta()->leaves, leaves);
+  // Persist the count before the operation returns; every caller stores it
+  // only after the leaves it counts are durably linked, so no crash state
+  // has the count above the list (L10).
+  pool_->Persist(&meta()->leaves, 8);
 }
 
 // Allocator (rule 4 of allocator.h): after a crash, everything reachable is
@@ -1497,13 +1533,16 @@ Status LbTree<K>::WriteRestartImage() {
   words[2] = words.size() * 8;
   auto r = pool_->allocator().Allocate(words.size() * 8);
   Meta* mt = meta();
+  // The exact leaf count (L10): no split runs now, and one that ran
+  // concurrently may have persisted a lagging count.
+  pool_->Store64(&mt->leaves, leaf_count_.load());
   if (!r.ok()) {
     // No room for the image: the next open walks the leaves instead.
     pool_->Store64(&mt->restart, 0);
     pool_->Store64(&mt->restart_bytes, 0);
-    // Persist so a stale image offset is never trusted (restart and
-    // restart_bytes share the meta block's first line).
-    pool_->Persist(&mt->restart, 24);
+    // Persist so a stale image offset is never trusted (restart,
+    // restart_bytes and leaves share the meta block's first line).
+    pool_->Persist(&mt->restart, 32);
     return Status::Ok();
   }
   void* img = pool_->At<void>(r.value());
@@ -1512,9 +1551,10 @@ Status LbTree<K>::WriteRestartImage() {
   pool_->Persist(img, words.size() * 8);
   pool_->Store64(&mt->restart, r.value());
   pool_->Store64(&mt->restart_bytes, words.size() * 8);
-  // Persist the image offset and size (one line): the clean-shutdown flag
-  // Pool::Close writes next must never be durable without them.
-  pool_->Persist(&mt->restart, 24);
+  // Persist the image offset and size and the leaf count (one line): the
+  // clean-shutdown flag Pool::Close writes next must never be durable
+  // without them.
+  pool_->Persist(&mt->restart, 32);
   return Status::Ok();
 }
 
@@ -1581,7 +1621,10 @@ Status LbTree<K>::TryInstantRestart(bool* done) {
   }
   if (routed[0].second != head_) return Untrusted();
   const uint64_t img_bytes = hdr->bytes;
-  leaf_count_.store(routed.size());
+  // The image routes only nonempty leaves; the meta block's count (exact at
+  // Close, L10) also counts the empty ones, so later splits persist counts
+  // the next crash recovery can hold the list to.
+  leaf_count_.store(std::max<uint64_t>(routed.size(), std::min(Load(&mt->leaves), pool_->size() / node_size_)));
   std::vector<uint64_t> all;
   for (auto& r : routed) all.push_back(r.second);
   PMTREE_RETURN_IF_ERROR(RebuildFromRoutes(std::move(routed)));
@@ -1704,6 +1747,10 @@ Status LbTree<K>::Verify() {
     }
     leaf = Blk(leaf, 0)->tail[h.alt ? 1 : 0];
   }
+  if (mt->leaves == 0 || mt->leaves > list.size())
+    return Status::Corruption("lbtree meta at offset " + std::to_string(moff) + ": leaf count " +
+                              std::to_string(mt->leaves) + " but " + std::to_string(list.size()) +
+                              " leaves in the list (invariant L10)");
   // L6, L7.
   std::vector<std::tuple<uint64_t, bool, uint64_t, bool, uint64_t>> routed;
   PMTREE_RETURN_IF_ERROR(VerifyInner(root_.load(), false, 0, false, 0, &routed));
@@ -1878,6 +1925,9 @@ Result<std::unique_ptr<BasicTree<K>>> RecoverVariant(PoolImpl* pool, const TreeO
   if (moff % kAllocGranule != 0 || !pool->InHeap(moff, sizeof(Meta)))
     return Status::Corruption("lbtree: root slot 0 offset " + std::to_string(moff) + " is outside the heap (invariant L1)");
   const Meta* mt = pool->At<Meta>(moff);
+  if (mt->magic == kMetaMagicV1)
+    return Status::Incompatible("lbtree: the pool was made by an older format of lbtree (LBTREE01, before the "
+                                "leaf count); this build cannot open it");
   if (mt->magic != kMetaMagic)
     return Status::Corruption("lbtree meta at offset " + std::to_string(moff) + ": bad magic (invariant L1)");
   if (!CheckNodeSize(mt->node_size).ok())

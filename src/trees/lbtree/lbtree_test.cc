@@ -319,10 +319,13 @@ TEST(LbTreeTest, SplitMovesUpperHalfToNewLeafWithOneNawAndNoLog) {
   uint64_t bytes_before = PoolImpl::Of(*h->pool).allocator().bytes_in_use();
   // 145 > the smallest moved key (80): goes to the new leaf's slot 6.
   OpCost c = Measure([&] { ASSERT_TRUE(t.Insert(145, 0).value()); });
-  EXPECT_EQ(c.c.flushes, 6u) << "new leaf 4 lines + old line 3 + old line 0";
-  EXPECT_EQ(c.c.fences, 2u);
-  EXPECT_EQ(c.c.lines, 6u);
-  EXPECT_EQ(c.c.blocks256, 2u);
+  // 6 flushes, 2 fences, 6 lines in 2 blocks before the leaf count (L10):
+  // the meta block's count is persisted after the NAW (one line, one fence).
+  EXPECT_EQ(c.c.flushes, 7u) << "new leaf 4 lines + old line 3 + old line 0 + the meta's leaf count";
+  EXPECT_EQ(c.c.fences, 3u);
+  EXPECT_EQ(c.c.lines, 7u);
+  EXPECT_EQ(c.c.blocks256, 3u);
+  EXPECT_EQ(MetaOf(PoolImpl::Of(h->pool.get()))->leaves, 2u);
   EXPECT_EQ(PoolImpl::Of(*h->pool).allocator().bytes_in_use(), bytes_before + 256) << "exactly one new leaf, no log";
   const Block* head = HeadBlock(PoolImpl::Of(h->pool.get()));
   uint64_t w0 = head->header.word0;
@@ -340,9 +343,10 @@ TEST(LbTreeTest, SplitMovesUpperHalfToNewLeafWithOneNawAndNoLog) {
   // into a slot the split freed (line 0 here: one more line, one more fence).
   for (uint64_t k : {11, 12, 13, 14, 15, 16, 17}) ASSERT_TRUE(t.Insert(k, k).value());
   OpCost c2 = Measure([&] { ASSERT_TRUE(t.Insert(5, 5).value()); });
-  EXPECT_EQ(c2.c.fences, 3u);
-  EXPECT_EQ(c2.c.flushes, 7u) << "4 + 1 + NAW line 0, then the insert's line 0";
-  EXPECT_EQ(c2.c.lines, 6u) << "line 0 flushed twice counts once";
+  EXPECT_EQ(c2.c.fences, 4u);
+  EXPECT_EQ(c2.c.flushes, 8u) << "4 + 1 + NAW line 0 + the leaf count, then the insert's line 0";
+  EXPECT_EQ(c2.c.lines, 7u) << "line 0 flushed twice counts once";
+  EXPECT_EQ(MetaOf(PoolImpl::Of(h->pool.get()))->leaves, 3u);
   EXPECT_EQ(Extra(t.Stats(), "splits_key_to_old_leaf"), 1);
   std::map<uint64_t, uint64_t> seen;
   std::vector<Tree::Entry> out(100);
@@ -366,9 +370,9 @@ TEST(LbTreeTest, MultiBlockLeavesSplitThroughAlternativeHeaders) {
     // Fill exactly one leaf, then split it.
     for (int k = 0; k < 14 * m; k++) ASSERT_TRUE(t.Insert(2 * k, k).value());
     OpCost c = Measure([&] { ASSERT_TRUE(t.Insert(1000, 1).value()); });
-    EXPECT_EQ(c.c.fences, 2u);
-    EXPECT_EQ(c.c.flushes, static_cast<uint64_t>(4 * m + 1 + (m - 1) + 1))
-        << "new leaf, sibling line, one alternative-header line per block 1..m-1, the NAW line";
+    EXPECT_EQ(c.c.fences, 3u);
+    EXPECT_EQ(c.c.flushes, static_cast<uint64_t>(4 * m + 1 + (m - 1) + 1 + 1))
+        << "new leaf, sibling line, one alternative-header line per block 1..m-1, the NAW line, the leaf count";
     const Block* b0 = HeadBlock(PoolImpl::Of(h->pool.get()));
     EXPECT_TRUE(b0->header.word0 & kAltBit);
     int live = std::popcount(b0->header.word0 & kBitmapMask);
@@ -539,6 +543,84 @@ TEST(LbTreeTest, UnusableImageWithoutItsSizeIsRefused) {
   ASSERT_FALSE(h.ok());
   EXPECT_EQ(h.status().code(), Status::Code::kCorruption) << h.status().ToString();
   EXPECT_NE(h.status().ToString().find("restart_bytes 0"), std::string::npos) << h.status().ToString();
+}
+
+// Reads the 8-byte word at `off` of the pool file `fd`.
+uint64_t ReadWord(int fd, uint64_t off) {
+  uint64_t w = 0;
+  EXPECT_EQ(pread(fd, &w, 8, static_cast<off_t>(off)), 8);
+  return w;
+}
+
+// The leaves of a closed or crashed pool file, in list order (block 0's alt
+// bit selects the sibling pointer in effect).
+std::vector<uint64_t> LeafListOf(int fd, uint64_t meta_off) {
+  std::vector<uint64_t> list;
+  for (uint64_t leaf = ReadWord(fd, meta_off + offsetof(Meta, head)); leaf != 0 && list.size() < 100000;) {
+    list.push_back(leaf);
+    const bool alt = ReadWord(fd, leaf) & kAltBit;
+    leaf = ReadWord(fd, leaf + offsetof(Block, tail) + (alt ? 8 : 0));
+  }
+  return list;
+}
+
+// Issue 17: after a crash, a leaf list cut by damage (one zeroed sibling
+// pointer) loses every leaf behind the cut.  The meta block's leaf count
+// (L10) makes recovery refuse the pool instead of rebuilding the allocator
+// without those leaves; with 1 and 2 recovery threads (the hints' segments
+// fall back to one walk, which ends at the cut).
+TEST(LbTreeTest, CrashRecoveryRefusesACutLeafList) {
+  for (uint32_t threads : {1u, 2u}) {
+    SCOPED_TRACE("recovery threads " + std::to_string(threads));
+    PathGuard pg(TestPath("cut" + std::to_string(threads)));
+    {
+      auto h = CreateTree(Lb(), pg.path, kPoolSize, {});
+      ASSERT_TRUE(h.ok());
+      for (uint64_t k = 0; k < 20000; k++) ASSERT_TRUE(h->tree->Insert(k * 7919 % 20011, k).value());
+      EXPECT_EQ(MetaOf(PoolImpl::Of(h->pool.get()))->leaves, h->tree->Stats().leaf_nodes);
+      // destroyed without Close(): a crash
+    }
+    const int fd = open(pg.path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const uint64_t meta_off = ReadWord(fd, 192);  // root slot 0 (docs/pool_format.md)
+    const std::vector<uint64_t> list = LeafListOf(fd, meta_off);
+    ASSERT_GT(list.size(), 100u);
+    EXPECT_EQ(ReadWord(fd, meta_off + offsetof(Meta, leaves)), list.size());
+    const uint64_t cut = list[list.size() - 3];  // two leaves are lost
+    const bool alt = ReadWord(fd, cut) & kAltBit;
+    const uint64_t zero = 0;
+    ASSERT_EQ(pwrite(fd, &zero, 8, static_cast<off_t>(cut + offsetof(Block, tail) + (alt ? 8 : 0))), 8);
+    close(fd);
+    TreeOptions o;
+    o.recovery_threads = threads;
+    for (int again = 0; again < 2; again++) {  // refused, and refused again (nothing was absorbed)
+      auto h = OpenTree(pg.path, &Lb(), o);
+      ASSERT_FALSE(h.ok());
+      EXPECT_EQ(h.status().code(), Status::Code::kCorruption) << h.status().ToString();
+      EXPECT_NE(h.status().ToString().find("leaves unreachable"), std::string::npos) << h.status().ToString();
+    }
+  }
+}
+
+// The meta magic is the format version: a pool of the format before the
+// leaf count ("LBTREE01", whose word 56 was reserved and zero) is
+// Incompatible.
+TEST(LbTreeTest, APoolOfTheFormatBeforeTheLeafCountIsIncompatible) {
+  PathGuard pg(TestPath("v1"));
+  {
+    auto h = CreateTree(Lb(), pg.path, kPoolSize, {});
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(h->tree->Insert(1, 1).value());
+  }
+  const int fd = open(pg.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint64_t meta_off = ReadWord(fd, 192);
+  ASSERT_EQ(ReadWord(fd, meta_off), kMetaMagic);
+  ASSERT_EQ(pwrite(fd, &kMetaMagicV1, 8, static_cast<off_t>(meta_off)), 8);
+  close(fd);
+  auto h = OpenTree(pg.path, &Lb(), {});
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), Status::Code::kIncompatible) << h.status().ToString();
 }
 
 TEST(LbTreeTest, RecoveryClearsStaleLockBits) {

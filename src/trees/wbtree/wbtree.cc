@@ -40,7 +40,7 @@ class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
 
   // Bitmap bit 1+i validates entry i; bit 0 (kSlotValid) says the slot array is valid.
   static constexpr LeafListTraits kTraits{"wbtree", kWbMagic, kWbDefaultNodeSize, /*entry_bit_shift=*/1,
-                                          /*flag_bits=*/kSlotValid};
+                                          /*flag_bits=*/kSlotValid, /*older_magic=*/kWbMagicV1};
 
   WbTree(PoolImpl* pool, uint64_t meta_off, uint32_t node_size)
       : LL(pool, meta_off, node_size), hdr_(WbHeaderSize(node_size)) {}
@@ -59,6 +59,8 @@ class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
 
   static int Capacity(uint32_t node_size) { return WbCapacity(node_size); }
   static uint32_t EntriesOffset(uint32_t node_size) { return WbHeaderSize(node_size); }
+  static uint32_t MagicOffset(uint32_t node_size) { return WbMagicWord(node_size); }
+  static uint64_t MagicMask(uint32_t /*node_size*/) { return kWbMagicMask; }
 
   static void InitEmptyLeaf(PoolImpl* pool, WbLeaf* leaf, uint32_t node_size) {
     pool->Zero(leaf, WbHeaderSize(node_size));
@@ -197,6 +199,7 @@ class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
   // moves to *new_leaf, linked after it; *sep is the new leaf's first key.
   Status SplitLeaf(uint64_t leaf_off, uint64_t* new_leaf, Owned* sep) {
     PMTREE_ASSIGN_OR_RETURN(uint64_t nl, pool_->allocator().Allocate(node_size_));
+    this->NoteLeaf(nl);  // the leaf limit covers the new leaf before it can carry the magic
     WbLeaf* leaf = LeafAt(leaf_off);
     WbLeaf* nleaf = LeafAt(nl);
     std::vector<int> order;
@@ -205,6 +208,8 @@ class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
     const int m = static_cast<int>(order.size() - keep);
     for (int j = 0; j < m; j++) pool_->Write(Ent(nleaf, j), Ent(leaf, order[keep + j]), sizeof(WbEntry));
     uint8_t hdr[kMaxHeaderSize];
+    // Without the leaf magic: the new leaf is free space until the log
+    // names it (FinishSplit gives it the magic).
     MakeHeader(hdr, BitsUpTo(m) | kSlotValid, leaf->next, m);
     pool_->Write(nleaf, hdr, hdr_);
     // Persist the complete new leaf (upper half packed, valid slot array, the
@@ -227,8 +232,9 @@ class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
   }
 
   // The logged part of a split, redone verbatim by recovery (idempotent):
-  // the old leaf keeps its entries below the new leaf's first key, gets a
-  // fresh slot array, and links the new leaf.
+  // the new leaf gets the leaf magic, the old leaf keeps its entries below
+  // the new leaf's first key (and its magic), gets a fresh slot array, and
+  // links the new leaf.
   void FinishSplit(uint64_t leaf_off, uint64_t nl) {
     WbLeaf* leaf = LeafAt(leaf_off);
     const uint64_t first = Ent(LeafAt(nl), LeafAt(nl)->slot[1])->key;
@@ -243,18 +249,24 @@ class WbTree final : public LeafListTree<WbTree<KP>, KP, WbLeaf, WbEntry> {
     }
     std::sort(lower.begin(), lower.end(),
               [&](int a, int b) { return keys_.CompareSlots(Ent(leaf, a)->key, Ent(leaf, b)->key) < 0; });
+    // The new leaf's magic is flushed (by SetLeafMagic) only now that the
+    // log naming it is durable: a crash from here on replays the split, which
+    // links the new leaf, so it is never free space with the magic.  The
+    // fence below makes it durable.
+    this->SetLeafMagic(nl);
     // While the log is set, recovery redoes this whole function from the
     // complete new leaf, so these header stores need no order among
     // themselves: the lower half's slot array, the bitmap that drops the
-    // moved entries (slot array valid), the link.
+    // moved entries (slot array valid, the magic's bits kept), the link.
     uint8_t sa[64];
     sa[0] = static_cast<uint8_t>(lower.size());
     for (size_t j = 0; j < lower.size(); j++) sa[j + 1] = static_cast<uint8_t>(lower[j]);
     pool_->Write(&leaf->slot[0], sa, lower.size() + 1);
-    pool_->Store64(&leaf->bitmap, keep_bits | kSlotValid);
+    pool_->Store64(&leaf->bitmap, keep_bits | kSlotValid | this->BitmapMagicBits(leaf));
     pool_->Store64(&leaf->next, nl);
-    // Persist the old leaf's new header before the log is cleared, so the
-    // split is complete and the new leaf reachable once the log is gone.
+    // Persist the old leaf's new header (and the new leaf's magic flushed
+    // above) before the log is cleared, so the split is complete and the new
+    // leaf reachable once the log is gone.
     pool_->Persist(leaf, 17 + lower.size());
   }
 

@@ -35,7 +35,7 @@ const wbtree::WbEntry* EntryOf(const WbLeaf* l, int i) {
 std::vector<uint64_t> WbLeafKeys(const PoolImpl* p, uint64_t leaf_off) {
   const WbLeaf* leaf = p->At<WbLeaf>(leaf_off);
   std::vector<uint64_t> keys;
-  for (uint64_t bm = leaf->bitmap & ~1ull; bm; bm &= bm - 1) keys.push_back(EntryOf(leaf, __builtin_ctzll(bm) - 1)->key);
+  for (uint64_t bm = leaf->bitmap & ~1ull & ~wbtree::kWbMagicMask; bm; bm &= bm - 1) keys.push_back(EntryOf(leaf, __builtin_ctzll(bm) - 1)->key);
   return keys;
 }
 
@@ -68,9 +68,14 @@ const LeafListDesign kWbDesign{"wbtree",
                                /*capacity_256=*/14,
                                /*bulk_leaves_at_70=*/889,
                                &WbLeafKeys,
-                               /*split_flushes=*/10,
+                               // 10 before the leaf magic: FinishSplit flushes the new leaf's magic
+                               // (its bitmap word again) under the old leaf's fence.
+                               /*split_flushes=*/11,
                                /*split_fences=*/7,
-                               &WbCraftSplitCrash};
+                               &WbCraftSplitCrash,
+                               &wbtree::WbMagicWord,
+                               wbtree::kWbMagicMask,
+                               wbtree::kWbMagicV1};
 
 INSTANTIATE_TEST_SUITE_P(WbTree, LeafListTreeTest, testing::Values(kWbDesign), LeafListDesignName);
 
@@ -87,8 +92,9 @@ TEST(WbTreeTest, SplitMovesUpperHalfToNewLeaf) {
   WbMeta* m = Meta(h.pool.get());
   const WbLeaf* left = h.pool->At<WbLeaf>(m->head);
   const WbLeaf* right = h.pool->At<WbLeaf>(left->next);
-  EXPECT_EQ(__builtin_popcountll(left->bitmap & ~1ull), 8);
-  EXPECT_EQ(right->bitmap, (((1ull << 7) - 1) << 1) | 1);
+  EXPECT_EQ(__builtin_popcountll(left->bitmap & ~1ull & ~wbtree::kWbMagicMask), 8);
+  EXPECT_EQ(right->bitmap & ~wbtree::kWbMagicMask, (((1ull << 7) - 1) << 1) | 1);
+  EXPECT_EQ(right->bitmap & wbtree::kWbMagicMask, left->bitmap & wbtree::kWbMagicMask);  // the leaf magic
   EXPECT_EQ(right->slot[0], 7);
   for (int j = 1; j <= 7; j++) EXPECT_EQ(EntryOf(right, right->slot[j])->key, 70u + 10 * j);
 }
