@@ -242,6 +242,7 @@ struct Mutant {
   std::string kind;        // "drop flush", "drop fence", "split store" or "leak a block"
   std::string outcome;     // "caught", "redundant", "survived"
   std::string evidence;    // the first ticket's failure when caught
+  uint64_t lazy_runs = 0;  // lazy-search runs of the exploration that decided it (0: the plain pass)
 };
 
 struct MutationReport {

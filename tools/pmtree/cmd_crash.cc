@@ -79,7 +79,11 @@ nlohmann::json TicketJson(const crash::Ticket& t) {
 nlohmann::json MutantsJson(const crash::MutationReport& mut) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& m : mut.list)
-    list.push_back({{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}});
+    list.push_back({{"site", m.site},
+                    {"kind", m.kind},
+                    {"outcome", m.outcome},
+                    {"evidence", m.evidence},
+                    {"lazy_runs", m.lazy_runs}});
   return list;
 }
 
