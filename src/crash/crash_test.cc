@@ -279,9 +279,38 @@ TEST(ExplorerTest, MutationTestingCatchesEveryNeededPersist) {
   EXPECT_EQ(m->score, 1.0);
 }
 
+// A persist of a word nothing reads: dropping it changes no recovered
+// contents, so no violation can catch it and every crash point is
+// exhaustive ("redundant" by violations alone), but each update then ends
+// with that store pending, which the pending-store lint reports.
+TEST(ExplorerTest, MutationTestingCatchesAPersistOnlyThePendingStoreLintNeeds) {
+  ModeGuard g(CowArrayMode::kUnreadWord);
+  ExploreOptions o = Small(Mode::kAdr);
+  o.workload = Workload::kRandom;
+  o.ops = 12;
+  auto m = Mutate(CowArrayFactory(), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  int by_lint = 0;
+  for (const auto& mu : m->list) {
+    std::printf("mutant %s@%s: %s %s\n", mu.site.c_str(), mu.kind.c_str(), mu.outcome.c_str(), mu.evidence.c_str());
+    if (!mu.by_lint) continue;
+    by_lint++;
+    EXPECT_EQ(mu.outcome, "caught");
+    EXPECT_EQ(mu.without_lint, "redundant");
+    EXPECT_NE(mu.evidence.find("still pending at the end of"), std::string::npos) << mu.evidence;
+    EXPECT_NE(mu.evidence.find("test_trees.cc"), std::string::npos) << mu.evidence;
+  }
+  // The count word's flush and its fence.
+  EXPECT_EQ(by_lint, 2);
+  EXPECT_EQ(m->caught_by_lint, 2u);
+  EXPECT_EQ(m->survived, 0u);
+  EXPECT_EQ(m->score, 1.0);
+  EXPECT_EQ(m->score_violations_only, 1.0);  // the two count as redundant without the lint
+}
+
 // With a lazy search, each mutant is first explored with the plain plan: a
-// mutant that pass catches costs no lazy run; only the others are searched
-// lazily for their proof.  Same outcomes as above.
+// mutant that pass catches by a violation costs no lazy run; only the
+// others are searched lazily for their proof.  Same outcomes as above.
 TEST(ExplorerTest, MutationCatchesWithThePlainPlanBeforeSearchingLazily) {
   ModeGuard g(CowArrayMode::kExtraPersist);
   ExploreOptions o = Small(Mode::kAdr);
@@ -292,7 +321,7 @@ TEST(ExplorerTest, MutationCatchesWithThePlainPlanBeforeSearchingLazily) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   uint64_t caught = 0, searched = 0;
   for (const auto& mu : m->list) {
-    if (mu.outcome == "caught") {
+    if (mu.outcome == "caught" && !mu.by_lint) {
       caught++;
       EXPECT_EQ(mu.lazy_runs, 0u) << mu.kind << " at " << mu.site;
     }

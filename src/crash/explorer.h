@@ -249,16 +249,29 @@ struct Mutant {
   std::string kind;        // "drop flush", "drop fence", "split store" or "leak a block"
   std::string outcome;     // "caught", "redundant", "survived"
   std::string evidence;    // the first ticket's failure when caught
+  // Caught by the pending-store lint, not by a violation; then what the
+  // mutant would be without the lint ("redundant" or "survived").
+  bool by_lint = false;
+  std::string without_lint;
   uint64_t lazy_runs = 0;  // lazy-search runs of the exploration that decided it (0: the plain pass)
 };
 
 struct MutationReport {
   uint64_t mutants = 0;
   uint64_t caught = 0;
+  // Of `caught`: mutants without a violation whose run left some store still
+  // pending at the end of a checked operation more often than the correct
+  // program does (CRASH_MODEL.md section 4 item 6: no store of an operation
+  // may be pending at its end).  Recovery repairs what such a mutant loses,
+  // but it acknowledges operations whose writes are not all durable.
+  uint64_t caught_by_lint = 0;
   uint64_t redundant = 0;  // not caught, and every crash point where the mutant's images differ
                            // from the correct program's was enumerated exhaustively
   uint64_t survived = 0;   // not caught, with some such point sampled or a cut budget
   double score = 0;        // caught / (caught + survived), 1 when that is 0
+  // The score by violations alone: each mutant caught by the lint counted
+  // as what it would be without it.
+  double score_violations_only = 0;
   std::vector<Mutant> list;
 };
 

@@ -181,6 +181,13 @@ class CowArray : public Tree {
     pool_->Persist(&m->array, 8);
     // Deliberately redundant (kExtraPersist): the line is clean already.
     if (g_mode == CowArrayMode::kExtraPersist) pool_->Persist(&m->array, 8);
+    if (g_mode == CowArrayMode::kUnreadWord) {
+      pool_->Store64(&m->pad[1], v.size());
+      // Persist the count word before the update returns, so no store of the
+      // update is still pending when it is acknowledged (kUnreadWord: nothing
+      // reads the word, so losing it changes no recovered contents).
+      pool_->Persist(&m->pad[1], 8);
+    }
     if (old != 0) pool_->allocator().Free(old, ArrayBytes(old_n));
     if (g_mode == CowArrayMode::kFailAfterCommit) {
       PMTREE_ASSIGN_OR_RETURN(uint64_t after, pool_->allocator().Allocate(64));

@@ -27,6 +27,11 @@
 //   kLeakOnFailure      allocates a 64-byte scratch block before the new
 //                       array and does not free it when the array's
 //                       allocation fails (a leak on OutOfSpace)
+//   kUnreadWord         after the commit, stores the entry count in a meta
+//                       word nothing reads and persists it: dropping that
+//                       persist changes no recovered contents, but leaves a
+//                       store of every update pending at its end (the
+//                       mutation run's pending-store lint must catch it)
 
 #ifndef PMTREE_CRASH_TEST_TREES_H_
 #define PMTREE_CRASH_TEST_TREES_H_
@@ -42,7 +47,8 @@ enum class CowArrayMode {
   kRawStore,
   kCrashInRecovery,
   kFailAfterCommit,
-  kLeakOnFailure
+  kLeakOnFailure,
+  kUnreadWord
 };
 
 // The mode every CowArray created or recovered from now on uses.

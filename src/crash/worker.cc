@@ -536,7 +536,10 @@ class Worker {
           sr.flushes_since_point.clear();
           break;
         case EventKind::kOpEnd:
-          if (sr.focus) sr.shadow.OpEnd();
+          // The pending-store lint asks that an operation's writes be durable
+          // when it is acknowledged; one failed on a full pool took no effect
+          // (its writes went to blocks it freed again), so it is not counted.
+          if (sr.focus && sc.ops[sr.op].fail_alloc == 0) sr.shadow.OpEnd();
           if (sr.focus) AtCrashPoint(sr, "end of " + OpString(sc.ops[sr.op]), true, UINT32_MAX);
           ApplyEffect(&sr.model, run.effects[sr.op]);
           break;

@@ -79,12 +79,12 @@ nlohmann::json TicketJson(const crash::Ticket& t) {
 
 nlohmann::json MutantsJson(const crash::MutationReport& mut) {
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& m : mut.list)
-    list.push_back({{"site", m.site},
-                    {"kind", m.kind},
-                    {"outcome", m.outcome},
-                    {"evidence", m.evidence},
-                    {"lazy_runs", m.lazy_runs}});
+  for (const auto& m : mut.list) {
+    nlohmann::json e = {{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}};
+    e["lazy_runs"] = m.lazy_runs;
+    if (m.by_lint) e["without_lint"] = m.without_lint;
+    list.push_back(std::move(e));
+  }
   return list;
 }
 
@@ -210,7 +210,9 @@ int RunKv(const CrashArgs& a, const TreeOptions& to) {
     if (a.mutate) {
       j["mutants"] = mut.mutants;
       j["mutants_caught"] = mut.caught;
-      j["mutation_score"] = mut.score;
+      j["mutants_caught_by_lint"] = mut.caught_by_lint;
+    j["mutation_score"] = mut.score;
+    j["mutation_score_violations_only"] = mut.score_violations_only;
       j["mutant_list"] = MutantsJson(mut);
     }
     std::cout << j.dump(2) << "\n";
@@ -370,7 +372,9 @@ void PrintJson(const CrashArgs& a, const crash::ExploreReport& rep, const crash:
     j["mutants_caught"] = mut.caught;
     j["mutants_redundant"] = mut.redundant;
     j["mutants_survived"] = mut.survived;
+    j["mutants_caught_by_lint"] = mut.caught_by_lint;
     j["mutation_score"] = mut.score;
+    j["mutation_score_violations_only"] = mut.score_violations_only;
     j["mutant_list"] = MutantsJson(mut);
   }
   std::cout << j.dump(2) << "\n";
@@ -393,9 +397,11 @@ void PrintText(const CrashArgs& a, const crash::ExploreReport& rep, const crash:
     for (const auto& [kind, n] : by_kind)
       std::printf("  %s: caught %llu, redundant %llu, survived %llu\n", kind.c_str(), (unsigned long long)n[0],
                   (unsigned long long)n[1], (unsigned long long)n[2]);
-    std::printf("mutants: %llu, caught %llu, redundant %llu, survived %llu, score %.1f%%\n",
-                (unsigned long long)mut.mutants, (unsigned long long)mut.caught, (unsigned long long)mut.redundant,
-                (unsigned long long)mut.survived, 100 * mut.score);
+    std::printf("mutants: %llu, caught %llu (%llu by the pending-store lint), redundant %llu, survived %llu, "
+                "score %.1f%% (%.1f%% by violations alone)\n",
+                (unsigned long long)mut.mutants, (unsigned long long)mut.caught, (unsigned long long)mut.caught_by_lint,
+                (unsigned long long)mut.redundant, (unsigned long long)mut.survived, 100 * mut.score,
+                100 * mut.score_violations_only);
   }
   std::printf("%s: %llu violations\n", rep.violations == 0 ? "OK" : "VIOLATIONS FOUND",
               (unsigned long long)rep.violations);
