@@ -308,6 +308,33 @@ TEST(ExplorerTest, MutationTestingCatchesAPersistOnlyThePendingStoreLintNeeds) {
   EXPECT_EQ(m->score_violations_only, 1.0);  // the two count as redundant without the lint
 }
 
+// With a lazy search, each mutant is first explored with the plain plan: a
+// mutant that pass catches by a violation costs no lazy run; only the
+// others are searched lazily for their proof.  Same outcomes as above.
+TEST(ExplorerTest, MutationCatchesWithThePlainPlanBeforeSearchingLazily) {
+  ModeGuard g(CowArrayMode::kExtraPersist);
+  ExploreOptions o = Small(Mode::kAdr);
+  o.workload = Workload::kRandom;
+  o.ops = 12;
+  o.lazy = LazyMode::kOn;
+  auto m = Mutate(CowArrayFactory(), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  uint64_t caught = 0, searched = 0;
+  for (const auto& mu : m->list) {
+    if (mu.outcome == "caught" && !mu.by_lint) {
+      caught++;
+      EXPECT_EQ(mu.lazy_runs, 0u) << mu.kind << " at " << mu.site;
+    }
+    // A redundant mutant changes some crash points (those of a mutant that
+    // changes none are all checked by the base run: no run at all).
+    if (mu.outcome == "redundant" && mu.lazy_runs > 0) searched++;
+  }
+  EXPECT_GE(caught, 7u);
+  EXPECT_GT(searched, 0u);
+  EXPECT_EQ(m->redundant, 6u);
+  EXPECT_EQ(m->survived, 0u);
+}
+
 TEST(KillHarnessTest, EveryAcknowledgedOperationSurvivesSigkill) {
   KillOptions o;
   o.iterations = 30;

@@ -78,6 +78,7 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
   if (o.workload == Workload::kSmall && !o.bulk_load) c += " --no-bulk-load";
   if (o.workload == Workload::kSmall && !o.out_of_space) c += " --no-out-of-space";
   if (o.workload == Workload::kSmall && o.check_all_ops) c += " --check-all-ops";
+  if (o.reclaim_each_op) c += " --reclaim-each-op";
   if (o.continuation_every != 8) c += " --continuation-every " + std::to_string(o.continuation_every);
   if (o.recovery_crash_every != 0) c += " --recovery-crash-every " + std::to_string(o.recovery_crash_every);
   if (o.tree_options.node_size != 0) c += " --node-size " + std::to_string(o.tree_options.node_size);

@@ -123,6 +123,13 @@ struct ExploreOptions {
   // Small workload: check the crash points of every operation of a scenario
   // (pre-state construction included), not only of its last one.
   bool check_all_ops = false;
+  // Free the blocks retired during each traced operation as soon as it
+  // returns (EpochManager::DrainAll: the trace is single-threaded, so no
+  // reader holds them between operations), so the next operation may reuse
+  // them.  Without it a block is reused only after 128 retires, which short
+  // sequences never reach: a persist that matters only once retired memory
+  // is reused (a root switch whose old root was retired) looks redundant.
+  bool reclaim_each_op = false;
   // Negative control of the space check: after every recovery, allocate one
   // block the tree does not reach (a leak); every image must then fail.
   bool inject_leak = false;
@@ -246,6 +253,7 @@ struct Mutant {
   // mutant would be without the lint ("redundant" or "survived").
   bool by_lint = false;
   std::string without_lint;
+  uint64_t lazy_runs = 0;  // lazy-search runs of the exploration that decided it (0: the plain pass)
 };
 
 struct MutationReport {

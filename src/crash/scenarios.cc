@@ -128,6 +128,40 @@ Status AddMergeThresholds(const TreeFactory& f, const ExploreOptions& o, const G
   return Status::Ok();
 }
 
+// With ExploreOptions::reclaim_each_op: the merge-threshold state after its
+// merge, refilled by ascending inserts up to the one before the next leaf
+// split.  The blocks the merge retired (and a collapsed root) are free by
+// then, so that split writes its new nodes where they were: a persist that
+// matters only once retired memory is reused (Circ-Tree's meta.root after a
+// root collapse) is checked here.
+Status AddRefilledAfterMerge(const TreeFactory& f, const ExploreOptions& o, std::vector<PreState>* out) {
+  std::vector<Op> pre;
+  for (const PreState& p : *out) {
+    if (p.name != "merge-threshold") continue;
+    pre = p.ops;
+    pre.insert(pre.end(), p.letters.begin(), p.letters.end());
+  }
+  if (pre.empty()) return Status::Ok();
+  PMTREE_ASSIGN_OR_RETURN(Probe q, OpenProbe(f, o));
+  Model m;
+  for (const Op& op : pre) {
+    PMTREE_RETURN_IF_ERROR(RunOp(*q.tree, op).status());
+    ApplyEffect(&m, EffectOf(m, op));
+  }
+  const uint64_t leaves = q.tree->Stats().leaf_nodes;
+  uint64_t k = m.empty() ? 10 : m.rbegin()->first + 10;
+  for (uint64_t i = 0; i < kMaxProbe; i++, k += 10) {
+    const Op op = Insert(k, ValueFor(k, 0));
+    if (!RunOp(*q.tree, op).ok()) break;
+    if (q.tree->Stats().leaf_nodes > leaves) {
+      out->push_back({"refilled-after-merge", pre});
+      break;
+    }
+    pre.push_back(op);
+  }
+  return Status::Ok();
+}
+
 // Descending keys: every insert lands in the first leaf, every split keeps
 // the new key in the old (left) node, and the second split splits a node
 // that has split before (LB+-Tree flips its alt bit back).  The state just
@@ -154,7 +188,8 @@ Status AddDescending(const TreeFactory& f, const ExploreOptions& o, std::vector<
 // level, a merge, and the first change of each design counter of
 // Stats().extra (LB+-Tree's first entry move, its first hint record, ...);
 // the moment before the second split of the first leaf when keys arrive in
-// descending order (a node that splits again after a split); plus an empty
+// descending order (a node that splits again after a split); with
+// reclaim_each_op, the refill after the merge; plus an empty
 // tree and a churned one.
 Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreOptions& o, Growth* growth) {
   std::vector<PreState> out;
@@ -185,6 +220,7 @@ Result<std::vector<PreState>> FindPreStates(const TreeFactory& f, const ExploreO
     counters++;
   }
   PMTREE_RETURN_IF_ERROR(AddMergeThresholds(f, o, g, &out));
+  if (o.reclaim_each_op) PMTREE_RETURN_IF_ERROR(AddRefilledAfterMerge(f, o, &out));
   PMTREE_RETURN_IF_ERROR(AddDescending(f, o, &out));
   // Churn: a full-ish tree with every other key of its first half removed
   // (dead slots, reusable entries, rings that wrap).

@@ -205,6 +205,7 @@ class Worker {
           break;
       }
       tb->EndOp(i);
+      if (o_.reclaim_each_op && pool) pool->epochs().DrainAll();
       if (run->failure.empty() && !r.ok()) run->failure = OpString(op) + " failed: " + r.status().ToString();
       if (run->failure.empty() && *r != e.expected)
         run->failure = OpString(op) + " returned " + (*r ? "true" : "false") + " but the model expects " +

@@ -55,6 +55,7 @@ struct CrashArgs {
   bool no_bulk_load = false;
   bool no_out_of_space = false;
   bool check_all_ops = false;
+  bool reclaim_each_op = false;
   uint32_t continuation_every = 8;
   uint32_t recovery_crash_every = 0;
   std::string replay;
@@ -80,6 +81,7 @@ nlohmann::json MutantsJson(const crash::MutationReport& mut) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& m : mut.list) {
     nlohmann::json e = {{"site", m.site}, {"kind", m.kind}, {"outcome", m.outcome}, {"evidence", m.evidence}};
+    e["lazy_runs"] = m.lazy_runs;
     if (m.by_lint) e["without_lint"] = m.without_lint;
     list.push_back(std::move(e));
   }
@@ -295,6 +297,7 @@ std::string ExploreOptionsOf(const CrashArgs& a, const TreeOptions& to, crash::E
   o.bulk_load = !a.no_bulk_load;
   o.out_of_space = !a.no_out_of_space;
   o.check_all_ops = a.check_all_ops;
+  o.reclaim_each_op = a.reclaim_each_op;
   o.continuation_every = a.continuation_every;
   o.recovery_crash_every = a.recovery_crash_every;
   if (!a.replay.empty()) {
@@ -472,6 +475,8 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
   sub->add_option("--split-store", a->split_store, "explore a mutant: 8-byte stores at SITE reach memory as two 4-byte halves");
   sub->add_flag("--inject-leak", a->inject_leak, "explore a mutant: leak one block after every recovery");
   sub->add_flag("--check-all-ops", a->check_all_ops, "small workload: check every operation, not only the last");
+  sub->add_flag("--reclaim-each-op", a->reclaim_each_op,
+                "free retired blocks when each traced operation returns, so the next one can reuse them");
   sub->add_option("--continuation-every", a->continuation_every,
                   "run the continuation workload on the first and every N-th image of a crash point");
   sub->add_option("--recovery-crash-every", a->recovery_crash_every,

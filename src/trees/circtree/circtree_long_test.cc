@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -69,30 +70,30 @@ INSTANTIATE_TEST_SUITE_P(
              (i.param.workload == crash::Workload::kSmall ? "small" : "random");
     });
 
-// CRASH_MODEL.md §5: mutants made by dropping each flush or fence site in
-// turn.  Every mutant that can change contents is caught; the survivors
-// allowed are the persists of meta.root after a root split (InstallRoot) and
-// after a root collapse (CollapseRoot, merge step M7: its flush and its
-// fence), which recovery cases 4 and 9 regenerate (docs/trees/circtree.md,
-// "Mutation score").
-TEST(CircTreeMutation, EveryContentRelevantMutantIsCaught) {
+// CRASH_MODEL.md §5: every mutant -- each covered flush or fence dropped,
+// each aligned 8-byte store split, a leaked block -- on the issue's command,
+// `pmtree crash --tree circtree --mutate --depth 2 --node-size 512`.  Score
+// >= 95 % (issue 11) and no survivor (docs/trees/circtree.md, "Mutation
+// score").  The persists of meta.root after a root split and a root collapse
+// (InstallRoot, CollapseRoot) are redundant in this workload -- recovery
+// cases 4 and 9 redo them while the old root is intact -- and caught once
+// retired blocks are reused (--reclaim-each-op,
+// CircTreeCrashTest.CollapsePersistIsCaughtOnceTheOldRootIsReused).
+TEST(CircTreeMutation, ScoreIsAtLeastNinetyFivePercentWithNoSurvivor) {
   crash::ExploreOptions o;
   o.depth = 2;
   o.tree_options.node_size = 512;
-  crash::ExploreReport base;
-  auto r = crash::Mutate(*FindTree("circtree"), o, &base);
+  o.progress = true;  // one line per mutant on stderr: the run is long
+  auto r = crash::Mutate(*FindTree("circtree"), o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  for (const auto& m : r->list) {
-    if (m.outcome != "survived") continue;
-    std::string function;
-    for (const auto& s : base.sites)
-      if (s.name == m.site) function = s.function;
-    const bool root_switch =
-        function.find("InstallRoot") != std::string::npos || function.find("CollapseRoot") != std::string::npos;
-    EXPECT_TRUE(root_switch) << m.kind << " at " << m.site << " (" << function << ") survived";
-  }
-  EXPECT_LE(r->survived, 3u);
-  EXPECT_GE(r->caught, 14u);
+  for (const auto& m : r->list)
+    if (m.outcome != "caught") std::printf("  %s %s: %s\n", m.kind.c_str(), m.site.c_str(), m.outcome.c_str());
+  std::printf("circtree depth 2: %llu mutants, %llu caught, %llu redundant, %llu survived, score %.1f%%\n",
+              (unsigned long long)r->mutants, (unsigned long long)r->caught, (unsigned long long)r->redundant,
+              (unsigned long long)r->survived, 100 * r->score);
+  for (const auto& m : r->list) EXPECT_NE(m.outcome, "survived") << m.kind << " at " << m.site;
+  EXPECT_GE(r->score, 0.95);
+  EXPECT_GE(r->caught, 20u);
 }
 
 // CRASH_MODEL.md §6: 200 SIGKILLs of a child running a workload on a pool

@@ -824,6 +824,39 @@ TEST(CircTreeCrashTest, RandomWorkloadHasNoViolations) {
   EXPECT_EQ(r->violations, 0u);
 }
 
+// The persist of meta.root after a root collapse (merge step M7) matters
+// only once the retired old root's block is reused: recovery case 9 redoes
+// the collapse from the old root while that node is intact.  With
+// reclaim_each_op the explorer frees retired blocks between operations and
+// adds the pre-state where the next split takes them, so dropping that
+// persist is caught; without it the same mutant shows no violation.
+TEST(CircTreeCrashTest, CollapsePersistIsCaughtOnceTheOldRootIsReused) {
+  crash::ExploreOptions o;
+  o.depth = 1;
+  o.bulk_load = false;
+  o.out_of_space = false;
+  o.continuation_ops = 0;
+  o.tree_options.node_size = 512;
+  o.reclaim_each_op = true;
+  auto base = crash::Explore(*FindTree("circtree"), o);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  ASSERT_EQ(base->violations, 0u);
+  std::string site;
+  for (const auto& s : base->sites)
+    if (s.kind == "flush" && s.function.find("CollapseRoot") != std::string::npos) site = s.name;
+  ASSERT_FALSE(site.empty()) << "no flush site in CollapseRoot was reached";
+  o.drop_site = site;
+  o.stop_at_first_violation = true;
+  auto reused = crash::Explore(*FindTree("circtree"), o);
+  ASSERT_TRUE(reused.ok()) << reused.status().ToString();
+  ASSERT_FALSE(reused->tickets.empty());
+  EXPECT_NE(reused->tickets[0].scenario.find("refilled-after-merge"), std::string::npos) << reused->tickets[0].ToString();
+  o.reclaim_each_op = false;
+  auto kept = crash::Explore(*FindTree("circtree"), o);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->violations, 0u);
+}
+
 // circtree-paper (test-only, not in the registry): the paper's value
 // identity and value-first pair writes.  The explorer must find its flaw
 // (docs/trees/circtree.md, "Paper flaws").
