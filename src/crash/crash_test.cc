@@ -255,15 +255,24 @@ TEST(ExplorerTest, CrashInRecoveryIsAViolationNotTheEndOfTheExplorer) {
   EXPECT_EQ(r->scenarios, r->scenarios_total);
 }
 
-TEST(ExplorerTest, MutationTestingCatchesEveryNeededPersist) {
-  ModeGuard g(CowArrayMode::kExtraPersist);
+// Mutates the copy-on-write array in `mode` over a short random workload
+// (arrays stay small, so every crash point is exhaustive) and prints each
+// mutant.
+Result<MutationReport> MutateCowArray(CowArrayMode mode) {
+  ModeGuard g(mode);
   ExploreOptions o = Small(Mode::kAdr);
-  // Short random workload: arrays stay small, every crash point is exhaustive.
   o.workload = Workload::kRandom;
   o.ops = 12;
   auto m = Mutate(CowArrayFactory(), o);
+  if (m.ok())
+    for (const auto& mu : m->list)
+      std::printf("mutant %s@%s: %s %s\n", mu.site.c_str(), mu.kind.c_str(), mu.outcome.c_str(), mu.evidence.c_str());
+  return m;
+}
+
+TEST(ExplorerTest, MutationTestingCatchesEveryNeededPersist) {
+  auto m = MutateCowArray(CowArrayMode::kExtraPersist);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  for (const auto& mu : m->list) std::printf("mutant %s@%s: %s %s\n", mu.site.c_str(), mu.kind.c_str(), mu.outcome.c_str(), mu.evidence.c_str());
   std::map<std::string, std::map<std::string, int>> by_kind;  // kind -> outcome -> count
   for (const auto& mu : m->list) by_kind[mu.kind][mu.outcome]++;
   EXPECT_GE(by_kind["drop flush"]["caught"] + by_kind["drop fence"]["caught"], 6);
@@ -284,15 +293,10 @@ TEST(ExplorerTest, MutationTestingCatchesEveryNeededPersist) {
 // exhaustive ("redundant" by violations alone), but each update then ends
 // with that store pending, which the pending-store lint reports.
 TEST(ExplorerTest, MutationTestingCatchesAPersistOnlyThePendingStoreLintNeeds) {
-  ModeGuard g(CowArrayMode::kUnreadWord);
-  ExploreOptions o = Small(Mode::kAdr);
-  o.workload = Workload::kRandom;
-  o.ops = 12;
-  auto m = Mutate(CowArrayFactory(), o);
+  auto m = MutateCowArray(CowArrayMode::kUnreadWord);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   int by_lint = 0;
   for (const auto& mu : m->list) {
-    std::printf("mutant %s@%s: %s %s\n", mu.site.c_str(), mu.kind.c_str(), mu.outcome.c_str(), mu.evidence.c_str());
     if (!mu.by_lint) continue;
     by_lint++;
     EXPECT_EQ(mu.outcome, "caught");
