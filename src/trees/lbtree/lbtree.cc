@@ -379,6 +379,7 @@ class LbTree final : public BasicTree<K> {
   Status WriteRestartImage();
 
   // Verify helpers.
+  Status VerifyHints(const std::vector<uint64_t>& list) const;
   Status VerifyInner(const Inner* n, bool has_lo, uint64_t lo, bool has_hi, uint64_t hi,
                      std::vector<std::tuple<uint64_t, bool, uint64_t, bool, uint64_t>>* leaves) const;
 
@@ -1681,6 +1682,22 @@ Status LbTree<K>::VerifyInner(const Inner* n, bool has_lo, uint64_t lo, bool has
   return Status::Ok();
 }
 
+// L8: the recorded hints are list leaves other than the head, in list order.
+template <class K>
+Status LbTree<K>::VerifyHints(const std::vector<uint64_t>& list) const {
+  const HintArray& ha = meta()->hints[meta()->hint_sel & 1];
+  if (ha.count > kMaxHints) return Status::Corruption("lbtree meta: hint count out of range (invariant L8)");
+  size_t pos = 1;
+  for (uint64_t i = 0; i < ha.count; i++) {
+    while (pos < list.size() && list[pos] != ha.leaf[i]) pos++;
+    if (pos == list.size())
+      return Status::Corruption("lbtree meta: hint leaf " + std::to_string(ha.leaf[i]) +
+                                " not in the leaf list or out of order (invariant L8)");
+    pos++;
+  }
+  return Status::Ok();
+}
+
 template <class K>
 Status LbTree<K>::Verify() {
   // No operation runs during Verify (tree.h), so no guard is held: blobs
@@ -1785,17 +1802,7 @@ Status LbTree<K>::Verify() {
     if (CountEntries(ReadHeaders(list[li])) != 0)
       return Status::Corruption("lbtree leaf at offset " + std::to_string(list[li]) +
                                 ": not routed by any inner node but not empty (invariant L7)");
-  // L8
-  const HintArray& ha = mt->hints[mt->hint_sel & 1];
-  if (ha.count > kMaxHints) return Status::Corruption("lbtree meta: hint count out of range (invariant L8)");
-  size_t pos = 1;
-  for (uint64_t i = 0; i < ha.count; i++) {
-    while (pos < list.size() && list[pos] != ha.leaf[i]) pos++;
-    if (pos == list.size())
-      return Status::Corruption("lbtree meta: hint leaf " + std::to_string(ha.leaf[i]) +
-                                " not in the leaf list or out of order (invariant L8)");
-    pos++;
-  }
+  PMTREE_RETURN_IF_ERROR(VerifyHints(list));
   // L9
   uint64_t in_use = pool_->allocator().bytes_in_use();
   if (reached != in_use)
