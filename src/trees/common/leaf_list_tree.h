@@ -503,6 +503,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
   void SetLeafMagic(uint64_t leaf) {
     char* word = reinterpret_cast<char*>(LeafAt(leaf)) + magic_off_;
     pool_->Store64(word, (PoolImpl::Load64(word) & ~magic_mask_) | leaf_magic_);
+    // Start the magic's write-back (the caller's fence completes it).  A
+    // crash before it is durable leaves a reachable leaf without the magic,
+    // which is valid; only a later loss of this leaf would go unseen.
     pool_->Flush(word, 8);
   }
 
@@ -697,6 +700,9 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     const uint64_t w = PoolImpl::Load64(word);
     if ((w & magic_mask_) == 0) return;
     pool_->Store64(word, w & ~magic_mask_);
+    // Start the clear's write-back: under the caller's fence it is durable
+    // before the unlink, so no crash leaves an unreachable leaf that still
+    // carries the magic (a false "leaf unreachable" at recovery).
     pool_->Flush(word, 8);
   }
 
