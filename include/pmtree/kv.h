@@ -36,9 +36,11 @@
 // timestamp MVCC); a snapshot is a timestamp and sees exactly the writes
 // stamped at or before it.  Reads never block and never wait for writers;
 // writers never wait for readers.  Old versions are reclaimed once no
-// snapshot needs them.  (A tree with native versions, such as cdds, can later
-// serve the same Snapshot handles from its own versions; the API does not
-// change.)
+// snapshot needs them.  On an engine with native versions (cdds: its
+// BasicTree::versions() face) the same Snapshot handles are served from the
+// tree's own versions: a snapshot pins a tree version, reads go through the
+// tree's versioned lookup and scan, and a replaced record is freed once the
+// tree's oldest retained version passes it (docs/kv.md, "Native versions").
 //
 // THREAD SAFETY.  Every member of Store may be called from any number of
 // threads at once, except Open/Close/Verify/Stats (quiescent only, as the
@@ -106,11 +108,15 @@ struct Options {
 class Snapshot {
  public:
   uint64_t timestamp() const { return ts_; }
+  // The engine's native version this snapshot reads (0 on an engine that
+  // keeps versions in the records).
+  uint64_t tree_version() const { return version_; }
 
  private:
   friend class Store;
-  explicit Snapshot(uint64_t ts) : ts_(ts) {}
+  Snapshot(uint64_t ts, uint64_t version) : ts_(ts), version_(version) {}
   uint64_t ts_;
+  uint64_t version_;
 };
 
 struct ReadOptions {
@@ -211,6 +217,7 @@ struct StoreStats {
   uint64_t record_bytes = 0;      // pool bytes of records, field blocks and commit logs
   uint64_t tree_bytes = 0;        // pool bytes the tree uses
   uint64_t versions_kept = 0;     // keys whose chains still hold old versions for snapshots
+                                  // (native versions: replaced records not yet freed)
   uint64_t active_snapshots = 0;
   uint64_t commit_timestamp = 0;  // newest commit timestamp
   uint64_t commits = 0;           // transactions and batches committed since open

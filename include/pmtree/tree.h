@@ -130,6 +130,33 @@ struct KeyTraits<std::string_view> {
   static constexpr KeyKind kKind = KeyKind::kBytes;
 };
 
+// Native versions: the face of a multi-version tree (cdds) that reads an
+// earlier committed state.  BasicTree::versions() returns it, or null for a
+// tree that keeps one version.  The KV store serves its snapshots from it
+// (docs/kv.md, "Native versions").  Thread-safe like the tree.
+template <class K>
+class VersionedTree {
+ public:
+  using Entry = std::pair<typename KeyTraits<K>::Owned, uint64_t>;
+  virtual ~VersionedTree() = default;
+
+  // The newest committed version; it never decreases.
+  virtual uint64_t current_version() const = 0;
+  // Pins `version` (at most current_version()) so that LookupAt/ScanAt at it
+  // keep returning that moment's contents, whatever writers and the tree's
+  // GC do, until ReleaseSnapshot(version).  Pins nest.  Busy when the tree's
+  // GC may already have trimmed that version (pin a newer one);
+  // InvalidArgument when it is newer than current_version().
+  virtual Status PinVersion(uint64_t version) = 0;
+  virtual Status ReleaseSnapshot(uint64_t version) = 0;
+  // Lookup / Scan (their rules) at a pinned or the current version.
+  virtual Result<bool> LookupAt(uint64_t version, K key, uint64_t* value) = 0;
+  virtual Result<size_t> ScanAt(uint64_t version, K start, const K* end, std::span<Entry> out) = 0;
+  // The oldest version a pin or a running reader still needs: a value the
+  // tree stopped showing at version e is read by nobody once this is >= e.
+  virtual uint64_t oldest_retained_version() = 0;
+};
+
 template <class K>
 class BasicTree {
  public:
@@ -143,6 +170,8 @@ class BasicTree {
   // Registry name ("fastfair", "lbtree", ...).
   virtual std::string_view name() const = 0;
   virtual uint32_t capabilities() const = 0;
+  // This tree's native versions, or null (VersionedTree).
+  virtual VersionedTree<K>* versions() { return nullptr; }
 
   // ---- point operations --------------------------------------------------------
   // True and *value set when `key` is present; never fails.

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Ordered iteration at a snapshot: the tree's Scan in chunks, each key read
-// at the snapshot's timestamp (keys without a visible version are skipped).
+// at the snapshot's timestamp (keys without a visible version are skipped);
+// on native versions the tree's ScanAt at the snapshot's version, whose
+// entries name the records directly.
 // A registered snapshot keeps every version the iterator can need (K4), and
 // each read happens inside an epoch guard.
 
@@ -42,7 +44,9 @@ class StoreIterator final : public Iterator {
   static constexpr size_t kChunk = 64;
 
   void Fill(const std::string& start) {
-    n_ = impl_.tree().Scan(start, std::span<BytesTree::Entry>(buf_));
+    auto n = impl_.ScanFrom(start, *snap_, std::span<BytesTree::Entry>(buf_));
+    if (!n.ok()) status_ = n.status();
+    n_ = n.ok() ? *n : 0;
     idx_ = 0;
     exhausted_ = n_ < kChunk;
   }
@@ -61,7 +65,7 @@ class StoreIterator final : public Iterator {
       const std::string& k = buf_[idx_].first;
       if (upper_ && k >= *upper_) return;
       auto guard = impl_.pool().epochs().Protect();
-      auto v = impl_.VisibleAt(k, snap_->timestamp());
+      auto v = impl_.VisibleIn(buf_[idx_], *snap_);
       if (!v.ok()) {
         status_ = v.status();
         return;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Unit tests of kv::Store on one engine (lbtree): open errors, values of
+// Unit tests of kv::Store on one engine (lbtree; cdds for its native versions): open errors, values of
 // every size class, field records, snapshots and GC, iteration, batches and
 // transactions, and per-operation costs.  kv_conformance_test.cc runs the
 // model-based suite over every engine; kv_crash_test.cc kills writers.
@@ -610,6 +610,128 @@ TEST(KvStoreTest, CloseRefusesOpenSnapshotsAndReopenKeepsTheClock) {
   (*s)->ReleaseSnapshot(snap);
   ASSERT_TRUE((*s)->Verify().ok());
   ASSERT_TRUE((*s)->Close().ok());
+}
+
+// ---------------------------------------------------------------------------
+// Native versions (cdds): the tree keeps the old versions (N1-N3, docs/kv.md)
+
+TEST(KvNativeVersionsTest, CddsSnapshotsReadTheTreesVersionsAndKeepNoChainOrTombstone) {
+  auto s = OpenAnonymous("cdds");
+  ASSERT_TRUE(s->Put("a", "a1").ok());
+  ASSERT_TRUE(s->Put("b", "b1").ok());
+  ASSERT_TRUE(s->PutFields("f", {{"x", "x1"}, {"y", "y1"}}).ok());
+  const Snapshot* snap = s->GetSnapshot();
+  EXPECT_NE(snap->tree_version(), 0u);  // a pinned cdds version
+  ASSERT_TRUE(s->Put("a", "a2").ok());
+  ASSERT_TRUE(*s->Delete("b"));
+  ASSERT_TRUE(*s->UpdateFields("f", {{"y", "y2"}}));
+  ASSERT_TRUE(s->Put("c", "c2").ok());
+  // The delete left the tree at once: no tombstone waits for the snapshot
+  // (the record path keeps "b" as a tombstone entry until it is released).
+  EXPECT_EQ(s->Stats().keys, 3u);
+  EXPECT_EQ(s->Stats().versions_kept, 3u);  // a1, b1 and f's first table
+  std::string v;
+  ASSERT_TRUE(*s->Get("a", &v, {snap}));
+  EXPECT_EQ(v, "a1");
+  ASSERT_TRUE(*s->Get("b", &v, {snap}));
+  EXPECT_EQ(v, "b1");
+  EXPECT_FALSE(*s->Get("c", &v, {snap}));
+  FieldMap fm;
+  ASSERT_TRUE(*s->GetFields("f", {}, &fm, {snap}));
+  EXPECT_EQ(fm, (FieldMap{{"x", "x1"}, {"y", "y1"}}));
+  ASSERT_TRUE(*s->Get("a", &v));
+  EXPECT_EQ(v, "a2");
+  EXPECT_FALSE(*s->Get("b", &v));
+  ASSERT_TRUE(*s->GetFields("f", {}, &fm));
+  EXPECT_EQ(fm, (FieldMap{{"x", "x1"}, {"y", "y2"}}));
+  {
+    IteratorOptions io;
+    io.snapshot = snap;
+    auto it = s->NewIterator(io);
+    std::string keys;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) keys += std::string(it->key());
+    EXPECT_TRUE(it->status().ok());
+    EXPECT_EQ(keys, "abf");
+  }
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();  // counts the records still retained
+  s->ReleaseSnapshot(snap);
+  EXPECT_EQ(s->Stats().versions_kept, 0u);
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+  // Exactly the bytes of a store written with the final contents directly:
+  // every replaced record, table and field block was freed once.
+  auto fresh = OpenAnonymous("cdds");
+  ASSERT_TRUE(fresh->Put("a", "a2").ok());
+  ASSERT_TRUE(fresh->PutFields("f", {{"x", "x1"}, {"y", "y2"}}).ok());
+  ASSERT_TRUE(fresh->Put("c", "c2").ok());
+  ASSERT_TRUE(fresh->Verify().ok());
+  EXPECT_EQ(s->Stats().record_bytes, fresh->Stats().record_bytes);
+  // The record path's snapshots are timestamps only.
+  auto rec = OpenAnonymous("lbtree");
+  const Snapshot* rs = rec->GetSnapshot();
+  EXPECT_EQ(rs->tree_version(), 0u);
+  rec->ReleaseSnapshot(rs);
+}
+
+TEST(KvNativeVersionsTest, ARecordStaysUntilNoRetainedVersionShowsIt) {
+  auto s = OpenAnonymous("cdds");
+  ASSERT_TRUE(s->Put("k", "v1").ok());
+  const Snapshot* s1 = s->GetSnapshot();
+  ASSERT_TRUE(s->Put("k", "v2").ok());
+  const Snapshot* s2 = s->GetSnapshot();
+  ASSERT_TRUE(s->Put("k", "v3").ok());
+  s->ReleaseSnapshot(s2);  // v2 is needed by nobody, but v1 still is
+  std::string v;
+  ASSERT_TRUE(*s->Get("k", &v, {s1}));
+  EXPECT_EQ(v, "v1");
+  EXPECT_EQ(s->Stats().versions_kept, 2u);
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+  s->ReleaseSnapshot(s1);
+  EXPECT_EQ(s->Stats().versions_kept, 0u);
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+}
+
+TEST(KvNativeVersionsTest, ADeleteAfterTheSnapshotConflictsOnEveryEngineKind) {
+  for (const char* engine : {"cdds", "lbtree"}) {
+    SCOPED_TRACE(engine);
+    auto s = OpenAnonymous(engine);
+    ASSERT_TRUE(s->Put("x", "0").ok());
+    auto t1 = s->BeginTransaction();
+    ASSERT_TRUE(*s->Delete("x"));  // committed after t1's snapshot
+    ASSERT_TRUE(t1->Put("x", "1").ok());
+    EXPECT_EQ(t1->Commit().code(), Status::Code::kBusy);
+    // A key absent at the snapshot, put and deleted since: also a conflict.
+    auto t2 = s->BeginTransaction();
+    ASSERT_TRUE(s->Put("y", "1").ok());
+    ASSERT_TRUE(*s->Delete("y"));
+    ASSERT_TRUE(t2->Put("y", "2").ok());
+    EXPECT_EQ(t2->Commit().code(), Status::Code::kBusy);
+    // A transaction begun after the delete does not conflict with it.
+    auto t3 = s->BeginTransaction();
+    ASSERT_TRUE(t3->Put("y", "3").ok());
+    EXPECT_TRUE(t3->Commit().ok());
+    EXPECT_EQ(s->Stats().conflicts, 2u);
+    ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+  }
+}
+
+TEST(KvNativeVersionsTest, ABatchDeleteRemovesTheEntryAndFreesItsTombstone) {
+  auto s = OpenAnonymous("cdds");
+  ASSERT_TRUE(s->Put("gone", "1").ok());
+  ASSERT_TRUE(s->Put("kept", "1").ok());
+  const Snapshot* snap = s->GetSnapshot();
+  WriteBatch b;
+  b.Delete("gone");
+  b.Put("kept", "2");
+  b.Put("new", "3");
+  ASSERT_TRUE(s->Write(b).ok());
+  EXPECT_EQ(s->Stats().keys, 2u);
+  std::string v;
+  ASSERT_TRUE(*s->Get("gone", &v, {snap}));
+  EXPECT_EQ(v, "1");
+  EXPECT_FALSE(*s->Get("gone", &v));
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
+  s->ReleaseSnapshot(snap);
+  ASSERT_TRUE(s->Verify().ok()) << s->Verify().ToString();
 }
 
 }  // namespace

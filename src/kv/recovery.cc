@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -259,6 +260,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string
   impl->skip_redo_ = o.testing_skip_redo;
   impl->skip_record_persist_ = o.testing_skip_record_persist;
   PMTREE_RETURN_IF_ERROR(Recover(*impl).Annotate(path));
+  impl->InitVersions();
   return impl;
 }
 
@@ -294,6 +296,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::CreateNew(const std::string& p
   if (path.empty()) {
     auto impl = std::make_unique<Impl>(f, std::move(h), meta);
     impl->skip_record_persist_ = o.testing_skip_record_persist;
+    impl->InitVersions();
     return impl;
   }
   PMTREE_RETURN_IF_ERROR(h.tree->Close().Annotate(tmp));
@@ -317,6 +320,11 @@ Status Store::Impl::Close() {
                           " snapshot(s) or transaction(s) still open");
   }
   CollectPending();
+  if (vt_ != nullptr) {
+    RetireDue();  // no snapshot: the tree retains only its current version
+    std::lock_guard<std::mutex> g(gc_mu_);
+    deleted_at_.clear();
+  }
   pool().epochs().DrainAll();  // nothing runs: retired versions are free now
   pool().Store64(&meta_->clock, visible_ts_.load());
   pool().Store64(&meta_->store_bytes, alloc().bytes_in_use(BlockOwner::kStore));
@@ -360,6 +368,16 @@ Status Store::Impl::Verify() {
     }
     return Status::Ok();
   }));
+  {
+    // N3: records the tree still shows to retained versions.
+    std::lock_guard<std::mutex> g(gc_mu_);
+    for (const Retiring& r : retiring_) {
+      PMTREE_ASSIGN_OR_RETURN(VersionView v, ReadVersion(r.version));
+      reached += Allocator::RoundUp(v.bytes);
+      for (uint64_t b : FieldBlocksOf(v))
+        if (std::find(r.spare.begin(), r.spare.end(), b) == r.spare.end()) reached += Allocator::RoundUp(FieldBlockBytes(b));
+    }
+  }
   const uint64_t in_use = alloc().bytes_in_use(BlockOwner::kStore);
   if (reached != in_use)
     return Status::Corruption("kv: record bytes reached " + std::to_string(reached) + " != store bytes in use " +
@@ -374,7 +392,7 @@ StoreStats Store::Impl::Stats() {
   st.tree_bytes = alloc().bytes_in_use();
   {
     std::lock_guard<std::mutex> g(gc_mu_);
-    st.versions_kept = gc_pending_.size();
+    st.versions_kept = gc_pending_.size() + retiring_.size();
   }
   {
     std::lock_guard<std::mutex> g(snap_mu_);

@@ -10,8 +10,15 @@
 // timestamp (K6), and trim the key's chain to what snapshots still need (K4).
 // A delete installs a tombstone version; the tombstone and the tree entry go
 // as soon as no snapshot can see the older value.
+//
+// On an engine with native versions (cdds) the tree keeps the old versions
+// instead (N1-N3 in store_impl.h): no prev chains, no tombstones, snapshots
+// pin tree versions, and a replaced record is retired once the tree's oldest
+// retained version passes it.
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 
@@ -49,7 +56,9 @@ Status CheckFields(const FieldMap& fields) {
 // Impl basics
 
 Store::Impl::Impl(const TreeFactory* factory, TreeHandle<BytesTree> h, KvMeta* meta)
-    : factory_(factory), h_(std::move(h)), meta_(meta), stripes_(new SpinLock[kStripes]) {}
+    : factory_(factory), h_(std::move(h)), meta_(meta), stripes_(new SpinLock[kStripes]) {
+  vt_ = h_.tree->versions();
+}
 
 Store::Impl::~Impl() = default;
 
@@ -74,14 +83,35 @@ void Store::Impl::SetFailed(Status s) {
   if (failed_.ok()) failed_ = s.Annotate("kv: a commit was not fully applied; reopen the store to finish it");
 }
 
-uint64_t Store::Impl::AcquireSnapshotTs() {
+namespace {
+
+// Pins the published tree version, which N2 keeps retained: a refusal is a
+// broken invariant, not a condition to handle.
+void PinPublished(VersionedTree<std::string_view>& vt, uint64_t version) {
+  Status pinned = vt.PinVersion(version);
+  if (pinned.ok()) return;
+  std::fprintf(stderr, "kv: pinning the published version: %s (invariant N2)\n", pinned.ToString().c_str());
+  std::abort();
+}
+
+}  // namespace
+
+uint64_t Store::Impl::AcquireSnapshotTs(uint64_t* version) {
   std::lock_guard<std::mutex> g(snap_mu_);
   uint64_t ts = visible_ts_.load(std::memory_order_acquire);
+  *version = 0;
+  if (vt_ != nullptr) {
+    // N2: the pair is published under snap_mu_, and the published version
+    // is pinned by its install until the next is published, so the tree's
+    // GC has not passed it.
+    *version = visible_version_.load(std::memory_order_acquire);
+    PinPublished(*vt_, *version);
+  }
   snapshots_.insert(ts);
   return ts;
 }
 
-void Store::Impl::ReleaseSnapshotTs(uint64_t ts) {
+void Store::Impl::ReleaseSnapshotTs(uint64_t ts, uint64_t version) {
   bool oldest;
   {
     std::lock_guard<std::mutex> g(snap_mu_);
@@ -90,8 +120,106 @@ void Store::Impl::ReleaseSnapshotTs(uint64_t ts) {
     oldest = it == snapshots_.begin();
     snapshots_.erase(it);
   }
+  if (vt_ != nullptr) {
+    (void)vt_->ReleaseSnapshot(version);  // pinned by AcquireSnapshotTs
+    RetireDue();
+    if (oldest) {
+      // Deletes no open snapshot predates cannot conflict any more.
+      const uint64_t h = Horizon();
+      std::lock_guard<std::mutex> g(gc_mu_);
+      std::erase_if(deleted_at_, [&](const auto& d) { return d.second <= h; });
+    }
+    return;
+  }
   // The horizon moved: versions kept for this snapshot may go now (K4).
   if (oldest) CollectPending();
+}
+
+// ---------------------------------------------------------------------------
+// Native versions (N1-N3)
+
+InstallScope::InstallScope(Store::Impl& s) : s_(s) {
+  if (s_.vt_ == nullptr) return;
+  lock_ = std::unique_lock<std::mutex>(s_.install_mu_);
+  // N2: nothing installs between two publications, so the published version
+  // is the tree's current one here, which the tree keeps.
+  pinned_ = s_.visible_version_.load(std::memory_order_relaxed);
+  PinPublished(*s_.vt_, pinned_);
+}
+
+InstallScope::~InstallScope() {
+  if (pinned_ != 0) (void)s_.vt_->ReleaseSnapshot(pinned_);
+}
+
+void InstallScope::Publish(uint64_t ts) {
+  if (s_.vt_ == nullptr) {
+    s_.Publish(ts);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> g(s_.snap_mu_);
+    s_.visible_ts_.store(ts, std::memory_order_release);
+    s_.visible_version_.store(s_.vt_->current_version(), std::memory_order_release);
+  }
+  if (pinned_ != 0) (void)s_.vt_->ReleaseSnapshot(pinned_);
+  pinned_ = 0;
+  s_.RetireDue();
+}
+
+void Store::Impl::InitVersions() {
+  if (vt_ != nullptr) visible_version_.store(vt_->current_version(), std::memory_order_release);
+}
+
+void Store::Impl::Retire(uint64_t old, uint64_t successor) {
+  Retiring r{old, vt_->current_version(), {}};
+  if (successor != 0) {
+    if (Result<VersionView> sv = ReadVersion(successor); sv.ok()) r.spare = FieldBlocksOf(*sv);
+  }
+  std::lock_guard<std::mutex> g(gc_mu_);
+  retiring_.push_back(std::move(r));
+}
+
+void Store::Impl::RetireDue() {
+  // N3: the horizon includes every pin and every reader inside the tree; a
+  // reader that already left the tree with a record's offset is inside an
+  // epoch guard, which the retirement waits for.
+  const uint64_t horizon = vt_->oldest_retained_version();
+  std::lock_guard<std::mutex> g(gc_mu_);
+  while (!retiring_.empty() && retiring_.front().until <= horizon) {
+    Retiring& r = retiring_.front();
+    std::unordered_set<uint64_t> keep(r.spare.begin(), r.spare.end());
+    DropVersion(r.version, &keep, true);
+    retiring_.pop_front();
+  }
+}
+
+Status Store::Impl::RemoveNative(std::string_view key, uint64_t head) {
+  InstallScope scope(*this);
+  const uint64_t ts = NextTs();
+  Result<bool> removed = tree().Remove(key);
+  if (removed.ok() && *removed) {
+    Retire(head, 0);  // N1: the tree keeps the old entry for older snapshots
+    NoteDelete(key, ts);
+  }
+  scope.Publish(ts);
+  if (!removed.ok()) return removed.status();
+  return *removed ? Status::Ok() : Status::Internal("kv: a locked key vanished from the tree");
+}
+
+void Store::Impl::NoteDelete(std::string_view key, uint64_t ts) {
+  {
+    std::lock_guard<std::mutex> g(snap_mu_);
+    // A snapshot registered later reads at ts or after: no conflict.
+    if (snapshots_.empty()) return;
+  }
+  std::lock_guard<std::mutex> g(gc_mu_);
+  deleted_at_.insert_or_assign(std::string(key), ts);
+}
+
+bool Store::Impl::DeletedSince(std::string_view key, uint64_t snap_ts) {
+  std::lock_guard<std::mutex> g(gc_mu_);
+  auto it = deleted_at_.find(key);
+  return it != deleted_at_.end() && it->second > snap_ts;
 }
 
 uint64_t Store::Impl::Horizon() {
@@ -124,12 +252,50 @@ Result<std::optional<VersionView>> WalkChain(Store::Impl& s, std::string_view ke
 
 }  // namespace
 
-Result<std::optional<VersionView>> Store::Impl::VisibleAt(std::string_view key, uint64_t ts) {
+Result<std::optional<VersionView>> Store::Impl::VisibleAt(std::string_view key, const Snapshot& snap) {
+  if (vt_ != nullptr) {
+    uint64_t off = 0;
+    PMTREE_ASSIGN_OR_RETURN(bool found, vt_->LookupAt(snap.tree_version(), key, &off));
+    if (!found) return std::optional<VersionView>();
+    return VisibleIn({std::string(), off}, snap);
+  }
   bool fell_off;
-  return WalkChain(*this, key, ts, &fell_off);
+  return WalkChain(*this, key, snap.timestamp(), &fell_off);
 }
 
-Result<std::optional<VersionView>> Store::Impl::VisibleNow(std::string_view key, uint64_t* ts_used) {
+Result<std::optional<VersionView>> Store::Impl::VisibleIn(const BytesTree::Entry& e, const Snapshot& snap) {
+  if (vt_ == nullptr) return VisibleAt(e.first, snap);
+  // N1: the entry names the record itself.  A tombstone is in the tree only
+  // between a recovery's redo and its normalisation.
+  PMTREE_ASSIGN_OR_RETURN(VersionView v, ReadVersion(e.second));
+  if (v.kind == VersionKind::kTombstone) return std::optional<VersionView>();
+  return std::optional<VersionView>(v);
+}
+
+Result<size_t> Store::Impl::ScanFrom(const std::string& start, const Snapshot& snap,
+                                     std::span<BytesTree::Entry> out) {
+  if (vt_ != nullptr) return vt_->ScanAt(snap.tree_version(), start, nullptr, out);
+  return tree().Scan(start, out);
+}
+
+Result<std::optional<VersionView>> Store::Impl::VisibleNow(std::string_view key) {
+  if (vt_ != nullptr) {
+    // N2: a lookup at the tree's current version answers for the published
+    // version when they are the same version (no install in flight).
+    // Otherwise read at the published version, pinned for the read.
+    const uint64_t published = visible_version_.load(std::memory_order_acquire);
+    uint64_t off = 0;
+    const bool found = tree().Lookup(key, &off);
+    if (vt_->current_version() == published) {
+      if (!found) return std::optional<VersionView>();
+      return VisibleIn({std::string(), off}, Snapshot(0, published));
+    }
+    uint64_t version;
+    const uint64_t ts = AcquireSnapshotTs(&version);
+    auto v = VisibleAt(key, Snapshot(ts, version));
+    ReleaseSnapshotTs(ts, version);  // the caller's epoch guard keeps the record
+    return v;
+  }
   // A plain read holds no registered snapshot, so GC may trim below a
   // version published after our timestamp was read (K4 uses the visible ts
   // of its own moment).  Falling off the chain then means "look again at a
@@ -139,18 +305,14 @@ Result<std::optional<VersionView>> Store::Impl::VisibleNow(std::string_view key,
     bool fell_off;
     PMTREE_ASSIGN_OR_RETURN(auto v, WalkChain(*this, key, at, &fell_off));
     uint64_t now = visible_ts_.load(std::memory_order_acquire);
-    if (v.has_value() || !fell_off || now == at) {
-      *ts_used = at;
-      return v;
-    }
+    if (v.has_value() || !fell_off || now == at) return v;
     at = now;
   }
 }
 
 Result<std::optional<VersionView>> Store::Impl::Visible(std::string_view key, const ReadOptions& ro) {
-  if (ro.snapshot != nullptr) return VisibleAt(key, ro.snapshot->timestamp());
-  uint64_t unused;
-  return VisibleNow(key, &unused);
+  if (ro.snapshot != nullptr) return VisibleAt(key, *ro.snapshot);
+  return VisibleNow(key);
 }
 
 // ---------------------------------------------------------------------------
@@ -171,6 +333,7 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
   if (update_only && kind == VersionKind::kFields && hv->kind != VersionKind::kFields)
     return Status::InvalidArgument("kv: UpdateFields on a key that holds a plain value");
   if (kind == VersionKind::kTombstone) {
+    if (vt_ != nullptr) return RemoveNative(key, head);  // N1
     std::unique_lock<std::mutex> snaps(snap_mu_);
     // No snapshot can need the old value, and none can start meanwhile: the
     // key leaves the tree at once, without a tombstone (nothing to allocate,
@@ -183,8 +346,9 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
                          : kind == VersionKind::kFields ? NewFieldVersion(update_only ? head : 0, *fields, &length)
                                                         : NewTombstone();
   if (!off.ok()) return off.status();
+  InstallScope scope(*this);
   const uint64_t ts = NextTs();
-  SealVersion(*off, kind, length, ts, hv ? head : 0);
+  SealVersion(*off, kind, length, ts, hv && vt_ == nullptr ? head : 0);  // N1: no chain on native versions
   Result<bool> r = hv ? tree().Update(key, *off) : tree().Insert(key, *off);
   if (!r.ok() || !*r) {
     // Never referenced: free it at once, sparing the blocks it shares (K8).
@@ -194,10 +358,15 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
       keep.insert(blocks.begin(), blocks.end());
     }
     DropVersion(*off, &keep, false);
-    Publish(ts);
+    scope.Publish(ts);
     return r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
   }
-  Publish(ts);
+  if (vt_ != nullptr) {
+    if (hv) Retire(head, *off);  // N3
+    scope.Publish(ts);
+    return Status::Ok();
+  }
+  scope.Publish(ts);
   const std::vector<uint64_t> head_now{*off};  // the key is still locked (K5)
   return CollectKeys({key}, Horizon(), &head_now);
 }
@@ -248,9 +417,11 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
     slots.push_back({head, *off});
   }
   if (slots.empty()) return st;
+  InstallScope scope(*this);
   const uint64_t ts = NextTs();
   for (size_t i = 0; i < slots.size(); i++)
-    SealVersion(slots[i].version, VersionKind::kValue, puts[i].second.size(), ts, slots[i].head, /*fence=*/false);
+    SealVersion(slots[i].version, VersionKind::kValue, puts[i].second.size(), ts, vt_ == nullptr ? slots[i].head : 0,
+                /*fence=*/false);
   // One fence for every record of the group: each is durable before any
   // tree entry names it (K1).
   pool().Fence();
@@ -270,8 +441,14 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
     std::unordered_set<uint64_t> none;
     DropVersion(slots[i].version, &none, false);
   }
-  Publish(ts);
   *applied = installed;
+  if (vt_ != nullptr) {
+    for (size_t i = 0; i < installed; i++)
+      if (slots[i].head != 0) Retire(slots[i].head, slots[i].version);  // N3
+    scope.Publish(ts);
+    return st;
+  }
+  scope.Publish(ts);
   std::vector<std::string_view> keys;
   std::vector<uint64_t> heads;
   keys.reserve(installed);
@@ -463,11 +640,15 @@ Result<bool> Store::GetFields(std::string_view key, const std::vector<std::strin
   return true;
 }
 
-const Snapshot* Store::GetSnapshot() { return new Snapshot(impl_->AcquireSnapshotTs()); }
+const Snapshot* Store::GetSnapshot() {
+  uint64_t version;
+  const uint64_t ts = impl_->AcquireSnapshotTs(&version);
+  return new Snapshot(ts, version);
+}
 
 void Store::ReleaseSnapshot(const Snapshot* snapshot) {
   if (snapshot == nullptr) return;
-  impl_->ReleaseSnapshotTs(snapshot->timestamp());
+  impl_->ReleaseSnapshotTs(snapshot->timestamp(), snapshot->tree_version());
   delete snapshot;
 }
 

@@ -27,12 +27,27 @@
 //      version and the versions of committed logs: it never follows prev.
 //  K8. Field blocks are immutable and shared by versions of one key only;
 //      a block is retired when the last version naming it is.
+//
+// NATIVE VERSIONS (an engine whose tree has versions(), i.e. cdds; docs/kv.md,
+// "Native versions").  The tree keeps the old versions, not the records:
+//  N1. Every record's prev is 0; the tree entry of a key at tree version v
+//      names the record a snapshot at v reads.  A delete removes the tree
+//      entry at once (no tombstone record outside a commit log).
+//  N2. Installs run one at a time (install_mu_) from their timestamp to its
+//      publication, so timestamps and tree versions advance together: the
+//      published pair (visible_ts_, visible_version_) is what a snapshot pins.
+//      The published version stays pinned in the tree until the next one is
+//      published, so the tree's GC keeps everything its readers need.
+//  N3. A record the tree stopped showing at version e is retired (through the
+//      epochs) only once the tree's oldest retained version is >= e, sparing
+//      the field blocks its successor shares (K8).
 
 #ifndef PMTREE_KV_STORE_IMPL_H_
 #define PMTREE_KV_STORE_IMPL_H_
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <optional>
 #include <cstdint>
@@ -107,11 +122,17 @@ class Store::Impl {
   Status ReadFields(const VersionView& v, const std::vector<std::string>& names, FieldMap* out) const;
 
   // ---- reads and writes (store.cc) ----
-  // The version of key visible at ts (nullopt: absent), inside the caller's epoch guard.
-  Result<std::optional<VersionView>> VisibleAt(std::string_view key, uint64_t ts);
+  // The version of key a snapshot sees (nullopt: absent), inside the
+  // caller's epoch guard.
+  Result<std::optional<VersionView>> VisibleAt(std::string_view key, const Snapshot& snap);
+  // The version a scan entry (key, tree value) names at the snapshot the scan
+  // read at (ScanAt: native, else Scan: the head, walked to the snapshot).
+  Result<std::optional<VersionView>> VisibleIn(const BytesTree::Entry& e, const Snapshot& snap);
+  // The tree's entries from `start` on at the snapshot (Scan or ScanAt).
+  Result<size_t> ScanFrom(const std::string& start, const Snapshot& snap, std::span<BytesTree::Entry> out);
   // The version visible to a plain read (newest published), retrying if GC
   // races (see store.cc).
-  Result<std::optional<VersionView>> VisibleNow(std::string_view key, uint64_t* ts_used);
+  Result<std::optional<VersionView>> VisibleNow(std::string_view key);
   Result<std::optional<VersionView>> Visible(std::string_view key, const ReadOptions& ro);
   Status WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
                   bool update_only, bool* found);
@@ -139,8 +160,38 @@ class Store::Impl {
   Status InstallBatch(const std::vector<PendingWrite>& pw, uint64_t log, uint64_t log_bytes);
 
   // ---- snapshots ----
-  uint64_t AcquireSnapshotTs();
-  void ReleaseSnapshotTs(uint64_t ts);
+  // The published timestamp, registered; *version: the tree version pinned
+  // for it (native), else 0.
+  uint64_t AcquireSnapshotTs(uint64_t* version);
+  void ReleaseSnapshotTs(uint64_t ts, uint64_t version);
+
+  // ---- native versions (N1-N3) ----
+  VersionedTree<std::string_view>* vt_ = nullptr;  // the engine's versions, or null
+  std::mutex install_mu_;                          // N2
+  std::atomic<uint64_t> visible_version_{0};       // the tree version of visible_ts_ (N2)
+  struct Retiring {
+    uint64_t version;              // the record the tree no longer shows
+    uint64_t until;                // from this tree version on (N3)
+    std::vector<uint64_t> spare;   // field blocks its successor still names (K8)
+  };
+  std::deque<Retiring> retiring_;  // by `until` (gc_mu_)
+  // Keys deleted while snapshots were open -> the delete's timestamp, for
+  // first-committer-wins (a deleted key has no head to compare); pruned
+  // when no snapshot predates it (gc_mu_).
+  std::map<std::string, uint64_t, std::less<>> deleted_at_;
+  // Sets the published tree version after open (native).
+  void InitVersions();
+  // N3: the record `old` left the tree at the current version; `successor`
+  // (0 = none) is the record that replaced it.  Install scope held.
+  void Retire(uint64_t old, uint64_t successor);
+  // Retires what no retained tree version needs any more.
+  void RetireDue();
+  // A native delete of a key whose head is `head` (key locked).
+  Status RemoveNative(std::string_view key, uint64_t head);
+  // Notes a delete at ts for first-committer-wins (native).
+  void NoteDelete(std::string_view key, uint64_t ts);
+  // Whether a transaction at `snap` conflicts with a delete of key (native).
+  bool DeletedSince(std::string_view key, uint64_t snap_ts);
 
   // ---- locks ----
   SpinLock& LockFor(std::string_view key);
@@ -197,6 +248,25 @@ Status CheckKey(std::string_view key);
 Status CheckValue(uint64_t n, std::string_view what);
 // A field record's limits: kMaxFields, names of 1..kMaxFieldNameBytes, values.
 Status CheckFields(const FieldMap& fields);
+
+// Brackets a commit from taking its timestamp to publishing it (K6).  On a
+// native engine it holds install_mu_ and pins the published tree version
+// until the new one is published (N2); elsewhere Publish waits for the
+// earlier timestamps.
+class InstallScope {
+ public:
+  explicit InstallScope(Store::Impl& s);
+  ~InstallScope();
+  InstallScope(const InstallScope&) = delete;
+  InstallScope& operator=(const InstallScope&) = delete;
+  // Publishes ts (once): with the tree version now current, on a native engine.
+  void Publish(uint64_t ts);
+
+ private:
+  Store::Impl& s_;
+  std::unique_lock<std::mutex> lock_;
+  uint64_t pinned_ = 0;  // native: the version pinned, 0 = none
+};
 
 // Holds a set of a store's key stripes (K5), taken in ascending order so two
 // holders never deadlock.

@@ -15,6 +15,10 @@
 //      chains (K4), unlock, free the log.
 // A crash before 5 leaves only unreached blocks (freed by recovery); after 5
 // recovery redoes 6 from the log, so the batch is all or nothing.
+// On an engine with native versions (N1-N3, store_impl.h) step 6 removes the
+// entry of a deleted key instead of installing its tombstone, 7 retires the
+// old heads once the tree's versions no longer show them, and the whole of
+// 4-7 runs inside one InstallScope, so no snapshot sees part of the batch.
 
 #include <algorithm>
 
@@ -106,6 +110,14 @@ Result<std::vector<PendingWrite>> Store::Impl::PlanBatch(const BatchWrites& writ
     if (tree().Lookup(key, &head)) {
       PMTREE_ASSIGN_OR_RETURN(hv, ReadVersion(head));
     }
+    // Native versions keep no tombstone: a delete after the snapshot is
+    // found in deleted_at_ instead.
+    if (snap != nullptr && vt_ != nullptr && DeletedSince(key, snap->timestamp())) {
+      conflicts_.fetch_add(1);
+      return Status::Busy("kv: write-write conflict on key '" + std::string(key) +
+                          "': deleted after this transaction's snapshot at ts " + std::to_string(snap->timestamp()) +
+                          " (first committer wins)");
+    }
     if (snap != nullptr && hv && hv->ts > snap->timestamp()) {
       conflicts_.fetch_add(1);
       return Status::Busy("kv: write-write conflict on key '" + std::string(key) + "': committed at ts " +
@@ -127,13 +139,14 @@ Result<std::vector<PendingWrite>> Store::Impl::PlanBatch(const BatchWrites& writ
 
 Status Store::Impl::InstallBatch(const std::vector<PendingWrite>& pw, uint64_t log, uint64_t log_bytes) {
   const int slot = AcquireSlot();
+  InstallScope scope(*this);
   const uint64_t ts = NextTs();
   char* lp = pool().base() + log;
   const CommitLogHeader lh{kCommitMagic, static_cast<uint32_t>(pw.size()), ts, log_bytes, 0};
   pool().Write(lp, &lh, sizeof(lh));
   uint64_t pos = sizeof(lh);
   for (const PendingWrite& w : pw) {
-    SealVersion(w.version, w.kind, w.length, ts, w.old_head, /*fence=*/false);
+    SealVersion(w.version, w.kind, w.length, ts, vt_ == nullptr ? w.old_head : 0, /*fence=*/false);  // N1
     const CommitEntry e{w.version, static_cast<uint32_t>(w.key.size()), 0};
     pool().Write(lp + pos, &e, sizeof(e));
     pool().Write(lp + pos + sizeof(e), w.key.data(), w.key.size());
@@ -147,8 +160,13 @@ Status Store::Impl::InstallBatch(const std::vector<PendingWrite>& pw, uint64_t l
   pool().Persist(&meta_->log_slot[slot], 8);
 
   Status applied;
-  for (const PendingWrite& w : pw) {
-    Result<bool> r = w.old_head ? tree().Update(w.key, w.version) : tree().Insert(w.key, w.version);
+  const bool native = vt_ != nullptr;
+  for (size_t i = 0; i < pw.size(); i++) {
+    const PendingWrite& w = pw[i];
+    // N1: a native delete removes the entry; no tombstone enters the tree.
+    Result<bool> r = native && w.kind == VersionKind::kTombstone ? tree().Remove(w.key)
+                     : w.old_head                                  ? tree().Update(w.key, w.version)
+                                                                   : tree().Insert(w.key, w.version);
     if (!r.ok() || !*r) {
       applied = r.ok() ? Status::Internal("kv: the tree disagreed with a locked lookup") : r.status();
       break;
@@ -158,13 +176,29 @@ Status Store::Impl::InstallBatch(const std::vector<PendingWrite>& pw, uint64_t l
     // Committed but not installed: the log stays for recovery to finish,
     // and its slot stays taken so no later commit overwrites it.
     SetFailed(applied);
-    Publish(ts);
+    scope.Publish(ts);
     return Failed();
   }
   pool().Store64(&meta_->log_slot[slot], 0);
   // Clear the slot durably while the keys are still locked (K3).
   pool().Persist(&meta_->log_slot[slot], 8);
-  Publish(ts);
+  if (native) {
+    for (const PendingWrite& w : pw) {
+      const bool del = w.kind == VersionKind::kTombstone;
+      if (w.old_head != 0) Retire(w.old_head, del ? 0 : w.version);  // N3
+      if (!del) continue;
+      NoteDelete(w.key, ts);
+      // Named only by the log, whose slot is clear: never in the tree.
+      std::unordered_set<uint64_t> none;
+      DropVersion(w.version, &none, false);
+    }
+    scope.Publish(ts);
+    alloc().Free(log, log_bytes, BlockOwner::kStore);
+    ReleaseSlot(slot);
+    commits_.fetch_add(1);
+    return Status::Ok();
+  }
+  scope.Publish(ts);
   std::vector<std::string_view> keys;
   keys.reserve(pw.size());
   for (const PendingWrite& w : pw) keys.emplace_back(w.key);
@@ -193,7 +227,7 @@ Result<bool> Transaction::Get(std::string_view key, std::string* value) {
   }
   Store::Impl& s = *store_->impl_;
   auto guard = s.pool().epochs().Protect();
-  PMTREE_ASSIGN_OR_RETURN(auto v, s.VisibleAt(key, snapshot_->timestamp()));
+  PMTREE_ASSIGN_OR_RETURN(auto v, s.VisibleAt(key, *snapshot_));
   if (!v) return false;
   PMTREE_RETURN_IF_ERROR(s.ReadValue(*v, value));
   return true;
@@ -213,7 +247,7 @@ Result<bool> Transaction::GetFields(std::string_view key, const std::vector<std:
   }
   Store::Impl& s = *store_->impl_;
   auto guard = s.pool().epochs().Protect();
-  PMTREE_ASSIGN_OR_RETURN(auto v, s.VisibleAt(key, snapshot_->timestamp()));
+  PMTREE_ASSIGN_OR_RETURN(auto v, s.VisibleAt(key, *snapshot_));
   if (!v) return false;
   PMTREE_RETURN_IF_ERROR(s.ReadFields(*v, names, out));
   return true;

@@ -95,7 +95,7 @@ Result<std::unique_ptr<BasicTree<K>>> Recover(PoolImpl* pool, const TreeOptions&
 }  // namespace cdds
 
 template <KeyPolicy KP>
-class CddsTree final : public BasicTree<typename KP::Arg> {
+class CddsTree final : public BasicTree<typename KP::Arg>, public VersionedTree<typename KP::Arg> {
  public:
   using Arg = typename KP::Arg;
   using Base = BasicTree<Arg>;
@@ -114,6 +114,7 @@ class CddsTree final : public BasicTree<typename KP::Arg> {
 
   std::string_view name() const override { return "cdds"; }
   uint32_t capabilities() const override;
+  VersionedTree<Arg>* versions() override { return this; }
 
   bool Lookup(Arg key, uint64_t* value) override;
   Result<bool> Insert(Arg key, uint64_t value) override;
@@ -132,23 +133,26 @@ class CddsTree final : public BasicTree<typename KP::Arg> {
 
   // ---- versions and snapshots ------------------------------------------------
   // The most recent consistent version (the commit word).
-  uint64_t current_version() const;
+  uint64_t current_version() const override;
   // Pins the current consistent version and returns it.  Until released, GC
   // keeps every entry and node that version sees, and LookupAt/ScanAt at it
   // return exactly the tree's contents at the moment of the call.  Snapshots
   // nest: each GetSnapshot needs one ReleaseSnapshot.  Thread-safe; never
   // waits for a writer.
   uint64_t GetSnapshot();
+  // Pins an older committed version (VersionedTree::PinVersion): Busy when
+  // it is below a horizon GC has used (reclaim_floor_).
+  Status PinVersion(uint64_t version) override;
   // Unpins one GetSnapshot of `version`.  InvalidArgument when it is not pinned.
-  Status ReleaseSnapshot(uint64_t version);
+  Status ReleaseSnapshot(uint64_t version) override;
   // Lookup / ordered range scan (Scan's rules) at `version`, which must be
   // pinned by GetSnapshot (or be current_version(), read at once): a version
   // that GC may already have trimmed is InvalidArgument.
-  Result<bool> LookupAt(uint64_t version, Arg key, uint64_t* value);
-  Result<size_t> ScanAt(uint64_t version, Arg start, const Arg* end, std::span<Entry> out);
+  Result<bool> LookupAt(uint64_t version, Arg key, uint64_t* value) override;
+  Result<size_t> ScanAt(uint64_t version, Arg start, const Arg* end, std::span<Entry> out) override;
   // The oldest version any snapshot or running reader still needs (at most
   // current_version()): entries that ended at or before it are garbage.
-  uint64_t oldest_retained_version();
+  uint64_t oldest_retained_version() override;
 
   // ---- garbage collection ---------------------------------------------------
   // Runs incremental GC steps until the cursor has visited every leaf once
@@ -255,6 +259,10 @@ class CddsTree final : public BasicTree<typename KP::Arg> {
   // Version references (§4.3.1): pinned snapshots and running readers.
   mutable std::mutex snap_mu_;
   std::map<uint64_t, uint32_t> snapshots_;  // version -> pins
+  // The largest min(current version, oldest pin) any horizon computation
+  // has seen (under snap_mu_): every GC horizon so far is at most this, so
+  // PinVersion of a version at or above it pins something GC kept.
+  uint64_t reclaim_floor_ = 0;
   static constexpr int kReaderSlots = 128;
   struct alignas(64) ReaderSlot {
     std::atomic<uint64_t> version{0};  // 0 = idle

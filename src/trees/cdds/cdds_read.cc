@@ -88,6 +88,22 @@ uint64_t CddsTree<KP>::GetSnapshot() {
 }
 
 template <KeyPolicy KP>
+Status CddsTree<KP>::PinVersion(uint64_t version) {
+  std::lock_guard lock(snap_mu_);
+  if (version > current_version())
+    return Status::InvalidArgument("cdds: version " + std::to_string(version) + " is newer than the current " +
+                                   std::to_string(current_version()));
+  // Every horizon computed so far is <= reclaim_floor_ (oldest_retained_
+  // version), and every later one sees this pin: at or above the floor,
+  // nothing `version` sees was reclaimed.
+  if (version < reclaim_floor_)
+    return Status::Busy("cdds: version " + std::to_string(version) + " may be trimmed by GC (floor " +
+                        std::to_string(reclaim_floor_) + ")");
+  snapshots_[version]++;
+  return Status::Ok();
+}
+
+template <KeyPolicy KP>
 Status CddsTree<KP>::ReleaseSnapshot(uint64_t version) {
   std::lock_guard lock(snap_mu_);
   auto it = snapshots_.find(version);
@@ -110,6 +126,8 @@ uint64_t CddsTree<KP>::oldest_retained_version() {
   {
     std::lock_guard lock(snap_mu_);
     if (!snapshots_.empty()) oldest = std::min(oldest, snapshots_.begin()->first);
+    // An upper bound of the horizon returned (reader slots only lower it).
+    reclaim_floor_ = std::max(reclaim_floor_, oldest);
   }
   // C8: pairs with the reader's fence between announcing and re-reading.
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -262,6 +280,7 @@ Result<size_t> CddsTree<KP>::ScanAt(uint64_t version, Arg start, const Arg* end,
 
 #define PMTREE_CDDS_INSTANTIATE(K)                                                                       \
   template uint64_t CddsTree<K>::GetSnapshot();                                                          \
+  template Status CddsTree<K>::PinVersion(uint64_t);                                                     \
   template Status CddsTree<K>::ReleaseSnapshot(uint64_t);                                                \
   template bool CddsTree<K>::IsRetained(uint64_t);                                                       \
   template uint64_t CddsTree<K>::oldest_retained_version();                                              \

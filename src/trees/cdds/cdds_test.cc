@@ -212,6 +212,37 @@ TEST(CddsTreeTest, GarbageCollectionKeepsWhatASnapshotSees) {
   ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
 }
 
+// PinVersion (the VersionedTree face the KV store uses): an older version
+// can be pinned until a GC horizon passes it, never after.
+TEST(CddsTreeTest, PinVersionPinsAnOlderVersionOnlyWhileGcHasNotPassedIt) {
+  auto f = Make(/*gc_every=*/0);
+  auto& t = *f.tree;
+  ASSERT_EQ(t.versions(), static_cast<VersionedTree<uint64_t>*>(&t));
+  for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE(*t.Insert(k, k));
+  const uint64_t v0 = t.current_version();
+  const uint64_t held = t.GetSnapshot();  // keeps GC's horizon at v0
+  for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE(*t.Update(k, k + 1000));
+  const uint64_t v1 = t.current_version();
+  ASSERT_TRUE(t.CollectGarbage().ok());
+  // v0 < v1 is still retained by `held`: pinning it again is allowed.
+  ASSERT_TRUE(t.PinVersion(v0).ok());
+  EXPECT_EQ(t.PinVersion(v1 + 1).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(t.ReleaseSnapshot(held).ok());
+  uint64_t value = 0;
+  ASSERT_TRUE(*t.LookupAt(v0, 7, &value));  // still pinned once
+  EXPECT_EQ(value, 7u);
+  ASSERT_TRUE(t.ReleaseSnapshot(v0).ok());
+  for (uint64_t k = 0; k < 100; k++) ASSERT_TRUE(*t.Update(k, k + 2000));
+  ASSERT_TRUE(t.CollectGarbage().ok());  // a horizon past v1 and v0
+  EXPECT_EQ(t.PinVersion(v0).code(), Status::Code::kBusy);
+  EXPECT_EQ(t.PinVersion(v1).code(), Status::Code::kBusy);
+  ASSERT_TRUE(t.PinVersion(t.current_version()).ok());
+  ASSERT_TRUE(*t.LookupAt(t.current_version(), 7, &value));
+  EXPECT_EQ(value, 2007u);
+  ASSERT_TRUE(t.ReleaseSnapshot(t.current_version()).ok());
+  ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+}
+
 // A model that keeps every version: snapshots taken at any point return
 // exactly that moment's state, across later writes, merges and GC.
 TEST(CddsTreeTest, SnapshotsMatchAModelThatKeepsEveryVersion) {
