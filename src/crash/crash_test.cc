@@ -142,6 +142,96 @@ TEST(ShadowTest, ImagesAreAppliedInPlaceAndReverted) {
   EXPECT_EQ(after, 0u);
 }
 
+// A mutant run compares its shadow state with the correct program's
+// (docs/crash_model.md section 5).  A split 8-byte store has different
+// pieces, but when its upper half rewrites the bytes already there, every
+// image it allows is one the whole store allows: not a differing point.
+TEST(ShadowTest, ATornStoreWhoseUpperHalfRewritesEqualBytesAddsNoImage) {
+  std::vector<char> base_img(4096, 0), mut_img(4096, 0);
+  Shadow base(base_img.data(), base_img.size(), Mode::kAdr);
+  Shadow mut(mut_img.data(), mut_img.size(), Mode::kAdr);
+  const uint64_t v = 42;  // upper half zero, over zeros
+  base.Store(128, reinterpret_cast<const uint8_t*>(&v), 8, 0, false);
+  mut.Store(128, reinterpret_cast<const uint8_t*>(&v), 4, 0, false);
+  mut.Store(132, reinterpret_cast<const uint8_t*>(&v) + 4, 4, 0, false);
+  EXPECT_NE(base.Signature(), mut.Signature());  // the pieces differ ...
+  ImageDiff d = DiffImages(base, mut);
+  EXPECT_TRUE(d.comparable);
+  EXPECT_TRUE(d.subset);  // ... the images do not
+  // Likewise a store whose lower half is unchanged: its torn state is the old
+  // content, which the correct program allows too.
+  const uint64_t w = 42 | (uint64_t{7} << 32);
+  base.Store(192, reinterpret_cast<const uint8_t*>(&w), 8, 0, false);
+  mut.Store(192, reinterpret_cast<const uint8_t*>(&w), 4, 0, false);
+  mut.Store(196, reinterpret_cast<const uint8_t*>(&w) + 4, 4, 0, false);
+  base.Flush(128, 128, 1);
+  mut.Flush(128, 128, 1);
+  base.Fence(2);
+  mut.Fence(2);
+  const uint64_t w2 = 43 | (uint64_t{7} << 32);  // low half changes, high half equal
+  base.Store(192, reinterpret_cast<const uint8_t*>(&w2), 8, 0, false);
+  mut.Store(192, reinterpret_cast<const uint8_t*>(&w2), 4, 0, false);
+  mut.Store(196, reinterpret_cast<const uint8_t*>(&w2) + 4, 4, 0, false);
+  EXPECT_TRUE(DiffImages(base, mut).subset);
+}
+
+// Negative control: a torn store whose halves both change leaves a word no
+// prefix of the correct program gives (~0 over 5 leaves 0x00000000ffffffff):
+// a differing point, with exactly that choice fresh.
+TEST(ShadowTest, ATornStoreThatChangesBothHalvesAddsItsTornImage) {
+  std::vector<char> base_img(4096, 0), mut_img(4096, 0);
+  const uint64_t old = 5, v = ~uint64_t{0};
+  std::memcpy(base_img.data() + 256, &old, 8);
+  std::memcpy(mut_img.data() + 256, &old, 8);
+  Shadow base(base_img.data(), base_img.size(), Mode::kAdr);
+  Shadow mut(mut_img.data(), mut_img.size(), Mode::kAdr);
+  base.Store(256, reinterpret_cast<const uint8_t*>(&v), 8, 0, false);
+  mut.Store(256, reinterpret_cast<const uint8_t*>(&v), 4, 0, false);
+  mut.Store(260, reinterpret_cast<const uint8_t*>(&v) + 4, 4, 0, false);
+  ImageDiff d = DiffImages(base, mut);
+  EXPECT_TRUE(d.comparable);
+  EXPECT_FALSE(d.subset);
+  ASSERT_EQ(d.fresh.size(), 1u);
+  EXPECT_EQ(d.fresh[0], std::vector<uint32_t>{1});  // the low half alone
+  // In strict mode (units of one word) the same holds per word.
+  std::vector<char> bs(4096, 0), ms(4096, 0);
+  Shadow sb(bs.data(), bs.size(), Mode::kStrict), sm(ms.data(), ms.size(), Mode::kStrict);
+  sb.Store(256, reinterpret_cast<const uint8_t*>(&v), 8, 0, false);
+  sm.Store(256, reinterpret_cast<const uint8_t*>(&v), 4, 0, false);
+  sm.Store(260, reinterpret_cast<const uint8_t*>(&v) + 4, 4, 0, false);
+  EXPECT_FALSE(DiffImages(sb, sm).subset);
+}
+
+// The comparison needs P to agree outside the dirty units: a mutant whose
+// durable image differs elsewhere (a dropped persist that a later fence
+// would have committed) has images all its own.
+TEST(ShadowTest, ImagesAreNotComparedWhenTheDurableImagesDiffer) {
+  std::vector<char> base_img(4096, 0), mut_img(4096, 0);
+  Shadow base(base_img.data(), base_img.size(), Mode::kAdr);
+  Shadow mut(mut_img.data(), mut_img.size(), Mode::kAdr);
+  const uint64_t v = 9;
+  base.Store(64, reinterpret_cast<const uint8_t*>(&v), 8, 0, false);
+  mut.Store(64, reinterpret_cast<const uint8_t*>(&v), 8, 0, false);
+  base.Flush(64, 8, 1);  // the mutant drops this flush
+  base.Fence(2);
+  mut.Fence(2);
+  // Line 64: the base holds 9 durably; the mutant may still show 0, which
+  // no image of the base has.
+  ImageDiff d = DiffImages(base, mut);
+  EXPECT_TRUE(d.comparable);
+  EXPECT_FALSE(d.subset);
+  ASSERT_EQ(d.fresh.size(), 1u);
+  EXPECT_EQ(d.fresh[0], std::vector<uint32_t>{0});
+  // Once the base changes a line the mutant leaves clean, with bytes the
+  // mutant's P does not hold, nothing compares.
+  const uint64_t u = 11;
+  base.Store(1024, reinterpret_cast<const uint8_t*>(&u), 8, 0, false);
+  base.Flush(1024, 8, 1);
+  base.Fence(2);
+  EXPECT_FALSE(DiffImages(base, mut).comparable);
+  EXPECT_FALSE(DiffImages(base, mut).subset);
+}
+
 TEST(ShadowTest, AboveTheBoundThePlanIsStructuredPlusSamples) {
   std::vector<char> img(1 << 16, 0);
   Shadow s(img.data(), img.size(), Mode::kAdr);

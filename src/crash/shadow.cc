@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <string>
 
 namespace pmtree::crash {
 namespace {
@@ -175,6 +176,79 @@ std::vector<Unit*> Shadow::DirtyUnits() {
     if (!u.pending.empty()) v.push_back(&u);
   std::sort(v.begin(), v.end(), [](const Unit* a, const Unit* b) { return a->off < b->off; });
   return v;
+}
+
+// ---- ImageDiff -------------------------------------------------------------------
+
+namespace {
+
+// The distinct contents a unit can hold at a crash: P's bytes, then each
+// prefix of its pending pieces (`unit` null: a clean unit, P only).  With
+// `choices`, the prefix length that first gives each content.
+std::vector<std::string> UnitContents(const char* p, uint64_t off, uint32_t size, const Unit* unit,
+                                      std::vector<uint32_t>* choices) {
+  std::string cur(p + off, size);
+  std::vector<std::string> out = {cur};
+  if (choices) *choices = {0};
+  if (!unit) return out;
+  for (uint32_t j = 0; j < unit->pending.size(); j++) {
+    const Piece& piece = unit->pending[j];
+    std::memcpy(cur.data() + (piece.off - off), piece.data, piece.len);
+    if (std::find(out.begin(), out.end(), cur) != out.end()) continue;
+    out.push_back(cur);
+    if (choices) choices->push_back(j + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+ImageDiff DiffImages(Shadow& base, Shadow& mutant) {
+  ImageDiff d;
+  if (base.mode() != mutant.mode() || base.mode() == Mode::kEadr) return d;
+  const std::vector<Unit*> bu = base.DirtyUnits(), mu = mutant.DirtyUnits();
+  const uint64_t size = std::min(base.size(), mutant.size());
+  const uint64_t unit_size = base.mode() == Mode::kStrict ? 8 : kLine;
+  // The units dirty in either, ascending.
+  std::vector<uint64_t> offs;
+  for (const Unit* u : bu) offs.push_back(u->off);
+  for (const Unit* u : mu) offs.push_back(u->off);
+  std::sort(offs.begin(), offs.end());
+  offs.erase(std::unique(offs.begin(), offs.end()), offs.end());
+  // P outside those units: byte for byte (beyond `size` neither wrote).
+  uint64_t from = 0;
+  for (uint64_t o : offs) {
+    const uint64_t to = std::min(o, size);
+    if (to > from && std::memcmp(base.image() + from, mutant.image() + from, to - from) != 0) return d;
+    from = std::max(from, o + unit_size);
+  }
+  if (size > from && std::memcmp(base.image() + from, mutant.image() + from, size - from) != 0) return d;
+  d.comparable = true;
+  d.subset = true;
+  d.fresh.resize(mu.size());
+  size_t bi = 0, mi = 0;
+  for (uint64_t o : offs) {
+    const Unit* b = bi < bu.size() && bu[bi]->off == o ? bu[bi++] : nullptr;
+    const Unit* m = mi < mu.size() && mu[mi]->off == o ? mu[mi++] : nullptr;
+    if (o + unit_size > size) {  // cannot happen: both images hold every stored byte
+      d = ImageDiff{};
+      return d;
+    }
+    const std::vector<std::string> in_base = UnitContents(base.image(), o, unit_size, b, nullptr);
+    std::vector<uint32_t> choices;
+    const std::vector<std::string> in_mutant = UnitContents(mutant.image(), o, unit_size, m, &choices);
+    for (size_t k = 0; k < in_mutant.size(); k++) {
+      if (std::find(in_base.begin(), in_base.end(), in_mutant[k]) != in_base.end()) continue;
+      d.subset = false;
+      if (!m) {
+        // The mutant's P differs here: every one of its images is its own.
+        d = ImageDiff{};
+        return d;
+      }
+      d.fresh[mi - 1].push_back(choices[k]);
+    }
+  }
+  return d;
 }
 
 // ---- ImagePlan -------------------------------------------------------------------

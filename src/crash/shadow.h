@@ -103,6 +103,7 @@ class Shadow {
   uint64_t Signature();
   static uint64_t LineHash(uint64_t line_off, const char* bytes);
   char* image() const { return image_; }
+  uint64_t size() const { return size_; }
   Mode mode() const { return mode_; }
   LintCounts& lints() { return lints_; }
 
@@ -121,6 +122,38 @@ class Shadow {
   uint64_t p_hash_ = 0;
   LintCounts lints_;
 };
+
+// What a mutant's shadow state adds over the correct program's at the same
+// crash point (docs/crash_model.md section 5, "Differing points").  The
+// images of a shadow state are the product, over its dirty units, of the
+// bytes each unit can hold (P's bytes plus each prefix of its pending
+// pieces), with P everywhere else.  So with the same unit size in both:
+//
+//   * if P agrees outside the units dirty in either, and at every such unit
+//     every content the mutant can leave is one the correct program can
+//     leave, the mutant's images are a subset of the correct program's
+//     (`subset`): the point is not a differing point, whatever pieces the
+//     two have (a half that rewrites the bytes already there, a torn store
+//     whose halves each reproduce a correct content);
+//   * otherwise, if P agrees outside those units (`comparable`), an image
+//     is the mutant's alone exactly when some unit holds one of its `fresh`
+//     contents: the images to check are, for each unit u with fresh
+//     contents, those with u at a fresh content and every other unit at any
+//     of its choices.
+//
+// Exact byte comparisons, no hashes.  eADR has no dirty units: compare the
+// signatures instead.  The explorer skips `subset` points; `fresh` is what a
+// search restricted to the mutant's own images would branch over (tried, not
+// used: docs/trees/cdds.md, "Mutation score").
+struct ImageDiff {
+  bool comparable = false;
+  bool subset = false;
+  // Per unit of mutant.DirtyUnits(): the choices (prefix lengths, ascending,
+  // one per distinct content) whose bytes no choice of the correct
+  // program's same unit gives.  Empty when !comparable.
+  std::vector<std::vector<uint32_t>> fresh;
+};
+ImageDiff DiffImages(Shadow& base, Shadow& mutant);
 
 // The images to build at one crash point, and their application.
 class ImagePlan {
