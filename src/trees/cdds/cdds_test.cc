@@ -6,7 +6,9 @@
 // model that keeps every version (also under a concurrent writer and
 // collector), instant restart, and the crash explorer (zero violations in
 // ADR and eADR, small and random workloads, site coverage, crashes during GC
-// and recovery, a negative control).
+// and recovery, a negative control), and the node magic (N1-N4 in
+// cdds_gc.cc: a crashed pool whose damage cut a subtree off is refused, GC
+// clears the magic of what it frees, the format before it is Incompatible).
 //
 // Randomness is seeded; failures print the seed and PMTREE_SEED replays it.
 
