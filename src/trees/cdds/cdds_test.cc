@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <functional>
@@ -190,8 +191,8 @@ cdds::NodeEntry* EntriesAt(const PoolImpl& p, uint64_t off) {
 
 // Every node the root reaches through owner entries (C6, not moved), as
 // recovery's walk does: live and dead subtrees alike.
-std::vector<uint64_t> OwnedNodes(const PoolImpl& p) {
-  std::vector<uint64_t> out, stack{MetaOf(p)->root};
+std::vector<uint64_t> OwnedNodes(const PoolImpl& p, uint64_t from = 0) {
+  std::vector<uint64_t> out, stack{from != 0 ? from : MetaOf(p)->root};
   while (!stack.empty()) {
     const uint64_t off = stack.back();
     stack.pop_back();
@@ -288,6 +289,61 @@ TEST(CddsTreeTest, CrashRecoveryRefusesASubtreeCutByDamage) {
       EXPECT_NE(h.status().ToString().find("unreachable"), std::string::npos) << h.status().ToString();
     }
   }
+}
+
+// R3 with the magic: a crash inside a GC step, after the compaction left
+// the root one live entry and before the promotion, is recovered by
+// promoting the root, whose magic recovery clears first (else the old root
+// would be free space with the magic).
+TEST(CddsTreeTest, RecoveryPromotingARootClearsItsMagic) {
+  const ShmPath shm("promote");
+  PoolOptions po;
+  po.backend = BackendKind::kDram;
+  po.use_env = false;
+  TreeOptions o;
+  o.extra["gc_every"] = "0";
+  uint64_t live_keys = 0;
+  {
+    auto h = CreateTree(*FindTree("cdds"), shm.path, 16ull << 20, o, po);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    for (uint64_t k = 1; k <= 16; k++) ASSERT_TRUE(*h->tree->Insert(k * 10, k));  // a root split
+    for (uint64_t k = 1; Extra(h->tree->Stats(), "merges") == 0; k++) ASSERT_TRUE(*h->tree->Remove(k * 10));
+    live_keys = h->tree->Stats().entries;
+    PoolImpl& p = PoolImpl::Of(*h->pool);
+    const uint64_t root = MetaOf(p)->root;
+    cdds::NodeEntry* es = EntriesAt(p, root);
+    int live = -1;
+    for (uint64_t i = 0; i < NodeAt(p, root)->num_entries; i++)
+      if (es[i].end == 0) {
+        ASSERT_EQ(live, -1) << "one live entry after the merge";
+        live = static_cast<int>(i);
+      }
+    ASSERT_GE(live, 0);
+    // What the GC step would have done before the crash: the dead subtrees
+    // lose their magic (N3), then the compaction leaves the live entry alone.
+    const std::vector<uint64_t> kept = OwnedNodes(p, es[live].value);
+    for (uint64_t off : OwnedNodes(p)) {
+      if (off == root || std::find(kept.begin(), kept.end(), off) != kept.end()) continue;
+      auto* magic = p.At<uint64_t>(off + offsetof(cdds::NodeHeader, magic));
+      p.Store64(magic, 0);
+      p.Persist(magic, 8);
+    }
+    const cdds::NodeEntry e = es[live];
+    for (uint64_t* w : {&es[0].start, &es[0].key, &es[0].value, &es[0].end}) p.Store64(w, 0);
+    p.Store64(&es[0].key, e.key);
+    p.Store64(&es[0].value, e.value);
+    p.Store64(&es[0].start, e.start);
+    p.Persist(&es[0], sizeof(e));
+    auto* count = p.At<uint64_t>(root + offsetof(cdds::NodeHeader, num_entries));
+    p.Store64(count, 1);
+    p.Persist(count, 8);
+    h->tree.reset();  // no Close: a crash
+  }
+  auto h = OpenTree(shm.path, FindTree("cdds"), o, po);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(Extra(h->tree->Stats(), "root_promotions"), 1);
+  EXPECT_EQ(h->tree->Stats().entries, live_keys);
+  EXPECT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
 }
 
 // N1: every node ends below node_limit, raised in 1 MiB steps as nodes reach
