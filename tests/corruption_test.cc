@@ -244,11 +244,12 @@ bool DetectsLossAfterCleanClose(const std::string& tree) {
 
 // Trees that refuse a crashed pool that lost leaves: fptree's and wbtree's
 // leaves carry the pool's leaf magic, and their recovery reports free space
-// holding it; lbtree's and fastfair's recovery walk must reach the leaf
-// count their meta block keeps (docs/pool_format.md, "Detecting a loss after
-// a crash").
+// holding it; cdds's nodes carry the pool's node magic the same way (N1-N4
+// in src/trees/cdds/cdds_gc.cc); lbtree's and fastfair's recovery walk must
+// reach the leaf count their meta block keeps (docs/pool_format.md,
+// "Detecting a loss after a crash").
 bool DetectsLossAfterCrash(const std::string& tree) {
-  return tree == "fptree" || tree == "wbtree" || tree == "lbtree" || tree == "fastfair";
+  return tree == "fptree" || tree == "wbtree" || tree == "lbtree" || tree == "fastfair" || tree == "cdds";
 }
 
 bool DetectsLoss(const std::string& tree, bool clean) {
@@ -478,9 +479,9 @@ TEST_P(CorruptionTest, EveryZeroedPageIsAnErrorAVerifyFailureOrIntactData) {
 // failed open had marked the pool dirty and dropped its saved allocator
 // state, so the second open rebuilt the allocator from what it reached and
 // absorbed the loss (wbtree, lbtree, fastfair below); a crashed fptree or
-// wbtree pool is refused again because its lost leaves keep their leaf magic,
-// a crashed lbtree or fastfair pool because its meta block keeps its leaf
-// count.
+// wbtree pool is refused again because its lost leaves keep their leaf magic
+// (a crashed cdds pool: its lost nodes keep their node magic), a crashed
+// lbtree or fastfair pool because its meta block keeps its leaf count.
 template <class T>
 void DetectedLossStaysDetected(const std::string& name, bool clean) {
   BasePool<T> b;
@@ -518,7 +519,7 @@ TEST(DetectedLossTest, StaysDetectedAcrossReadWriteOpens) {
     SCOPED_TRACE(name);
     DetectedLossStaysDetected<Tree>(name, /*clean=*/true);
   }
-  for (const char* name : {"fptree", "wbtree", "lbtree", "fastfair"}) {
+  for (const char* name : {"fptree", "wbtree", "lbtree", "fastfair", "cdds"}) {
     SCOPED_TRACE(std::string(name) + " crashed");
     DetectedLossStaysDetected<Tree>(name, /*clean=*/false);
     DetectedLossStaysDetected<BytesTree>(name, /*clean=*/false);

@@ -35,6 +35,8 @@
 //       empty at every version), by a subtree whose entries all start at v:
 //       current_version = v is stored before the root pointer, in the same
 //       line, so a crash shows the empty tree or the whole load.
+// The node magic's invariants N1-N4 (which nodes carry it, when it is set
+// and cleared) are stated in cdds_gc.cc.
 
 #include "trees/cdds/cdds.h"
 #include "trees/common/bulk_input.h"
@@ -91,6 +93,7 @@ template <KeyPolicy KP>
 CddsTree<KP>::CddsTree(PoolImpl* pool, uint64_t meta_off, uint32_t gc_every)
     : pool_(pool), keys_(pool), meta_off_(meta_off), gc_every_(gc_every), readers_(new ReaderSlot[kReaderSlots]) {
   node_size_ = meta()->node_size;
+  node_magic_ = NodeMagic(pool);
   bounds_relaxed_ = (meta()->flags & cdds::kFlagBoundsRelaxed) != 0;
   cap_ = cdds::NodeCapacity(node_size_);
   min_live_ = cdds::MinLive(cap_);
@@ -120,6 +123,8 @@ Result<std::unique_ptr<CddsTree<KP>>> CddsTree<KP>::Create(PoolImpl* pool, const
   }
   NodeHeader leaf{};
   leaf.tag = kNodeTag;
+  // The root leaf is reachable as soon as the tree exists (N2).
+  leaf.magic = NodeMagic(pool);
   pool->Write(pool->At<char>(*root_r), &leaf, sizeof(leaf));
   // Start the write-back of the empty root leaf; the Persist of the meta
   // block below completes it before root slot 0 names the tree.
@@ -131,6 +136,8 @@ Result<std::unique_ptr<CddsTree<KP>>> CddsTree<KP>::Create(PoolImpl* pool, const
   m.key_kind = static_cast<uint32_t>(KP::kKind);
   m.root = *root_r;
   m.current_version = 1;  // 0 marks an idle reader slot
+  // N1: the root leaf ends below the limit (persisted with the meta block).
+  m.node_limit = (*root_r + node_size + cdds::kNodeLimitStep - 1) / cdds::kNodeLimitStep * cdds::kNodeLimitStep;
   pool->Write(pool->At<char>(meta_off), &m, sizeof(m));
   // Persist the root leaf and the meta block before root slot 0 names the
   // meta block, so a crash never exposes a half-made tree.
@@ -150,6 +157,10 @@ Result<std::unique_ptr<CddsTree<KP>>> CddsTree<KP>::Recover(PoolImpl* pool, cons
     return Status::Corruption("cdds: meta offset " + Hex(meta_off) + " outside the heap");
   const auto* m = pool->At<CddsMeta>(meta_off);
   if (m->magic != cdds::kMetaMagic) return Status::Corruption("cdds meta at offset " + Hex(meta_off) + ": bad magic");
+  if (m->version == cdds::kLayoutVersionBeforeNodeMagic)
+    return Status::Incompatible("cdds meta at offset " + Hex(meta_off) + ": layout version " +
+                                std::to_string(m->version) + " (before the node magic); this build reads " +
+                                std::to_string(cdds::kLayoutVersion) + " and cannot open it");
   if (m->version != cdds::kLayoutVersion)
     return Status::Incompatible("cdds meta at offset " + Hex(meta_off) + ": layout version " +
                                 std::to_string(m->version) + ", this build reads " +
@@ -223,6 +234,8 @@ Status CddsTree<KP>::Commit(Op* op) {
   // return).
   pool_->Persist(&meta()->current_version, sizeof(uint64_t));
   counts_.version_bumps++;
+  // N2: the new nodes are reachable now that the commit is durable.
+  MarkNewNodes(*op);
   FinishOp(op);
   return Status::Ok();
 }
@@ -400,6 +413,9 @@ bool CddsTree<KP>::InsertEntry(Op* op, uint64_t off, const NodeEntry& e) {
   } else {
     const uint32_t r = static_cast<uint32_t>(reuse);
     ReleaseOwned(op, es[r], h->level);
+    // N3: a dead inner owner entry's subtree loses its magic durably before
+    // the shift's first store to the entry can drop the last reference.
+    if (h->level > 0 && !cdds::Moved(es[r].end) && ClearSubtreeMagic(es[r].value)) pool_->Fence();
     if (pos <= r) {
       for (uint32_t i = r; i > pos; i--) {
         if (i != r) PersistEntryIfOtherLine(&es[i + 1], &es[i]);
@@ -448,6 +464,7 @@ template <KeyPolicy KP>
 Result<uint64_t> CddsTree<KP>::NewNode(Op* op, uint16_t level, std::span<const NodeEntry> es) {
   PMTREE_ASSIGN_OR_RETURN(uint64_t off, pool_->allocator().Allocate(node_size_));
   op->new_nodes.push_back(off);
+  NoteNode(off);
   NodeHeader h{};
   h.num_entries = es.size();
   h.level = level;
@@ -770,6 +787,9 @@ Status CddsTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
     Abort(&op);
     return s;
   }
+  // N3: the old root leaf loses its magic (its flush completes under the
+  // fence below) before the root pointer stops naming it.
+  (void)ClearNodeMagic(old_root);
   // C1/C9: every new node and key blob is durable before the commit stores
   // below can reach memory (else the new root could name a torn subtree).
   pool_->Fence();
@@ -780,6 +800,8 @@ Status CddsTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
   // unreachable new nodes the recovery's allocator rebuild frees.
   pool_->Persist(&meta()->root, sizeof(uint64_t));
   counts_.version_bumps++;
+  // N2: the loaded nodes are reachable now that the commit is durable.
+  MarkNewNodes(op);
   pool_->allocator().Retire(old_root, node_size_);
   FinishOp(&op);
   return Status::Ok();

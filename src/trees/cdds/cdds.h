@@ -238,6 +238,16 @@ class CddsTree final : public BasicTree<typename KP::Arg>, public VersionedTree<
   Status RecoverNodes();
   Status RecoverNode(uint64_t off, uint64_t cv);
   Status RebuildAllocator();
+
+  // The node magic (invariants N1-N4 in cdds_gc.cc; docs/pool_format.md,
+  // "Detecting a loss after a crash").
+  static uint64_t NodeMagic(const PoolImpl* pool);
+  void NoteNode(uint64_t off);
+  void SetNodeMagic(uint64_t off);
+  bool ClearNodeMagic(uint64_t off);
+  bool ClearSubtreeMagic(uint64_t off);
+  void MarkNewNodes(const Op& op);
+  Status ScanForLostNodes() const;
   Status Walk(WalkStats* ws, bool rebuild, bool verify);
 
   PoolImpl* pool_;
@@ -247,6 +257,7 @@ class CddsTree final : public BasicTree<typename KP::Arg>, public VersionedTree<
   uint32_t cap_ = cdds::NodeCapacity(cdds::kDefaultNodeSize);
   uint32_t min_live_ = cdds::MinLive(cdds::NodeCapacity(cdds::kDefaultNodeSize));
   uint32_t gc_every_ = 8;
+  uint64_t node_magic_ = 0;  // NodeMagic(pool_)
 
   mutable std::mutex write_mu_;
   mutable StripedVersionLocks<> locks_;

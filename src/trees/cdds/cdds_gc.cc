@@ -26,6 +26,7 @@
 
 namespace pmtree {
 
+using cdds::CddsMeta;
 using cdds::EndVersion;
 using cdds::Hex;
 using cdds::kInvalidVersion;
@@ -43,6 +44,118 @@ struct CddsTree<KP>::WalkStats {
   uint64_t bytes = 0;         // meta + nodes + owned key blobs
   uint32_t height = 0;
 };
+
+// ---------------------------------------------------------------------------
+// The node magic: detecting a subtree lost to damage after a crash
+//
+// After a crash the allocator is rebuilt from what recovery reaches, so a
+// subtree cut off by damage (a zeroed child offset, an entry whose start
+// version was damaged above cv and which forward GC therefore drops) would
+// silently become free space.  Every node that is reachable carries the
+// pool's node magic in NodeHeader::magic, and free space carrying it is
+// refused.  The invariant is "a node durable with the magic is reachable
+// from the root through owner entries (C6; live, dead or ended after cv) at
+// every crash instant, after recovery's forward GC", kept by:
+//
+//   N1  CddsMeta::node_limit is persisted above a node before the node is
+//       written (NoteNode in NewNode; Create), so the scan (N4) covers
+//       every node that may carry the magic.
+//   N2  A node gets the magic only once the commit that links it is
+//       durable (MarkNewNodes after Commit's persist; BulkLoad after its
+//       commit): before, the entries naming it have start v > cv, which
+//       recovery drops (Alg. 6), freeing the node.  A reachable node without
+//       the magic is valid (a crash between the commit and the magic).
+//   N3  A node's magic is cleared, and the clear persisted, before any
+//       store that can remove the last durable reference to it: GC
+//       compaction reclaiming a dead owner entry clears the whole subtree
+//       that entry owns (CompactNode, the subtree FreeSubtree frees); an
+//       insert reusing a dead inner owner entry the same (InsertEntry, before
+//       the shift overwrites it); a root promotion the old root (GC and
+//       recovery, before the root pointer store); a bulk load the old root
+//       leaf (under its commit fence).  Recovery's forward GC drops only
+//       entries with start > cv (naming nodes of the uncommitted operation,
+//       which have no magic by N2, or copies in progress whose source entry
+//       still names the child: C4), exact duplicates, and the stale tail of
+//       an interrupted compaction (entries whose subtrees were cleared before
+//       the compaction began).  Abort frees only the operation's new nodes
+//       (no magic by N2).
+//   N4  After the allocator rebuild of a crash recovery, a free 64 B step
+//       below node_limit whose magic word holds the node magic is a node no
+//       root path reaches: Corruption.  Under a key-value store the scan is
+//       deferred until the store has reported its records.
+
+template <KeyPolicy KP>
+uint64_t CddsTree<KP>::NodeMagic(const PoolImpl* pool) {
+  const uint64_t m = pool->id() ^ 0x45444f4e53444443ull;  // "CDDSNODE"
+  return m != 0 ? m : 1;
+}
+
+template <KeyPolicy KP>
+void CddsTree<KP>::NoteNode(uint64_t off) {
+  CddsMeta* m = meta();
+  if (off + node_size_ <= PoolImpl::Load64(&m->node_limit)) return;
+  const uint64_t step = cdds::kNodeLimitStep;
+  pool_->Store64(&m->node_limit, (off + node_size_ + step - 1) / step * step);
+  // N1: the raised limit is durable before the node can be durable with the
+  // magic, so the recovery scan covers it.
+  pool_->Persist(&m->node_limit, sizeof(uint64_t));
+}
+
+template <KeyPolicy KP>
+void CddsTree<KP>::SetNodeMagic(uint64_t off) {
+  pool_->Store64(&node(off)->magic, node_magic_);
+  // Start the write-back; the caller's fence completes it.  A crash before
+  // leaves a reachable node without the magic, which is valid (N2).
+  pool_->Flush(&node(off)->magic, sizeof(uint64_t));
+}
+
+// Returns whether a store was made (the caller then fences).
+template <KeyPolicy KP>
+bool CddsTree<KP>::ClearNodeMagic(uint64_t off) {
+  if (node(off)->magic == 0) return false;  // the writer reads its own stores
+  pool_->Store64(&node(off)->magic, 0);
+  // Start the clear's write-back: under the caller's fence it is durable
+  // before the store that unlinks the node, so no crash leaves the node
+  // unreachable with the magic (a false "node unreachable", N3).
+  pool_->Flush(&node(off)->magic, sizeof(uint64_t));
+  return true;
+}
+
+// Clears the magic of `off` and of every node it owns (C6): exactly what
+// FreeSubtree frees.
+template <KeyPolicy KP>
+bool CddsTree<KP>::ClearSubtreeMagic(uint64_t off) {
+  bool stored = ClearNodeMagic(off);
+  const NodeEntry* es = entries(off);
+  if (node(off)->level > 0)
+    for (uint32_t i = 0, n = count(off); i < n; i++)
+      if (!Moved(es[i].end)) stored |= ClearSubtreeMagic(es[i].value);
+  return stored;
+}
+
+template <KeyPolicy KP>
+void CddsTree<KP>::MarkNewNodes(const Op& op) {
+  if (op.new_nodes.empty()) return;
+  for (uint64_t off : op.new_nodes) SetNodeMagic(off);
+  // Complete the magic's write-back before the operation returns (the
+  // commit is durable, so the nodes are reachable: N2).
+  pool_->Fence();
+}
+
+template <KeyPolicy KP>
+Status CddsTree<KP>::ScanForLostNodes() const {
+  const uint64_t stored = PoolImpl::Load64(&meta()->node_limit);
+  const uint64_t limit = stored != 0 ? std::min<uint64_t>(stored, pool_->size()) : pool_->size();
+  for (const auto& [begin, size] : pool_->allocator().FreeExtents()) {
+    const uint64_t end = std::min(begin + size, limit);
+    for (uint64_t off = begin; off + node_size_ <= end; off += kAllocGranule)
+      if (PoolImpl::Load64(&node(off)->magic) == node_magic_)
+        return Status::Corruption("cdds: node at offset " + Hex(off) +
+                                  " unreachable (it carries this pool's node magic but no root path reaches it: a "
+                                  "cut subtree?) (N4)");
+  }
+  return Status::Ok();
+}
 
 // ---------------------------------------------------------------------------
 // Node rewriting (shared by GC compaction and recovery)
@@ -160,6 +273,13 @@ void CddsTree<KP>::CompactNode(uint64_t off, uint64_t before, Released* released
   }
   if (keep.size() == n) return;
   counts_.gc_entries_reclaimed += n - keep.size();
+  bool cleared = false;
+  if (level > 0)
+    for (uint32_t i = 0; i < n; i++)
+      if (Reclaimable(es[i], before) && !Moved(es[i].end)) cleared |= ClearSubtreeMagic(es[i].value);
+  // N3: the dead subtrees lose their magic durably before the compaction's
+  // first store can drop the entries that own them.
+  if (cleared) pool_->Fence();
   VersionLock& lk = locks_.For(off);
   lk.lock();
   RewriteEntries(off, keep, from);
@@ -172,6 +292,7 @@ void CddsTree<KP>::FreeSubtree(uint64_t off) {
   // live entries having moved to copies (C6).  Frees what it owns.
   const NodeEntry* es = entries(off);
   const uint32_t level = node(off)->level;
+  assert(node(off)->magic == 0 && "N3: a freed node's magic was cleared before its owner entry went");
   for (uint32_t i = 0, n = count(off); i < n; i++) {
     if (Moved(es[i].end)) continue;
     keys_.Release(es[i].key);
@@ -202,6 +323,9 @@ void CddsTree<KP>::TryPromoteRoot(Released* released, uint64_t before) {
     CompactNode(r, before, released);
     const NodeEntry& e = entries(r)[0];
     if (count(r) != 1 || !Live(e)) return;
+    // N3: the old root loses its magic durably before the root pointer
+    // stops naming it.
+    if (ClearNodeMagic(r)) pool_->Fence();
     pool_->Store64(&meta()->root, e.value);
     // Persist the new root pointer before the old root is retired.
     pool_->Persist(&meta()->root, sizeof(uint64_t));
@@ -293,6 +417,9 @@ Status CddsTree<KP>::RecoverNodes() {
     const uint64_t r = root();
     const NodeEntry& e = entries(r)[0];
     if (node(r)->level == 0 || count(r) != 1 || !Live(e)) break;
+    // N3: the old root loses its magic durably before the root pointer
+    // stops naming it (a crash in between finds it reachable without it).
+    if (ClearNodeMagic(r)) pool_->Fence();
     pool_->Store64(&meta()->root, e.value);
     // Persist the promotion; the old root is unreachable and the allocator
     // rebuild below leaves it free.
@@ -309,7 +436,15 @@ Status CddsTree<KP>::RebuildAllocator() {
   WalkStats ws;
   Status s = Walk(&ws, true, false);
   a.EndRebuild();
-  return s;
+  PMTREE_RETURN_IF_ERROR(s);
+  // N4.  While a key-value store holds the rebuild, free space is final only
+  // once the store has reported its records: the store runs the scan then.
+  // Registered last, once this recovery can no longer fail.
+  if (a.rebuild_end_pending()) {
+    a.DeferRebuildCheck([this] { return ScanForLostNodes(); });
+    return Status::Ok();
+  }
+  return ScanForLostNodes();
 }
 
 // ---------------------------------------------------------------------------
@@ -432,7 +567,8 @@ Status CddsTree<KP>::Verify() {
   if (ws.bytes != in_use)
     return Status::Corruption("cdds: " + std::to_string(ws.bytes) + " bytes reachable, allocator has " +
                               std::to_string(in_use) + " in use (leak or double use)");
-  return Status::Ok();
+  // N3 in process: no freed node kept its magic.
+  return ScanForLostNodes();
 }
 
 template <KeyPolicy KP>
@@ -495,6 +631,13 @@ TreeStats CddsTree<KP>::Stats() {
   template Status CddsTree<K>::CollectGarbage();                                              \
   template Status CddsTree<K>::RecoverNodes();                                                \
   template Status CddsTree<K>::RebuildAllocator();                                            \
+  template uint64_t CddsTree<K>::NodeMagic(const PoolImpl*);                                  \
+  template void CddsTree<K>::NoteNode(uint64_t);                                              \
+  template void CddsTree<K>::SetNodeMagic(uint64_t);                                          \
+  template bool CddsTree<K>::ClearNodeMagic(uint64_t);                                        \
+  template bool CddsTree<K>::ClearSubtreeMagic(uint64_t);                                     \
+  template void CddsTree<K>::MarkNewNodes(const Op&);                                         \
+  template Status CddsTree<K>::ScanForLostNodes() const;                                      \
   template Status CddsTree<K>::Walk(WalkStats*, bool, bool);                                  \
   template Status CddsTree<K>::Verify();                                                      \
   template TreeStats CddsTree<K>::Stats();

@@ -6,13 +6,16 @@
 // model that keeps every version (also under a concurrent writer and
 // collector), instant restart, and the crash explorer (zero violations in
 // ADR and eADR, small and random workloads, site coverage, crashes during GC
-// and recovery, a negative control).
+// and recovery, a negative control), and the node magic (N1-N4 in
+// cdds_gc.cc: a crashed pool whose damage cut a subtree off is refused, GC
+// clears the magic of what it frees, the format before it is Incompatible).
 //
 // Randomness is seeded; failures print the seed and PMTREE_SEED replays it.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <functional>
@@ -20,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,6 +179,206 @@ TEST(CddsTreeTest, GarbageCollectionReclaimsDeadEntriesAndNodes) {
   EXPECT_LT(after.pm_bytes, before.pm_bytes);
   EXPECT_EQ(after.pm_bytes, f.pool->allocator().bytes_in_use());
   EXPECT_EQ(after.entries, 1500u);
+}
+
+// ---- the node magic (N1-N4 in cdds_gc.cc) -------------------------------------------
+
+const cdds::CddsMeta* MetaOf(const PoolImpl& p) { return p.At<cdds::CddsMeta>(p.root(0)); }
+const cdds::NodeHeader* NodeAt(const PoolImpl& p, uint64_t off) { return p.At<cdds::NodeHeader>(off); }
+cdds::NodeEntry* EntriesAt(const PoolImpl& p, uint64_t off) {
+  return p.At<cdds::NodeEntry>(off + sizeof(cdds::NodeHeader));
+}
+
+// Every node the root reaches through owner entries (C6, not moved), as
+// recovery's walk does: live and dead subtrees alike.
+std::vector<uint64_t> OwnedNodes(const PoolImpl& p, uint64_t from = 0) {
+  std::vector<uint64_t> out, stack{from != 0 ? from : MetaOf(p)->root};
+  while (!stack.empty()) {
+    const uint64_t off = stack.back();
+    stack.pop_back();
+    out.push_back(off);
+    if (NodeAt(p, off)->level == 0) continue;
+    const cdds::NodeEntry* es = EntriesAt(p, off);
+    for (uint64_t i = 0; i < NodeAt(p, off)->num_entries; i++)
+      if ((es[i].end & cdds::kMovedBit) == 0) stack.push_back(es[i].value);
+  }
+  return out;
+}
+
+TEST(CddsTreeTest, GarbageCollectionClearsTheMagicOfTheNodesItFrees) {
+  auto f = Make(/*gc_every=*/0);
+  auto& t = *f.tree;
+  for (uint64_t k = 0; k < 3000; k++) ASSERT_TRUE(*t.Insert(k, k));
+  for (uint64_t k = 0; k < 3000; k += 2) ASSERT_TRUE(*t.Remove(k));
+  const std::vector<uint64_t> before = OwnedNodes(*f.pool);
+  const uint64_t magic = NodeAt(*f.pool, MetaOf(*f.pool)->root)->magic;
+  ASSERT_NE(magic, 0u);
+  for (uint64_t off : before) ASSERT_EQ(NodeAt(*f.pool, off)->magic, magic) << "every committed node has it (N2)";
+  const auto gone = [&] { return Extra(t.Stats(), "gc_nodes_freed") + Extra(t.Stats(), "root_promotions"); };
+  const double gone_before = gone();
+  ASSERT_TRUE(t.CollectGarbage().ok());
+  // Verify also scans the free space for the magic (N3 in process).
+  ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
+  const std::vector<uint64_t> after = OwnedNodes(*f.pool);
+  const std::set<uint64_t> kept(after.begin(), after.end());
+  size_t freed = 0;
+  for (uint64_t off : before) {
+    if (kept.count(off) != 0) continue;
+    freed++;
+    EXPECT_EQ(NodeAt(*f.pool, off)->magic, 0u) << "freed node at " << off;
+  }
+  EXPECT_GT(freed, 10u);
+  EXPECT_EQ(static_cast<double>(freed), gone() - gone_before);
+  for (uint64_t off : after) EXPECT_EQ(NodeAt(*f.pool, off)->magic, magic);
+}
+
+// A crashed pool whose damage cuts a subtree off is refused at recovery
+// (N4), instead of rebuilding the allocator around the loss; an undamaged
+// crashed pool with the same history opens.
+TEST(CddsTreeTest, CrashRecoveryRefusesASubtreeCutByDamage) {
+  enum class Cut { kNone, kChildPointerZeroed, kStartAboveCv, kCountLowered, kNodeZeroed };
+  for (Cut cut : {Cut::kNone, Cut::kChildPointerZeroed, Cut::kStartAboveCv, Cut::kCountLowered, Cut::kNodeZeroed}) {
+    SCOPED_TRACE("cut " + std::to_string(static_cast<int>(cut)));
+    const ShmPath shm("cut");
+    PoolOptions po;
+    po.backend = BackendKind::kDram;
+    po.use_env = false;
+    {
+      auto h = CreateTree(*FindTree("cdds"), shm.path, 16ull << 20, {}, po);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      // Inserts, updates and deletes: splits, merges and GC freeing nodes.
+      for (uint64_t k = 0; k < 4000; k++) ASSERT_TRUE(*h->tree->Insert(k * 7 % 4001, k));
+      for (uint64_t k = 0; k < 4000; k += 3) ASSERT_TRUE(*h->tree->Remove(k * 7 % 4001));
+      for (uint64_t k = 1; k < 4000; k += 5) (void)*h->tree->Upsert(k * 7 % 4001, k + 1);
+      PoolImpl& p = PoolImpl::Of(*h->pool);
+      const uint64_t root = MetaOf(p)->root;
+      ASSERT_GE(NodeAt(p, root)->level, 2u);
+      // A node one level above the leaves, with its first live entry.
+      uint64_t inner = root;
+      while (NodeAt(p, inner)->level > 1) inner = EntriesAt(p, inner)[NodeAt(p, inner)->num_entries - 1].value;
+      cdds::NodeEntry* es = EntriesAt(p, inner);
+      uint32_t live = 0;
+      while (es[live].end != 0) live++;
+      ASSERT_GT(NodeAt(p, inner)->num_entries, live + 1u);
+      auto poke = [&](uint64_t* word, uint64_t v) {
+        p.Store64(word, v);
+        p.Persist(word, 8);
+      };
+      switch (cut) {
+        case Cut::kNone: break;
+        case Cut::kChildPointerZeroed: poke(&es[live].value, 0); break;
+        case Cut::kStartAboveCv: poke(&es[live].start, MetaOf(p)->current_version + 5); break;
+        case Cut::kCountLowered:
+          poke(reinterpret_cast<uint64_t*>(p.At<char>(inner)), NodeAt(p, inner)->num_entries - 1);
+          break;
+        case Cut::kNodeZeroed:
+          for (uint32_t b = 0; b < 512; b += 8) poke(p.At<uint64_t>(es[live].value + b), 0);
+          break;
+      }
+      h->tree.reset();  // no Close: a crash
+    }
+    auto h = OpenTree(shm.path, FindTree("cdds"), {}, po);
+    if (cut == Cut::kNone) {
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      EXPECT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
+      continue;
+    }
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), Status::Code::kCorruption) << h.status().ToString();
+    if (cut == Cut::kStartAboveCv || cut == Cut::kCountLowered) {
+      EXPECT_NE(h.status().ToString().find("unreachable"), std::string::npos) << h.status().ToString();
+    }
+  }
+}
+
+// R3 with the magic: a crash inside a GC step, after the compaction left
+// the root one live entry and before the promotion, is recovered by
+// promoting the root, whose magic recovery clears first (else the old root
+// would be free space with the magic).
+TEST(CddsTreeTest, RecoveryPromotingARootClearsItsMagic) {
+  const ShmPath shm("promote");
+  PoolOptions po;
+  po.backend = BackendKind::kDram;
+  po.use_env = false;
+  TreeOptions o;
+  o.extra["gc_every"] = "0";
+  uint64_t live_keys = 0;
+  {
+    auto h = CreateTree(*FindTree("cdds"), shm.path, 16ull << 20, o, po);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    for (uint64_t k = 1; k <= 16; k++) ASSERT_TRUE(*h->tree->Insert(k * 10, k));  // a root split
+    for (uint64_t k = 1; Extra(h->tree->Stats(), "merges") == 0; k++) ASSERT_TRUE(*h->tree->Remove(k * 10));
+    live_keys = h->tree->Stats().entries;
+    PoolImpl& p = PoolImpl::Of(*h->pool);
+    const uint64_t root = MetaOf(p)->root;
+    cdds::NodeEntry* es = EntriesAt(p, root);
+    int live = -1;
+    for (uint64_t i = 0; i < NodeAt(p, root)->num_entries; i++)
+      if (es[i].end == 0) {
+        ASSERT_EQ(live, -1) << "one live entry after the merge";
+        live = static_cast<int>(i);
+      }
+    ASSERT_GE(live, 0);
+    // What the GC step would have done before the crash: the dead subtrees
+    // lose their magic (N3), then the compaction leaves the live entry alone.
+    const std::vector<uint64_t> kept = OwnedNodes(p, es[live].value);
+    for (uint64_t off : OwnedNodes(p)) {
+      if (off == root || std::find(kept.begin(), kept.end(), off) != kept.end()) continue;
+      auto* magic = p.At<uint64_t>(off + offsetof(cdds::NodeHeader, magic));
+      p.Store64(magic, 0);
+      p.Persist(magic, 8);
+    }
+    const cdds::NodeEntry e = es[live];
+    for (uint64_t* w : {&es[0].start, &es[0].key, &es[0].value, &es[0].end}) p.Store64(w, 0);
+    p.Store64(&es[0].key, e.key);
+    p.Store64(&es[0].value, e.value);
+    p.Store64(&es[0].start, e.start);
+    p.Persist(&es[0], sizeof(e));
+    auto* count = p.At<uint64_t>(root + offsetof(cdds::NodeHeader, num_entries));
+    p.Store64(count, 1);
+    p.Persist(count, 8);
+    h->tree.reset();  // no Close: a crash
+  }
+  auto h = OpenTree(shm.path, FindTree("cdds"), o, po);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(Extra(h->tree->Stats(), "root_promotions"), 1);
+  EXPECT_EQ(h->tree->Stats().entries, live_keys);
+  EXPECT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
+}
+
+// N1: every node ends below node_limit, raised in 1 MiB steps as nodes reach
+// higher offsets (so the recovery scan covers them and stops near them).
+TEST(CddsTreeTest, TheNodeLimitCoversEveryNode) {
+  auto f = Make(/*gc_every=*/8);
+  for (uint64_t k = 0; k < 40000; k++) ASSERT_TRUE(*f.tree->Insert(k, k));
+  uint64_t max_end = 0;
+  for (uint64_t off : OwnedNodes(*f.pool)) max_end = std::max<uint64_t>(max_end, off + 512);
+  ASSERT_GT(max_end, 2u << 20);
+  EXPECT_GE(MetaOf(*f.pool)->node_limit, max_end);
+  EXPECT_LE(MetaOf(*f.pool)->node_limit, max_end + cdds::kNodeLimitStep);
+}
+
+// A pool made before the node magic (layout version 1) has freed nodes
+// whose magic word was never cleared: Incompatible, never opened.
+TEST(CddsTreeTest, APoolOfTheFormatBeforeTheNodeMagicIsIncompatible) {
+  const ShmPath shm("v1");
+  PoolOptions po;
+  po.backend = BackendKind::kDram;
+  po.use_env = false;
+  {
+    auto h = CreateTree(*FindTree("cdds"), shm.path, 16ull << 20, {}, po);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_TRUE(*h->tree->Insert(1, 1));
+    PoolImpl& p = PoolImpl::Of(*h->pool);
+    auto* word = p.At<uint64_t>(p.root(0) + offsetof(cdds::CddsMeta, version));  // version | node_size << 32
+    p.Store64(word, (*word & ~0xffffffffull) | cdds::kLayoutVersionBeforeNodeMagic);
+    p.Persist(word, 8);
+    ASSERT_TRUE(h->tree->Close().ok());
+  }
+  auto h = OpenTree(shm.path, FindTree("cdds"), {}, po);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), Status::Code::kIncompatible) << h.status().ToString();
+  EXPECT_NE(h.status().ToString().find("before the node magic"), std::string::npos) << h.status().ToString();
 }
 
 TEST(CddsTreeTest, GarbageCollectionKeepsWhatASnapshotSees) {
@@ -565,6 +769,59 @@ TEST(CddsTreeTest, FlushBudgetsPerOperation) {
     EXPECT_EQ(pc.fences, c.fences) << c.what;
   }
   ASSERT_TRUE((*t)->Verify().ok());
+}
+
+// Structure changes: each new node gets the node magic after the commit
+// (one flush per node, one fence: N2); GC clears the magic of the nodes it
+// frees before the compaction that unlinks them (N3).
+TEST(CddsTreeTest, FlushBudgetsOfStructureChanges) {
+  PoolOptions po;
+  po.use_env = false;
+  po.counting = true;
+  auto p = PoolImpl::CreateAnonymous(16ull << 20, "cdds", 0, po);
+  ASSERT_TRUE(p.ok());
+  TreeOptions o;
+  o.extra["gc_every"] = "0";
+  auto made = CddsTree<U64Keys>::Create(p->get(), o);
+  ASSERT_TRUE(made.ok());
+  CddsTree<U64Keys>& t = **made;
+  auto cost = [&](auto&& op) {
+    counters::BeginOperation();
+    PersistCounters before = counters::ThisThread();
+    op();
+    return counters::ThisThread() - before;
+  };
+  // Without the node magic (layout version 1) each cost one fence less and
+  // one flush less per new node: a root split 28 flushes and 3 fences, a
+  // leaf split 31 and 4, a merge 24 and 4, this GC pass 3 and 3.
+  auto expect = [](const char* what, const PersistCounters& pc, uint64_t flushes, uint64_t fences) {
+    EXPECT_EQ(pc.flushes, flushes) << what;
+    EXPECT_EQ(pc.fences, fences) << what;
+  };
+  for (uint64_t k = 1; k <= 15; k++) ASSERT_TRUE(*t.Insert(k * 10, k));
+  // The 16th entry splits the root leaf: two leaves and a new root, each
+  // given the magic after the commit.
+  PersistCounters root_split = cost([&] { ASSERT_TRUE(*t.Insert(160, 16)); });
+  ASSERT_EQ(t.counts().root_splits, 1u);
+  expect("root split", root_split, 31, 4);
+  // Fill the right leaf until it splits (the parent takes the separator in place).
+  PersistCounters leaf_split{};
+  for (uint64_t k = 17; t.counts().leaf_splits == 1; k++) leaf_split = cost([&] { ASSERT_TRUE(*t.Insert(k * 10, k)); });
+  ASSERT_EQ(t.counts().leaf_splits, 2u);
+  ASSERT_EQ(t.counts().root_splits, 1u);
+  expect("leaf split", leaf_split, 33, 5);
+  // Empty the leftmost leaf down to m_l live entries: a merge into one new leaf.
+  PersistCounters merge{};
+  for (uint64_t k = 1; t.counts().merges + t.counts().copies == 0; k++) merge = cost([&] { ASSERT_TRUE(*t.Remove(k * 10)); });
+  ASSERT_EQ(t.counts().merges, 1u);
+  expect("merge", merge, 25, 5);
+  // GC frees the four dead nodes: their magic is cleared (four flushes)
+  // under one fence before the compaction of the root drops their owners.
+  const uint64_t freed_before = t.counts().gc_nodes_freed;
+  PersistCounters gc = cost([&] { ASSERT_TRUE(t.CollectGarbage().ok()); });
+  ASSERT_EQ(t.counts().gc_nodes_freed - freed_before, 4u);
+  expect("gc pass", gc, 7, 4);
+  ASSERT_TRUE(t.Verify().ok()) << t.Verify().ToString();
 }
 
 // ---- crash explorer ------------------------------------------------------------------

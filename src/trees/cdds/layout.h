@@ -36,7 +36,12 @@ namespace pmtree::cdds {
 //                               the single commit word of every operation,
 //                               stored only after all of the operation's
 //                               writes are persistent
-//   40   24    reserved         zero
+//   40   8     node_limit       every node that may carry the node magic ends
+//                               at or below this offset (a multiple of
+//                               kNodeLimitStep, raised and persisted before a
+//                               node above it is written: N1 in cdds_gc.cc);
+//                               recovery scans the free space below it
+//   48   16    reserved         zero
 struct CddsMeta {
   uint64_t magic;
   uint32_t version;
@@ -45,7 +50,8 @@ struct CddsMeta {
   uint32_t flags;
   uint64_t root;
   uint64_t current_version;
-  uint64_t reserved[3];
+  uint64_t node_limit;
+  uint64_t reserved[2];
 };
 static_assert(sizeof(CddsMeta) == 64);
 static_assert(offsetof(CddsMeta, root) == 24);
@@ -56,10 +62,16 @@ static_assert(offsetof(CddsMeta, root) / 64 == offsetof(CddsMeta, current_versio
               "a root split's pointer store is written back by the commit's persist of the same line");
 
 static_assert(offsetof(CddsMeta, key_kind) % 8 == 0, "key_kind and flags form one 8-byte word");
+static_assert(offsetof(CddsMeta, node_limit) == 40, "node_limit is one atomic 8-byte store");
 
 inline constexpr uint32_t kFlagBoundsRelaxed = 1;
 inline constexpr uint64_t kMetaMagic = 0x3145525453444443ull;  // "CDDSTRE1" little-endian
-inline constexpr uint32_t kLayoutVersion = 1;
+// Version 2 added the node magic (NodeHeader::magic) and CddsMeta::node_limit;
+// a version-1 pool is Incompatible.
+inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersionBeforeNodeMagic = 1;
+// node_limit moves in steps of 1 MiB: one persist per MiB of heap that nodes reach.
+inline constexpr uint64_t kNodeLimitStep = 1ull << 20;
 
 // Node byte table (64-byte aligned, node_size bytes; leaves and inner nodes):
 //
@@ -70,7 +82,13 @@ inline constexpr uint32_t kLayoutVersion = 1;
 //   8    2     level        0 for a leaf; an inner node is one above its children
 //   10    2    reserved0    zero
 //   12   4     tag          kNodeTag, a guard against following a wild offset
-//   16   16    reserved     zero
+//   16   8     magic        the pool's node magic (NodeMagic in cdds_gc.cc,
+//                           from Pool::id()) or 0: set only while the node is
+//                           reachable from the root through committed entries
+//                           and cleared (persisted) before the last durable
+//                           reference to it can go (N1-N4 in cdds_gc.cc), so
+//                           free space carrying it is a node lost to damage
+//   24   8     reserved     zero
 //   32   32*n  entries      n = (node_size - 32) / 32, ordered by key, then
 //                           by start version (§4.4.1)
 //
@@ -98,9 +116,11 @@ struct NodeHeader {
   uint16_t level;
   uint16_t reserved0;
   uint32_t tag;
-  uint64_t reserved[2];
+  uint64_t magic;
+  uint64_t reserved;
 };
 static_assert(sizeof(NodeHeader) == 32);
+static_assert(offsetof(NodeHeader, magic) == 16, "the node magic is one atomic 8-byte store");
 static_assert(offsetof(NodeHeader, num_entries) == 0, "num_entries is one atomic 8-byte store");
 static_assert(offsetof(NodeHeader, tag) == 12);
 
