@@ -244,11 +244,12 @@ bool DetectsLossAfterCleanClose(const std::string& tree) {
 
 // Trees that refuse a crashed pool that lost leaves: fptree's and wbtree's
 // leaves carry the pool's leaf magic, and their recovery reports free space
-// holding it; lbtree's and fastfair's recovery walk must reach the leaf
-// count their meta block keeps (docs/pool_format.md, "Detecting a loss after
-// a crash").
+// holding it; lbtree's, fastfair's, wotree's and sortedtree's recovery walk
+// must reach the leaf count their meta block keeps (docs/pool_format.md,
+// "Detecting a loss after a crash").
 bool DetectsLossAfterCrash(const std::string& tree) {
-  return tree == "fptree" || tree == "wbtree" || tree == "lbtree" || tree == "fastfair";
+  return tree == "fptree" || tree == "wbtree" || tree == "lbtree" || tree == "fastfair" || tree == "wotree" ||
+         tree == "sortedtree";
 }
 
 bool DetectsLoss(const std::string& tree, bool clean) {
