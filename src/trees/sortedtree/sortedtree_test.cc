@@ -92,6 +92,30 @@ TEST(SortedTreeTest, ConcurrentInsertsLookupsAndRemovesThenVerify) {
   EXPECT_TRUE(t.Verify().ok()) << t.Verify().ToString();
 }
 
+// ---- the leaf count (F9, issue 17) ----------------------------------------------------
+
+TEST(SortedTreeTest, CrashRecoveryRefusesACutLeafChainTwiceInARow) {
+  blink_frame_test::ExpectCrashRecoveryRefusesACutLeafChain(Sorted());
+}
+
+TEST(SortedTreeTest, APoolOfTheFormatBeforeTheLeafCountIsIncompatible) {
+  blink_frame_test::ExpectAPoolOfTheFormatBeforeTheLeafCountIsIncompatible(Sorted());
+}
+
+// A leaf split at 4 lines, with the root split of the first one: the leaf
+// count (F9) adds one flush of the meta line and no fence, the separator
+// insert's first fence making it durable.  Before the count: 8 flushes, 5 fences, 7 lines and 7, 5, 6.
+// The first split's count shares the meta line with the root switch.
+TEST(SortedTreeTest, LeafSplitCostsOneMoreFlushForTheLeafCount) {
+  const blink_frame_test::SplitCost c = blink_frame_test::MeasureLeafSplits(Sorted());
+  EXPECT_EQ(c.root.flushes, 9u);
+  EXPECT_EQ(c.root.fences, 5u);
+  EXPECT_EQ(c.root.lines, 7u);
+  EXPECT_EQ(c.leaf.flushes, 8u);
+  EXPECT_EQ(c.leaf.fences, 5u);
+  EXPECT_EQ(c.leaf.lines, 7u);
+}
+
 // The default run's share: every two-operation sequence at 4 lines (ADR),
 // one-operation sequences at 16 lines (ADR and eADR), a seeded random
 // workload at 4 lines.  The full matrix (depth 3, both sizes, both modes,

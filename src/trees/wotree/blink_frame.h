@@ -15,6 +15,8 @@
 //    `next` when a key is at or above the sibling's low key (B-link);
 //  - leaf locking (readers share, writers exclude; §4.3.5), the point
 //    operations, scans, bulk load with a fill factor (bottom-up, one root store);
+//  - the leaf count (meta.leaves, F9) that lets recovery refuse a cut leaf
+//    chain instead of losing what lies behind the cut;
 //  - recovery (Fig. 9): replay the leaf log, build the frame from the
 //    consistent inner entries (transient duplicates dropped, interrupted
 //    truncations finished), rebuild the allocator, then insert what the
@@ -62,6 +64,12 @@
 //      after its whole content is persistent.
 //   F8 a writer releases a node's lock only after its last fence, so a
 //      reader never returns data a crash could still lose.
+//   F9 meta.leaves is at least 1 and at most the leaves of level 0's chain,
+//      at every crash instant: it is stored only after the links of the
+//      leaves it counts are durable (a leaf split's count after the policy's
+//      Split returned; concurrent splits may store their counts out of
+//      order, which only lowers it), and leaves are never freed.  So a
+//      recovery walk that reaches fewer leaves met a cut chain (issue 17).
 //
 // Thread safety: pmtree/tree.h.  Inner nodes: striped version locks
 // (trees/common/version_lock.h) -- writers lock, readers validate and never
@@ -149,6 +157,7 @@ class BlinkFrame final : public BasicTree<typename KP::Arg> {
     head.root = *leaf_r;
     head.key_kind = static_cast<uint32_t>(KP::kKind);
     head.variant = variant;
+    head.leaves = 1;  // the empty root leaf (F9)
     pool->Write(meta, &head, 64);
     std::unique_ptr<BlinkFrame> t(new BlinkFrame(pool, meta_off));
     t->leaf_.InitEmpty(*leaf_r, 0, 0, 0);
@@ -168,8 +177,12 @@ class BlinkFrame final : public BasicTree<typename KP::Arg> {
     if (meta_off % 64 != 0 || !pool->InHeap(meta_off, sizeof(Meta)))
       return Status::Corruption(name + ": root slot 0 holds " + Hex(meta_off) + ", outside the heap");
     const Meta* m = pool->At<Meta>(meta_off);
-    if (m->magic != L::kMagic || m->version != kFormatVersion)
-      return Status::Corruption(name + " meta at offset " + Hex(meta_off) + ": bad magic or version (F1)");
+    if (m->magic != L::kMagic)
+      return Status::Corruption(name + " meta at offset " + Hex(meta_off) + ": bad magic (F1)");
+    if (m->version != kFormatVersion)
+      return Status::Incompatible(name + " meta at offset " + Hex(meta_off) + ": format version " +
+                                  std::to_string(m->version) + ", this build reads " + std::to_string(kFormatVersion) +
+                                  (m->version == 1 ? " (version 1 predates the leaf count)" : ""));
     if (!CheckNodeSize(L::kName, m->node_size).ok() || (m->variant & ~L::kVariants) != 0)
       return Status::Corruption(name + " meta at offset " + Hex(meta_off) + ": node size or variant invalid (F1)");
     // A variant recovers only the pools it created: the pool's layout name
@@ -273,7 +286,13 @@ class BlinkFrame final : public BasicTree<typename KP::Arg> {
 
   Status Verify() override;
   TreeStats Stats() override;
-  Status Close() override { return pool_->Close(); }
+  Status Close() override {
+    // The exact leaf count (F9) before the clean flag: the next clean open
+    // takes it as it is, and a crashed open checks its walk against it.
+    if (!closed_) StoreLeafCount(leaf_count_.load(), /*fence=*/true);
+    closed_ = true;
+    return pool_->Close();
+  }
 
   const RecoveryReport& recovery_report() const { return report_; }
   L& leaf_ops() { return leaf_; }
@@ -400,6 +419,7 @@ class BlinkFrame final : public BasicTree<typename KP::Arg> {
   Status CheckNode(uint64_t off, uint32_t level) const;
   Status RebuildAllocator(const std::vector<std::vector<uint64_t>>& levels);
   Status CheckInner(uint64_t off, uint64_t* bytes) const;
+  void StoreLeafCount(uint64_t leaves, bool fence);
   Status Corrupt(const char* what, uint64_t off, const char* inv, const std::string& msg) const {
     return Status::Corruption(std::string(L::kName) + " " + what + " at offset " + Hex(off) + ": invariant " + inv +
                               " violated: " + msg);
@@ -415,10 +435,14 @@ class BlinkFrame final : public BasicTree<typename KP::Arg> {
   StripedVersionLocks<> ilocks_;
   LeafLockTable llocks_;
   std::mutex root_mu_;
+  // The leaves of the chain once every split in flight has stored its
+  // count: the value the next count store writes (F9).  Exact at rest.
+  std::atomic<uint64_t> leaf_count_{1};
   std::atomic<uint64_t> leaf_splits_{0};
   std::atomic<uint64_t> inner_splits_{0};
   std::atomic<uint64_t> root_splits_{0};
   RecoveryReport report_;
+  bool closed_ = false;
 };
 
 }  // namespace pmtree::wotree

@@ -63,11 +63,25 @@ Result<bool> BlinkFrame<KP, L>::Put(Arg key, uint64_t value, Mode mode) {
     return st;
   }
   leaf_splits_.fetch_add(1, std::memory_order_relaxed);
+  // Split returned: the new leaf's link is durable (sortedtree: `next`
+  // persisted; wotree: the old leaf's half persisted, and before that the
+  // log record recovery R1 replays), so the count may include it (F9).  Each
+  // split takes its own value from leaf_count_; a concurrent split's larger
+  // value may land first, so the stored count can lag, never lead.  Only
+  // flushed here: the separator insert's first fence makes it durable (one
+  // flush per split, no fence); until then a crash keeps the old count.
+  StoreLeafCount(leaf_count_.fetch_add(1, std::memory_order_relaxed) + 1, /*fence=*/false);
   // The insert is durable; the new leaf is reachable through `next` already
   // (B-link).  The separator insert takes its nodes from the reserve; only a
   // tree grown by another thread since Fill can still run out here, and then
   // the leaf stays reachable through `next` (recovery R6 indexes it).
-  PMTREE_RETURN_IF_ERROR(InsertSeparator(1, sep, nl, &reserve));
+  st = InsertSeparator(1, sep, nl, &reserve);
+  if (!st.ok()) {
+    // Complete the count's flush: a separator insert that failed may have
+    // issued no fence, and no store of an operation stays pending at its end.
+    pool_->Fence();
+    return st;
+  }
   return true;
 }
 
@@ -381,7 +395,22 @@ Status BlinkFrame<KP, L>::BulkLoad(std::span<const typename Base::InputEntry> so
   // the empty old root leaf; recovery R5 frees the unreachable new nodes.
   pool_->Persist(&meta_->root, 8);
   pool_->allocator().Retire(old_root, node_size_);
+  // The exact count, stored after the commit that links the loaded leaves
+  // (F9): before it a crash finds the old single leaf and the count 1.
+  leaf_count_.store(nleaves);
+  StoreLeafCount(nleaves, /*fence=*/true);
   return Status::Ok();
+}
+
+template <KeyPolicy KP, class L>
+void BlinkFrame<KP, L>::StoreLeafCount(uint64_t leaves, bool fence) {
+  pool_->Store64(&meta_->leaves, leaves);
+  // Flush the count; every caller stores it only after the links of the
+  // leaves it counts are durable, so no crash state has it above the chain
+  // (F9).
+  pool_->Flush(&meta_->leaves, sizeof(uint64_t));
+  // Fence when the caller has no later fence (bulk load, recovery, Close).
+  if (fence) pool_->Fence();
 }
 
 // ---- recovery (Fig. 9) ------------------------------------------------------------------------
@@ -398,15 +427,32 @@ Status BlinkFrame<KP, L>::BulkLoad(std::span<const typename Base::InputEntry> so
 //  R6 nodes reachable only through `next` (a split interrupted before its
 //     parent insert, or a root split before meta.root) are inserted into the
 //     level above through the ordinary separator insert, bottom-up.
+//  The leaf check (F9), after the walk and before any repair of R3-R6: the
+//     chain must reach at least meta.leaves leaves, else it was cut (a zeroed
+//     `next` or page) and the pool is refused with Corruption rather than
+//     R5 turning the leaves behind the cut into free space (issue 17).  It
+//     needs no allocator state, so it holds under the key-value store and
+//     after a clean close whose restart image was unusable.  After the
+//     repairs the count is stored exact.
 // Every rule is idempotent or an ordinary crash-safe operation, so a crash
 // during recovery is recovered the same way.
 template <KeyPolicy KP, class L>
 Status BlinkFrame<KP, L>::RecoverImpl() {
   report_.crashed = !pool_->clean_shutdown();
   PMTREE_RETURN_IF_ERROR(leaf_.ReplayLogs(&report_.leaf_logs_replayed));  // R1
-  if (!report_.crashed) return Status::Ok();                                // R2
+  if (!report_.crashed) {                                                   // R2
+    // A clean Close stored the exact count (F9).
+    leaf_count_.store(std::min<uint64_t>(meta_->leaves, pool_->size() / node_size_));
+    return Status::Ok();
+  }
   std::vector<std::vector<uint64_t>> levels;
   PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
+  const uint64_t walked = levels[0].size(), counted = meta_->leaves;
+  if (counted == 0 || counted > walked)
+    return Corrupt("meta", meta_off_, "F9",
+                   "the leaf chain reaches " + std::to_string(walked) + " leaves but the meta block counts " +
+                       std::to_string(counted) +
+                       (counted == 0 ? " (never 0: a damaged meta block)" : ": leaves unreachable (a cut leaf chain?)"));
   for (size_t l = 1; l < levels.size(); l++) {  // R3
     for (uint64_t off : levels[l]) {
       InnerNode* n = I(off);
@@ -451,6 +497,9 @@ Status BlinkFrame<KP, L>::RecoverImpl() {
     }
     if (changed) PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
   }
+  // The exact count (a split's count may have lagged; R6 splits no leaf).
+  leaf_count_.store(walked);
+  if (walked != counted) StoreLeafCount(walked, /*fence=*/true);
   return Status::Ok();
 }
 
@@ -548,6 +597,10 @@ Status BlinkFrame<KP, L>::Verify() {
       return Corrupt("leaf log", meta_off_ + 64 + 64 * i, "F1", "log record not clear");
   std::vector<std::vector<uint64_t>> levels;
   PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
+  if (meta_->leaves == 0 || meta_->leaves > levels[0].size())
+    return Corrupt("meta", meta_off_, "F9",
+                   "leaf count " + std::to_string(meta_->leaves) + " but " + std::to_string(levels[0].size()) +
+                       " leaves in the chain");
   uint64_t bytes = sizeof(Meta);
   for (size_t l = 0; l < levels.size(); l++) {
     std::set<uint64_t> indexed;

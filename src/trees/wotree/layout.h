@@ -22,7 +22,9 @@
 
 namespace pmtree::wotree {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// Version 2 added Meta::leaves (byte 32, the leaf count of issue 17); a pool
+// of version 1 (where the word was reserved and 0) is Incompatible.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint32_t kMinNodeSize = 256;    // 4 cache lines
 inline constexpr uint32_t kMaxNodeSize = 2048;   // 32 cache lines
 inline constexpr uint32_t kDefaultNodeSize = 1024;  // 16 cache lines (the paper's default)
@@ -38,7 +40,18 @@ inline constexpr uint64_t kLine = 64;
 //                          (one Store64: the commit point of a new level)
 //   24    4     key_kind   KeyKind of the pool's keys (0 = u64, 1 = bytes)
 //   28    4     variant    0; kVariantPaperSplit = wotree-paper (test-only)
-//   32    32    reserved   zero
+//   32    8     leaves     a lower bound of the leaves in the leaf chain that no
+//                          crash state exceeds (invariant F9): 1 at creation; a
+//                          leaf split stores it after the leaf policy's Split
+//                          returned, i.e. after the link of the new leaf is
+//                          durable (flushed there, made durable by the parent
+//                          insert's first fence); a bulk load after its commit;
+//                          Close and crash recovery the exact count.  Leaves are
+//                          never freed (but a bulk load's old empty root), so
+//                          recovery's walk must reach at least this many
+//                          leaves, else the chain was cut: Corruption, not a
+//                          loss absorbed by the allocator rebuild (issue 17)
+//   40    24    reserved   zero
 //   64    1024  leaf_log   kLeafLogs partial-WAL records for leaf splits
 //                          (§4.3.4, Fig. 8).  LeafListLog byte table in
 //                          trees/common/leaf_list_layout.h; here:
@@ -57,12 +70,15 @@ struct Meta {
   uint64_t root;
   uint32_t key_kind;
   uint32_t variant;
-  uint64_t reserved[4];
+  uint64_t leaves;
+  uint64_t reserved[3];
   LeafListLog leaf_log[kLeafLogs];
 };
 static_assert(sizeof(Meta) == 64 + 64 * kLeafLogs);
 static_assert(offsetof(Meta, root) == 16);
 static_assert(offsetof(Meta, root) % 8 == 0, "root is written with one atomic 8-byte store");
+static_assert(offsetof(Meta, leaves) == 32);
+static_assert(offsetof(Meta, leaves) % 8 == 0, "leaves is written with one atomic 8-byte store");
 static_assert(offsetof(Meta, leaf_log) == 64);
 
 inline constexpr uint64_t kWoMagic = 0x3130454552544f57ull;  // "WOTREE01" as little-endian bytes

@@ -306,6 +306,30 @@ TEST(WoTreeTest, CleanCloseRestartsInstantlyAndACrashRunsTheRepairs) {
   unlink(path.c_str());
 }
 
+// ---- the leaf count (F9, issue 17) ----------------------------------------------------
+
+TEST(WoTreeTest, CrashRecoveryRefusesACutLeafChainTwiceInARow) {
+  blink_frame_test::ExpectCrashRecoveryRefusesACutLeafChain(Wo());
+}
+
+TEST(WoTreeTest, APoolOfTheFormatBeforeTheLeafCountIsIncompatible) {
+  blink_frame_test::ExpectAPoolOfTheFormatBeforeTheLeafCountIsIncompatible(Wo());
+}
+
+// A leaf split at 4 lines, with the root split of the first one: the leaf
+// count (F9) adds one flush of the meta line and no fence, the separator
+// insert's first fence making it durable.  Before the count: 9 flushes, 6 fences, 8 lines and 8, 6, 7.
+// The first split's count shares the meta line with the root switch.
+TEST(WoTreeTest, LeafSplitCostsOneMoreFlushForTheLeafCount) {
+  const blink_frame_test::SplitCost c = blink_frame_test::MeasureLeafSplits(Wo());
+  EXPECT_EQ(c.root.flushes, 10u);
+  EXPECT_EQ(c.root.fences, 6u);
+  EXPECT_EQ(c.root.lines, 8u);
+  EXPECT_EQ(c.leaf.flushes, 9u);
+  EXPECT_EQ(c.leaf.fences, 6u);
+  EXPECT_EQ(c.leaf.lines, 8u);
+}
+
 // ---- concurrency (§4.3.5) -----------------------------------------------------------
 
 TEST(WoTreeTest, ConcurrentInsertsLookupsScansAndRemovesThenVerify) {
