@@ -55,9 +55,12 @@ struct Fixture {
 };
 
 template <KeyPolicy KP = U64Keys>
-Fixture<KP> Make(uint32_t gc_every = 8, uint32_t node_size = 512, uint64_t pool_size = 64ull << 20) {
+Fixture<KP> Make(uint32_t gc_every = 8, uint32_t node_size = 512, uint64_t pool_size = 64ull << 20,
+                 bool counting = false) {
   PoolOptions po;
-  po.backend = BackendKind::kDram;
+  // The flush budgets count the hardware backend's flushes and fences.
+  po.backend = counting ? BackendKind::kHardware : BackendKind::kDram;
+  po.counting = counting;
   po.use_env = false;
   Fixture<KP> f;
   auto p = PoolImpl::CreateAnonymous(pool_size, "cdds", static_cast<uint64_t>(KP::kKind), po);
@@ -71,6 +74,15 @@ Fixture<KP> Make(uint32_t gc_every = 8, uint32_t node_size = 512, uint64_t pool_
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   f.tree = std::move(*t);
   return f;
+}
+
+// The persistence cost of one operation on this thread (counting pools).
+template <class Op>
+PersistCounters CostOf(Op&& op) {
+  counters::BeginOperation();
+  PersistCounters before = counters::ThisThread();
+  op();
+  return counters::ThisThread() - before;
 }
 
 using Model = std::map<uint64_t, uint64_t>;
@@ -729,21 +741,8 @@ TEST(CddsTreeTest, AMergeSkippedForLackOfSpaceIsRememberedAcrossRestart) {
 // Exact persistence cost per operation on the counting hardware backend (no
 // GC steps): the commit is one fence before and one persist of the version.
 TEST(CddsTreeTest, FlushBudgetsPerOperation) {
-  PoolOptions po;
-  po.use_env = false;
-  po.counting = true;
-  auto p = PoolImpl::CreateAnonymous(16ull << 20, "cdds", 0, po);
-  ASSERT_TRUE(p.ok());
-  TreeOptions o;
-  o.extra["gc_every"] = "0";
-  auto t = CddsTree<U64Keys>::Create(p->get(), o);
-  ASSERT_TRUE(t.ok());
-  auto cost = [&](auto&& op) {
-    counters::BeginOperation();
-    PersistCounters before = counters::ThisThread();
-    op();
-    return counters::ThisThread() - before;
-  };
+  auto f = Make(/*gc_every=*/0, 512, 16ull << 20, /*counting=*/true);
+  auto* t = &f.tree;
   for (uint64_t k = 10; k <= 100; k += 10) ASSERT_TRUE(*(*t)->Insert(k, k));
   struct Case {
     const char* what;
@@ -764,7 +763,7 @@ TEST(CddsTreeTest, FlushBudgetsPerOperation) {
       {"lookup", [&] { uint64_t v; (void)(*t)->Lookup(20, &v); }, 0, 0},
   };
   for (const Case& c : cases) {
-    PersistCounters pc = cost(c.op);
+    PersistCounters pc = CostOf(c.op);
     EXPECT_EQ(pc.flushes, c.flushes) << c.what;
     EXPECT_EQ(pc.fences, c.fences) << c.what;
   }
@@ -775,22 +774,9 @@ TEST(CddsTreeTest, FlushBudgetsPerOperation) {
 // (one flush per node, one fence: N2); GC clears the magic of the nodes it
 // frees before the compaction that unlinks them (N3).
 TEST(CddsTreeTest, FlushBudgetsOfStructureChanges) {
-  PoolOptions po;
-  po.use_env = false;
-  po.counting = true;
-  auto p = PoolImpl::CreateAnonymous(16ull << 20, "cdds", 0, po);
-  ASSERT_TRUE(p.ok());
-  TreeOptions o;
-  o.extra["gc_every"] = "0";
-  auto made = CddsTree<U64Keys>::Create(p->get(), o);
-  ASSERT_TRUE(made.ok());
-  CddsTree<U64Keys>& t = **made;
-  auto cost = [&](auto&& op) {
-    counters::BeginOperation();
-    PersistCounters before = counters::ThisThread();
-    op();
-    return counters::ThisThread() - before;
-  };
+  auto f = Make(/*gc_every=*/0, 512, 16ull << 20, /*counting=*/true);
+  CddsTree<U64Keys>& t = *f.tree;
+  auto cost = [](auto&& op) { return CostOf(op); };
   // Without the node magic (layout version 1) each cost one fence less and
   // one flush less per new node: a root split 28 flushes and 3 fences, a
   // leaf split 31 and 4, a merge 24 and 4, this GC pass 3 and 3.
