@@ -348,7 +348,7 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
   if (!off.ok()) return off.status();
   InstallScope scope(*this);
   const uint64_t ts = NextTs();
-  SealVersion(*off, kind, length, ts, hv && vt_ == nullptr ? head : 0);  // N1: no chain on native versions
+  SealVersion(*off, kind, length, ts, ChainPrev(hv ? head : 0));
   Result<bool> r = hv ? tree().Update(key, *off) : tree().Insert(key, *off);
   if (!r.ok() || !*r) {
     // Never referenced: free it at once, sparing the blocks it shares (K8).
@@ -420,7 +420,7 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
   InstallScope scope(*this);
   const uint64_t ts = NextTs();
   for (size_t i = 0; i < slots.size(); i++)
-    SealVersion(slots[i].version, VersionKind::kValue, puts[i].second.size(), ts, vt_ == nullptr ? slots[i].head : 0,
+    SealVersion(slots[i].version, VersionKind::kValue, puts[i].second.size(), ts, ChainPrev(slots[i].head),
                 /*fence=*/false);
   // One fence for every record of the group: each is durable before any
   // tree entry names it (K1).

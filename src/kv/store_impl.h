@@ -179,6 +179,9 @@ class Store::Impl {
   // first-committer-wins (a deleted key has no head to compare); pruned
   // when no snapshot predates it (gc_mu_).
   std::map<std::string, uint64_t, std::less<>> deleted_at_;
+  // The prev a new version over `head` gets: the head on the record path,
+  // 0 on native versions (N1: the tree keeps the old versions).
+  uint64_t ChainPrev(uint64_t head) const { return vt_ == nullptr ? head : 0; }
   // Sets the published tree version after open (native).
   void InitVersions();
   // N3: the record `old` left the tree at the current version; `successor`

@@ -146,7 +146,7 @@ Status Store::Impl::InstallBatch(const std::vector<PendingWrite>& pw, uint64_t l
   pool().Write(lp, &lh, sizeof(lh));
   uint64_t pos = sizeof(lh);
   for (const PendingWrite& w : pw) {
-    SealVersion(w.version, w.kind, w.length, ts, vt_ == nullptr ? w.old_head : 0, /*fence=*/false);  // N1
+    SealVersion(w.version, w.kind, w.length, ts, ChainPrev(w.old_head), /*fence=*/false);
     const CommitEntry e{w.version, static_cast<uint32_t>(w.key.size()), 0};
     pool().Write(lp + pos, &e, sizeof(e));
     pool().Write(lp + pos + sizeof(e), w.key.data(), w.key.size());
