@@ -762,7 +762,7 @@ Status CddsTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
   Status s = build_level(
       0, sorted.size(),
       [&](size_t i) -> Result<NodeEntry> {
-        PMTREE_ASSIGN_OR_RETURN(uint64_t slot, keys_.MakeSlot(sorted[i].first));
+        PMTREE_ASSIGN_OR_RETURN(uint64_t slot, keys_.MakeSlotUnfenced(sorted[i].first));  // the C1/C9 fence completes it
         if constexpr (!KP::kInline) op.new_slots.push_back(slot);
         return NodeEntry{slot, sorted[i].second, op.v, 0};
       },

@@ -26,6 +26,8 @@
 // Write order: MakeSlot() writes the blob and persists it (flush + fence)
 // before returning the slot, so a slot that reaches persistent memory never
 // names an uninitialised blob, whatever the tree's own commit protocol.
+// Bulk loads use MakeSlotUnfenced() (flush only) and fence once before their
+// commit: one fence per load instead of one per key.
 // Release() retires the blob through the pool's epochs: the tree calls it
 // after the removal of the entry is persistent, and concurrent readers inside
 // an epoch guard may still read the old blob safely.
@@ -84,6 +86,7 @@ class U64Keys {
 
   static Status CheckArg(Arg) { return Status::Ok(); }
   Result<uint64_t> MakeSlot(Arg key) { return key; }
+  Result<uint64_t> MakeSlotUnfenced(Arg key) { return key; }
   static int Compare(uint64_t slot, Arg key) { return slot < key ? -1 : (slot > key ? 1 : 0); }
   static int CompareSlots(uint64_t a, uint64_t b) { return Compare(a, b); }
   static bool Equal(uint64_t slot, Arg key) { return slot == key; }
@@ -132,15 +135,22 @@ class BytesKeys {
   static uint64_t BlobBytes(uint64_t len) { return Allocator::RoundUp(sizeof(KeyBlob) + len); }
 
   Result<uint64_t> MakeSlot(Arg key) {
-    PMTREE_RETURN_IF_ERROR(CheckArg(key));
-    PMTREE_ASSIGN_OR_RETURN(uint64_t off, pool_->allocator().Allocate(BlobBytes(key.size())));
-    auto* blob = pool_->At<KeyBlob>(off);
-    KeyBlob head{static_cast<uint32_t>(key.size()), static_cast<uint32_t>(HashBytes(key))};
-    pool_->Write(blob, &head, sizeof(head));
-    pool_->Write(blob->bytes, key.data(), key.size());
+    PMTREE_ASSIGN_OR_RETURN(uint64_t off, WriteBlob(key));
     // Persist the blob before any slot naming it can be stored, so a crash
     // never leaves a durable slot pointing at an unwritten blob.
-    pool_->Persist(blob, sizeof(KeyBlob) + key.size());
+    pool_->Persist(pool_->At<KeyBlob>(off), sizeof(KeyBlob) + key.size());
+    return (Prefix16(key) << 48) | off;
+  }
+  // MakeSlot for a bulk load, which writes many blobs and then fences once
+  // before the commit that names them: only starts the blob's write-back.
+  // The caller must fence after this call and before any slot it returns can
+  // become durable.  A load of n keys then costs one fence, not n.
+  Result<uint64_t> MakeSlotUnfenced(Arg key) {
+    PMTREE_ASSIGN_OR_RETURN(uint64_t off, WriteBlob(key));
+    // Start the blob's write-back; the caller's fence before its commit
+    // completes it, so a crash never leaves a durable slot naming an
+    // unwritten blob.
+    pool_->Flush(pool_->At<KeyBlob>(off), sizeof(KeyBlob) + key.size());
     return (Prefix16(key) << 48) | off;
   }
 
@@ -197,6 +207,17 @@ class BytesKeys {
   }
 
  private:
+  // Allocates and writes the blob of `key`, not yet flushed: its offset.
+  Result<uint64_t> WriteBlob(Arg key) {
+    PMTREE_RETURN_IF_ERROR(CheckArg(key));
+    PMTREE_ASSIGN_OR_RETURN(uint64_t off, pool_->allocator().Allocate(BlobBytes(key.size())));
+    auto* blob = pool_->At<KeyBlob>(off);
+    KeyBlob head{static_cast<uint32_t>(key.size()), static_cast<uint32_t>(HashBytes(key))};
+    pool_->Write(blob, &head, sizeof(head));
+    pool_->Write(blob->bytes, key.data(), key.size());
+    return off;
+  }
+
   PoolImpl* pool_;
 };
 
@@ -210,6 +231,7 @@ concept KeyPolicy = std::constructible_from<KP, PoolImpl*> &&
   { KP::kInline } -> std::convertible_to<bool>;         // the slot is the key (no blob)
   { KP::CheckArg(key) } -> std::same_as<Status>;        // InvalidArgument for over-long keys
   { kp.MakeSlot(key) } -> std::same_as<Result<uint64_t>>;  // writes and persists the blob
+  { kp.MakeSlotUnfenced(key) } -> std::same_as<Result<uint64_t>>;  // writes and flushes it (bulk loads)
   { ckp.Compare(slot, key) } -> std::same_as<int>;      // <0, 0, >0 as slot's key is <, ==, > key
   { ckp.CompareSlots(slot, slot) } -> std::same_as<int>;
   { ckp.Equal(slot, key) } -> std::same_as<bool>;

@@ -280,7 +280,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
       size_t b = li * per, e = std::min(sorted.size(), b + per);
       typename Derived::LoadState state{};
       for (size_t j = b; j < e; j++) {
-        auto sr = keys_.MakeSlot(sorted[j].first);
+        auto sr = keys_.MakeSlotUnfenced(sorted[j].first);  // the fence before the head completes it
         if (!sr.ok()) return undo(sr.status());
         slots.push_back(*sr);
         D().PutLoadedEntry(leaf, static_cast<int>(j - b), *sr, sorted[j].second, sorted[j].first, &state);

@@ -560,13 +560,13 @@ Status FastFairTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fil
     Node* b = img.node();
     const size_t lo = j * per_leaf, hi = std::min(sorted.size(), lo + per_leaf);
     for (size_t i = lo; i < hi; i++) {
-      auto sl = keys_.MakeSlot(sorted[i].first);
+      auto sl = keys_.MakeSlotUnfenced(sorted[i].first);  // the fence before the root switch completes it
       if (!sl.ok()) return fail(sl.status());
       slots.push_back(*sl);
       b->records[i - lo] = Record{*sl, sorted[i].second};
     }
     if (j > 0) {
-      auto low = keys_.MakeSlot(sorted[lo].first);  // the leaf's own fence copy
+      auto low = keys_.MakeSlotUnfenced(sorted[lo].first);  // the leaf's own fence copy
       if (!low.ok()) return fail(low.status());
       slots.push_back(*low);
       b->hdr.low_key = *low;

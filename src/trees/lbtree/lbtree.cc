@@ -1073,7 +1073,7 @@ Status LbTree<K>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
     if constexpr (KP::kInline) {
       slots[i] = sorted[i].first;
     } else {
-      auto r = keys_.MakeSlot(sorted[i].first);
+      auto r = keys_.MakeSlotUnfenced(sorted[i].first);  // the fence before the head's NAW completes it
       if (!r.ok()) {
         undo(nleaves, i);
         return r.status();

@@ -240,6 +240,13 @@ class LogTree<KP>::Txn {
     if (!KP::kInline) made_slots_.push_back(slot);
     return slot;
   }
+  // A bulk load's key: flushed only; W4's fence completes it before the
+  // commit (keys.h, MakeSlotUnfenced).
+  Result<uint64_t> MakeSlotUnfenced(Arg key) {
+    PMTREE_ASSIGN_OR_RETURN(uint64_t slot, t_->keys_.MakeSlotUnfenced(key));
+    if (!KP::kInline) made_slots_.push_back(slot);
+    return slot;
+  }
   // A separator's own copy of a leaf key (inner nodes never share key blobs
   // with leaves, so removing a leaf key never invalidates a separator).
   Result<uint64_t> CopySlot(uint64_t slot) {
@@ -908,7 +915,7 @@ Status LogTree<KP>::BulkLoad(std::span<const InputEntry> sorted, double fill) {
     const size_t take = sorted.size() / nleaves + (i < sorted.size() % nleaves ? 1 : 0);
     buf.Init(0, i + 1 < nleaves ? level_nodes[i + 1] : 0);
     for (size_t k = 0; k < take; k++, next++) {
-      auto slot = txn.MakeSlot(sorted[next].first);
+      auto slot = txn.MakeSlotUnfenced(sorted[next].first);
       if (!slot.ok()) return Finish(txn, slot.status());
       buf.Append(*slot, sorted[next].second);
     }

@@ -904,7 +904,7 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
     for (const auto& p : kv) keys_.FreeUnpublished(p.first);
   };
   for (const auto& [key, value] : sorted) {
-    auto slot = keys_.MakeSlot(key);
+    auto slot = keys_.MakeSlotUnfenced(key);  // the fence before Meta::head completes it
     if (!slot.ok()) {
       undo(0);
       return slot.status();

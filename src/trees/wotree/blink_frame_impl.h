@@ -322,7 +322,8 @@ Status BlinkFrame<KP, L>::BulkLoad(std::span<const typename Base::InputEntry> so
     return s;
   };
   auto make_slot = [&](Arg key) -> Result<uint64_t> {
-    PMTREE_ASSIGN_OR_RETURN(uint64_t slot, keys_.MakeSlot(key));
+    // Flushed only: the fence before the root store completes it (F7).
+    PMTREE_ASSIGN_OR_RETURN(uint64_t slot, keys_.MakeSlotUnfenced(key));
     if constexpr (!KP::kInline) made_slots.push_back(slot);
     return slot;
   };
