@@ -397,5 +397,38 @@ TEST(LbTreeCrashCoverageTest, SmallWorkloadCoversEveryLeafWritePathAt256And512By
   EXPECT_EQ(covered["::TryInstantRestart"], 2u);
 }
 
+// The lazy search's repeat without the read tracker's fault cap (lazy.h).
+// nvtree's key-blob fence (MakeSlot's persist) is needless: the fence that
+// persists the new elements (or a split's new leaves) orders the blob too.
+// Without it the blob's lines stay dirty up to that fence, where a split's
+// points also hold the fresh leaves, on the page of the hot leaf the check
+// reads thousands of times: the capped search records all of that page's
+// lines and cannot complete (the mutant "survived"); the uncapped repeat
+// proves every point where the mutant differs.
+TEST(LazySearchTest, TheUncappedRepeatProvesAMutantTheCappedSearchCannot) {
+  const TreeFactory* f = FindTree("nvtree");
+  ASSERT_NE(f, nullptr);
+  ExploreOptions o;
+  o.depth = 1;
+  o.keys = KeyShape::kShort;
+  o.seed = Seed();
+  o.max_tickets = 1;
+  auto base = Explore(*f, o);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  for (const SiteReport& s : base->sites)
+    if (s.kind == "fence" && s.function == "pmtree::BytesKeys::MakeSlot") o.drop_site = s.name;
+  ASSERT_FALSE(o.drop_site.empty()) << "MakeSlot's fence was not reached";
+  o.drop_fence = true;
+  auto r = Explore(*f, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Print(*r, o);
+  EXPECT_EQ(r->violations, 0u);
+  EXPECT_EQ(r->scenarios, r->scenarios_total);
+  EXPECT_GT(r->mutant_points, 0u);
+  EXPECT_EQ(r->mutant_points_exhaustive, r->mutant_points) << "a differing point was only sampled";
+  EXPECT_GT(r->lazy_precise, 0u) << "no search needed the uncapped repeat (the negative control is gone)";
+  EXPECT_EQ(r->lazy_abandoned, 0u);
+}
+
 }  // namespace
 }  // namespace pmtree::crash

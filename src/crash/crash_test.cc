@@ -348,11 +348,12 @@ TEST(ExplorerTest, CrashInRecoveryIsAViolationNotTheEndOfTheExplorer) {
 // Mutates the copy-on-write array in `mode` over a short random workload
 // (arrays stay small, so every crash point is exhaustive) and prints each
 // mutant.
-Result<MutationReport> MutateCowArray(CowArrayMode mode) {
+Result<MutationReport> MutateCowArray(CowArrayMode mode, bool prove_lint = true) {
   ModeGuard g(mode);
   ExploreOptions o = Small(Mode::kAdr);
   o.workload = Workload::kRandom;
   o.ops = 12;
+  o.mutate_prove_lint = prove_lint;
   auto m = Mutate(CowArrayFactory(), o);
   if (m.ok())
     for (const auto& mu : m->list)
@@ -400,6 +401,24 @@ TEST(ExplorerTest, MutationTestingCatchesAPersistOnlyThePendingStoreLintNeeds) {
   EXPECT_EQ(m->survived, 0u);
   EXPECT_EQ(m->score, 1.0);
   EXPECT_EQ(m->score_violations_only, 1.0);  // the two count as redundant without the lint
+}
+
+// Without mutate_prove_lint a mutant the quick pass's lint catches is not
+// explored again: caught all the same, its proof without the lint not run.
+TEST(ExplorerTest, AMutantTheQuickPassLintCatchesIsNotExploredAgain) {
+  auto m = MutateCowArray(CowArrayMode::kUnreadWord, /*prove_lint=*/false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  int by_lint = 0;
+  for (const auto& mu : m->list) {
+    if (!mu.by_lint) continue;
+    by_lint++;
+    EXPECT_EQ(mu.outcome, "caught");
+    EXPECT_EQ(mu.without_lint, "not explored");
+    EXPECT_EQ(mu.lazy_runs, 0u);
+  }
+  EXPECT_EQ(by_lint, 2);
+  EXPECT_EQ(m->score, 1.0);
+  EXPECT_LT(m->score_violations_only, 1.0);  // not proved: counted as survived
 }
 
 // With a lazy search, each mutant is first explored with the plain plan: a

@@ -111,8 +111,10 @@ void PrintReport(const ExploreReport& r, std::FILE* out) {
       r.lazy_nondeterministic > 0
           ? ", " + std::to_string(r.lazy_nondeterministic) + " points with a nondeterministic check"
           : "";
-  std::fprintf(out, "lazy search at %llu crash points (%llu left for the plain plan): %llu runs, %llu faults%s\n",
-               ull{r.lazy_points}, ull{r.lazy_abandoned}, ull{r.lazy_runs}, ull{r.lazy_faults},
+  std::fprintf(out,
+               "lazy search at %llu crash points (%llu left for the plain plan): %llu runs, %llu faults, %llu "
+               "searches repeated without the fault cap%s\n",
+               ull{r.lazy_points}, ull{r.lazy_abandoned}, ull{r.lazy_runs}, ull{r.lazy_faults}, ull{r.lazy_precise},
                nondeterministic.c_str());
 }
 

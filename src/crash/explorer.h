@@ -135,6 +135,10 @@ struct ExploreOptions {
   bool inject_leak = false;
   // Mutate(): also split each 8-byte store site (many more mutants).
   bool mutate_stores = true;
+  // Mutate(): explore a mutant in full even when the quick pass's pending-
+  // store lint already catches it, so that `without_lint` (and the score by
+  // violations alone) is proved rather than "not explored".
+  bool mutate_prove_lint = false;
   uint64_t recovery_images = 64;   // bound per crash point inside recovery
   bool isolate = true;             // checks in a forked worker process
   double hang_seconds = 20;        // a worker silent this long is killed: "recovery hangs"
@@ -207,6 +211,9 @@ struct ExploreReport {
   // faults the lazy runs took to record their reads.
   uint64_t lazy_abandoned = 0;
   uint64_t lazy_faults = 0;
+  // Searches repeated without the read tracker's per-page fault cap
+  // because the capped one could not complete (lazy.h).
+  uint64_t lazy_precise = 0;
   uint64_t images_checked = 0;
   uint64_t images_deduplicated = 0;
   uint64_t continuation_runs = 0;

@@ -25,9 +25,6 @@ constexpr uint64_t kLineBytes = 64;
 // Widest access one instruction makes (an AVX-512 load or store): a fault
 // at address a may touch bytes [a, a + kMaxAccess).
 constexpr uint64_t kMaxAccess = 64;
-// Faults one page may take in one run before all its dirty lines count as
-// read (lazy.h).
-constexpr uint32_t kFaultsPerPage = 4096;
 #if defined(__x86_64__)
 constexpr greg_t kTrapFlag = 0x100;  // EFLAGS.TF: a debug trap after the next instruction
 #endif
@@ -81,8 +78,10 @@ bool ReadTracker::Supported() {
 #endif
 }
 
-void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread) {
+void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page) {
   Stop();
+  faults_per_page_ = faults_per_page;
+  capped_pages_ = 0;
   lines_ = lines;
   read_.assign(lines_.size(), 0);
   line_page_.assign(lines_.size(), 0);
@@ -151,8 +150,10 @@ bool ReadTracker::HandleFault(uint64_t addr, void* ucontext) {
   faults_++;
   const uint64_t last = std::min(off + kMaxAccess - 1, size_ - 1);
   for (uint64_t l = off & ~(kLineBytes - 1); l <= last; l += kLineBytes) Record(l);
-  if (++page_faults_[p] >= kFaultsPerPage)  // a hot page: every dirty line of it counts as read
+  if (++page_faults_[p] >= faults_per_page_ && protected_[p]) {  // a hot page: every dirty line of it counts as read
+    capped_pages_++;
     for (uint64_t l = pages_[p]; l < pages_[p] + kPage && protected_[p]; l += kLineBytes) Record(l);
+  }
   if (protected_[p]) {
     // Open the page for this one instruction; the trap closes it again.
     SetAccess(p, true);

@@ -33,10 +33,13 @@
 // at the fault address can touch (an over-approximation: more branching,
 // never a missed read), unprotects the page and single-steps the faulting
 // instruction (x86-64 trap flag); the trap protects the page again while it
-// still holds unread dirty lines.  A page that faults kFaultsPerPage times
+// still holds unread dirty lines.  A page that faults `faults_per_page` times
 // in one run (a hot node beside a dirty line nobody reads) has all its dirty
 // lines recorded and is opened for good: bounded cost, at the price of more
-// branching (still never a missed read).  Writes count as reads.  The pool header
+// branching (still never a missed read).  The explorer first searches with
+// kCheapFaultsPerPage and, where that over-approximation makes the search
+// too big, once more without the cap (kPreciseFaultsPerPage): every fault
+// costs two signals and two mprotect calls, but only lines really read branch.  Writes count as reads.  The pool header
 // is read with pread() before the mapping exists, so dirty lines of the
 // header page are recorded first, always.  The check must be
 // single-threaded (the explorer recovers with one thread in lazy runs).
@@ -60,10 +63,14 @@ class ReadTracker {
   // True where the tracker can work (x86-64 Linux: the trap flag).
   static bool Supported();
 
+  static constexpr uint32_t kCheapFaultsPerPage = 4096;
+  static constexpr uint32_t kPreciseFaultsPerPage = UINT32_MAX;
+
   // Prepares a run over dirty lines `lines` (ascending offsets of 64-byte
-  // lines).  Lines below `preread` are recorded as read at once.  Installs
-  // the SIGSEGV (chained to the handler found) and SIGTRAP handlers.
-  void Arm(const std::vector<uint64_t>& lines, uint64_t preread);
+  // lines).  Lines below `preread` are recorded as read at once; a page that
+  // faults `faults_per_page` times has all its dirty lines recorded.
+  // Installs the SIGSEGV (chained to the handler found) and SIGTRAP handlers.
+  void Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page = kCheapFaultsPerPage);
   // The mapping of the image (from PoolOptions::on_map): protects every page
   // that holds an unread dirty line, and starts recording.
   void Protect(char* base, uint64_t size);
@@ -72,6 +79,8 @@ class ReadTracker {
   // Indexes into the Arm() lines, in the order of first access.
   const std::vector<uint32_t>& order() const { return order_; }
   uint64_t faults() const { return faults_; }
+  // Pages whose dirty lines were all recorded by the cap in this run.
+  uint64_t capped_pages() const { return capped_pages_; }
 
   // Signal-handler entry points.
   bool HandleFault(uint64_t addr, void* ucontext);
@@ -93,6 +102,8 @@ class ReadTracker {
   std::vector<uint32_t> stepping_;     // pages opened for the instruction being single-stepped
   std::vector<uint32_t> page_faults_;  // per page, this run
   uint64_t faults_ = 0;
+  uint64_t capped_pages_ = 0;
+  uint32_t faults_per_page_ = kCheapFaultsPerPage;
 };
 
 struct Unit;  // shadow.h

@@ -276,6 +276,7 @@ void CopyCounters(const Shared& sh, ExploreReport* rep) {
   rep->lazy_nondeterministic = sh.lazy_nondeterministic.load();
   rep->lazy_abandoned = sh.lazy_abandoned.load();
   rep->lazy_faults = sh.lazy_faults.load();
+  rep->lazy_precise = sh.lazy_precise.load();
   rep->mutant_points = sh.mutant_points.load();
   rep->mutant_points_exhaustive = sh.mutant_points_exhaustive.load();
   rep->images_checked = sh.images.load();

@@ -105,6 +105,11 @@ struct CrashPoint {
   std::string where;
   bool at_end = false;
   bool mutant_specific = false;
+  // A mutant's point whose images are comparable with the correct
+  // program's: per dirty unit, the contents only the mutant can leave
+  // (ImageDiff::fresh); the lazy search checks just those images.
+  bool restrict_to_fresh = false;
+  std::vector<std::vector<uint32_t>> fresh;
   Expect e;
   uint64_t seed = 0;
   uint64_t first = 0;  // the first image to check
@@ -310,7 +315,7 @@ class Worker {
     ExploreOptions recover_options = o_;
     if (lines) {
       // The pool header is read with pread() before the mapping exists.
-      tracker.Arm(*lines, kPoolHeaderSize);
+      tracker.Arm(*lines, kPoolHeaderSize, fault_cap_);
       po.on_map = [&tracker](char* base, uint64_t size) { tracker.Protect(base, size); };
       recover_options.tree_options.recovery_threads = 1;  // reads are tracked on this thread only
     }
@@ -319,6 +324,7 @@ class Worker {
       tracker.Stop();
       *read = tracker.order();
       sh_->lazy_faults.fetch_add(tracker.faults());
+      capped_ = capped_ || tracker.capped_pages() > 0;
     };
     auto pool = PoolImpl::OpenAnonymous(file.fd, file.size, f_.name, po, false);
     if (!pool.ok()) {
@@ -636,8 +642,13 @@ class Worker {
       // Every image of the mutant is one the correct program has at this
       // point (a half that rewrites the bytes already there): checked by the
       // base run too (shadow.h, ImageDiff).
-      if (DiffImages(*sr.base, sr.shadow).subset) return;
+      ImageDiff d = DiffImages(*sr.base, sr.shadow);
+      if (d.subset) return;
       cp.mutant_specific = true;
+      if (d.comparable) {
+        cp.restrict_to_fresh = true;
+        cp.fresh = std::move(d.fresh);
+      }
     }
     cp.e.m0 = &sr.model;
     cp.e.m0_ok = !at_end;
@@ -672,44 +683,92 @@ class Worker {
     }
   }
 
-  // Lazy: branch only on the dirty lines the checks read (lazy.h).
+  // Lazy: branch only on the dirty lines the checks read (lazy.h).  At a
+  // mutant's point comparable with the correct program's, only the images
+  // the mutant alone can leave are searched: one search per unit with fresh
+  // contents, that unit at each of them and every other unit free (an image
+  // both programs can leave is the correct program's, as at a `subset`
+  // point).  The point is proved when every search completes.
   void LazySearch(ScenarioReplay& sr, const CrashPoint& cp, ImagePlan& plan, const std::vector<Unit*>& units) {
-    const LazyUnits lz = MakeLazyUnits(units, img_.map);
-    LazyPlan search(lz.Alternatives(), lz.unit_lines);
-    std::vector<uint32_t> alt, read, choice;
-    uint64_t i = 0;
-    for (; i < o_.lazy_max_runs && search.Next(&alt); i++) {
-      choice = lz.Choice(alt);
-      plan.ApplyChoice(choice);
-      read.clear();
-      const bool go_on = CheckAt(sr, cp, plan, i, choice, &lz.lines, &read);
-      search.Done(read);
-      if (!go_on) return;
-      // auto: the images of the units the first run read already exceed
-      // the bound, so the search cannot complete and the structured set is
-      // the better sample: leave the lazy search.
-      if (i == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read) > o_.lazy_max_runs) break;
-      // auto: likewise as soon as the queue shows the bound cannot hold.
-      if (o_.lazy == LazyMode::kAuto && search.runs_needed_at_least() > o_.lazy_max_runs) break;
+    const LazyUnits all = MakeLazyUnits(units, img_.map);
+    uint64_t i = 0;  // image index over every run of this point (tickets, replay)
+    bool proved = true;
+    if (cp.restrict_to_fresh) {
+      for (size_t u = 0; u < cp.fresh.size() && proved; u++) {
+        if (cp.fresh[u].empty()) continue;
+        LazyUnits lz = all;
+        lz.alts[u] = cp.fresh[u];
+        const LazyOutcome r = RunLazy(sr, cp, plan, lz, &i);
+        if (r == LazyOutcome::kStop) return;
+        proved = r == LazyOutcome::kComplete;
+      }
+    } else {
+      const LazyOutcome r = RunLazy(sr, cp, plan, all, &i);
+      if (r == LazyOutcome::kStop) return;
+      proved = r == LazyOutcome::kComplete;
     }
-    sh_->lazy_runs.fetch_add(search.runs());
-    if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
-    if (search.complete()) {
+    if (proved) {
       sh_->points_exhaustive.fetch_add(1);
       if (cp.mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
       return;
     }
     if (o_.lazy == LazyMode::kOn) return;
-    // auto: the plan after all (its image 0, all old, was run 0).
+    // auto: the plan after all (its image 0, all old, was run 0 of an
+    // unrestricted search).
     sh_->lazy_abandoned.fetch_add(1);
     if (plan.exhaustive()) {
       sh_->points_exhaustive.fetch_add(1);
       if (cp.mutant_specific) sh_->mutant_points_exhaustive.fetch_add(1);
     }
-    for (uint64_t j = 1; j < plan.planned(); j++) {
+    std::vector<uint32_t> choice;
+    for (uint64_t j = cp.restrict_to_fresh ? 0 : 1; j < plan.planned(); j++) {
       plan.Apply(j, &choice);
       if (!CheckAt(sr, cp, plan, i + j, choice, nullptr, nullptr)) return;
     }
+  }
+
+  enum class LazyOutcome { kComplete, kLeft, kStop };
+
+  // One lazy search over `lz`, image indexes from *i on.  First with the
+  // read tracker's cheap per-page fault cap; when that search cannot
+  // complete and the cap recorded lines nobody may have read, once more
+  // without the cap (lazy.h).  kStop: a violation or the end of a replay.
+  LazyOutcome RunLazy(ScenarioReplay& sr, const CrashPoint& cp, ImagePlan& plan, const LazyUnits& lz, uint64_t* i) {
+    for (uint32_t cap : {ReadTracker::kCheapFaultsPerPage, ReadTracker::kPreciseFaultsPerPage}) {
+      fault_cap_ = cap;
+      capped_ = false;
+      LazyPlan search(lz.Alternatives(), lz.unit_lines);
+      std::vector<uint32_t> alt, read, choice;
+      bool stop = false;
+      for (uint64_t runs = 0; runs < o_.lazy_max_runs && search.Next(&alt); runs++) {
+        choice = lz.Choice(alt);
+        plan.ApplyChoice(choice);
+        read.clear();
+        const bool go_on = CheckAt(sr, cp, plan, (*i)++, choice, &lz.lines, &read);
+        search.Done(read);
+        if (!go_on) {
+          stop = true;
+          break;
+        }
+        // auto: the images of the units the first run read already exceed
+        // the bound, so the search cannot complete and the structured set is
+        // the better sample: leave the lazy search.
+        if (runs == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read) > o_.lazy_max_runs) break;
+        // auto: likewise as soon as the queue shows the bound cannot hold.
+        if (o_.lazy == LazyMode::kAuto && search.runs_needed_at_least() > o_.lazy_max_runs) break;
+      }
+      fault_cap_ = ReadTracker::kCheapFaultsPerPage;
+      sh_->lazy_runs.fetch_add(search.runs());
+      if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
+      if (stop) return LazyOutcome::kStop;
+      if (search.complete()) return LazyOutcome::kComplete;
+      if (o_.lazy != LazyMode::kAuto || !capped_) return LazyOutcome::kLeft;
+      // The cap's over-approximated reads are remembered by image: forget
+      // them, or the precise search would reuse them.
+      lazy_seen_.clear();
+      sh_->lazy_precise.fetch_add(1);
+    }
+    return LazyOutcome::kLeft;
   }
 
   // Checks the image patched into P as image `i` of crash point `cp`; with
@@ -783,6 +842,8 @@ class Worker {
   double deadline_;
   ImageFile img_, rec_a_, rec_b_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> lazy_seen_;
+  uint32_t fault_cap_ = ReadTracker::kCheapFaultsPerPage;  // of the lazy runs
+  bool capped_ = false;  // a lazy run of the current search hit fault_cap_
 };
 
 }  // namespace

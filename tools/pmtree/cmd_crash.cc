@@ -345,6 +345,7 @@ void PrintJson(const CrashArgs& a, const crash::ExploreReport& rep, const crash:
   j["lazy_nondeterministic"] = rep.lazy_nondeterministic;
   j["lazy_abandoned"] = rep.lazy_abandoned;
   j["lazy_faults"] = rep.lazy_faults;
+  j["lazy_precise"] = rep.lazy_precise;
   j["images_checked"] = rep.images_checked;
   j["images_deduplicated"] = rep.images_deduplicated;
   j["recovery_crash_images"] = rep.recovery_crash_images;
