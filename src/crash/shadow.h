@@ -142,9 +142,8 @@ class Shadow {
 //     of its choices.
 //
 // Exact byte comparisons, no hashes.  eADR has no dirty units: compare the
-// signatures instead.  The explorer skips `subset` points; `fresh` is what a
-// search restricted to the mutant's own images would branch over (tried, not
-// used: docs/trees/cdds.md, "Mutation score").
+// signatures instead.  The explorer skips `subset` points; at the others its
+// lazy search branches over `fresh` (the mutant's own images only).
 struct ImageDiff {
   bool comparable = false;
   bool subset = false;
