@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -171,6 +172,9 @@ struct Allocator::Impl {
   // the inserted entry.
   Status MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size, BlockOwner owner,
                         Map::iterator next, Map::iterator* at);
+  // The block [offset, offset + size) overlaps one in `tail`: that block's offset.
+  std::optional<uint64_t> TailOverlap(uint64_t offset, uint64_t size) const;
+  void CountUsed(uint64_t offset, uint64_t size, BlockOwner owner);
   void FinishRebuildLocked(uint64_t heap_begin, uint64_t heap_end);
 
   mutable std::mutex mu;
@@ -186,7 +190,14 @@ struct Allocator::Impl {
   // (UINT64_MAX: none injected), and whether one was returned.
   uint64_t allocations_left = UINT64_MAX;
   bool injected_failure = false;
-  Map used;                          // during rebuild: offset -> size
+  // During a rebuild, the blocks marked in use: `used` for blocks marked
+  // in any order, `tail` for sorted batches that started above every block
+  // marked before them (MarkUsedSorted's common case, a whole recovery's
+  // blocks at once): appended in order, no tree node per block.  The two
+  // are disjoint; `marked_end` is the largest end of a block in either.
+  Map used;
+  std::vector<std::pair<uint64_t, uint64_t>> tail;
+  uint64_t marked_end = 0;
   std::vector<std::function<Status()>> deferred_checks;  // DeferRebuildCheck
 };
 
@@ -314,6 +325,8 @@ void Allocator::BeginRebuild() {
   impl_->store_bytes = 0;
   impl_->rebuild_end_pending = false;
   impl_->used.clear();
+  impl_->tail.clear();
+  impl_->marked_end = 0;
   impl_->deferred_checks.clear();
 }
 
@@ -328,18 +341,40 @@ Status Allocator::MarkUsedSorted(const std::vector<std::pair<uint64_t, uint64_t>
   std::lock_guard<std::mutex> g(impl_->mu);
   if (!impl_->rebuilding) return Status::Internal("allocator: MarkUsedSorted outside a rebuild");
   if (blocks.empty()) return Status::Ok();
-  auto next = impl_->used.lower_bound(blocks[0].first);
-  for (size_t i = 0; i < blocks.size(); i++) {
+  for (size_t i = 1; i < blocks.size(); i++) {
     // (An offset equal to the previous one is a double use, reported below.)
-    if (i > 0 && blocks[i].first < blocks[i - 1].first)
+    if (blocks[i].first < blocks[i - 1].first)
       return Status::InvalidArgument("allocator: MarkUsedSorted given offset " + std::to_string(blocks[i].first) +
                                      " after " + std::to_string(blocks[i - 1].first) + " (not ascending)");
+  }
+  if (blocks[0].first >= impl_->marked_end) {
+    // Above everything marked so far: only each block's predecessor in the
+    // batch can overlap it, so the batch is appended to `tail`.
+    impl_->tail.reserve(impl_->tail.size() + blocks.size());
+    for (auto [offset, size] : blocks) {
+      size = RoundUp(size == 0 ? 1 : size);
+      if (offset % kAllocGranule != 0 || offset < heap_begin_ || offset > heap_end_ || size > heap_end_ - offset)
+        return Status::Corruption("block at offset " + std::to_string(offset) + " of " + std::to_string(size) +
+                                  " bytes is not an aligned block inside the heap");
+      if (offset < impl_->marked_end)
+        return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
+                                  std::to_string(impl_->tail.back().first) + " (double use)");
+      impl_->tail.emplace_back(offset, size);
+      impl_->CountUsed(offset, size, owner);
+    }
+    return Status::Ok();
+  }
+  auto next = impl_->used.lower_bound(blocks[0].first);
+  for (size_t i = 0; i < blocks.size(); i++) {
     // Blocks marked before this batch may lie between two of its blocks.
     while (next != impl_->used.end() && next->first < blocks[i].first) ++next;
     Impl::Map::iterator at;
     PMTREE_RETURN_IF_ERROR(
         impl_->MarkUsedLocked(heap_begin_, heap_end_, blocks[i].first, blocks[i].second, owner, next, &at));
-    next = std::next(at);
+    // The block went in just before `next` (MarkUsedLocked checked both
+    // neighbours), so `next` still follows it: no std::next(at), which from
+    // the largest block climbs the whole right spine (log n per block, most
+    // of a 10M-key recovery's allocator rebuild).
   }
   return Status::Ok();
 }
@@ -359,9 +394,24 @@ Status Allocator::Impl::MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, u
       return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
                                 std::to_string(prev->first) + " (double use)");
   }
+  if (auto other = TailOverlap(offset, size))
+    return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
+                              std::to_string(*other) + " (double use)");
   *at = used.emplace_hint(next, offset, size);
-  if (owner == BlockOwner::kStore) store_bytes += size;
+  CountUsed(offset, size, owner);
   return Status::Ok();
+}
+
+std::optional<uint64_t> Allocator::Impl::TailOverlap(uint64_t offset, uint64_t size) const {
+  auto it = std::lower_bound(tail.begin(), tail.end(), std::make_pair(offset, uint64_t{0}));
+  if (it != tail.end() && it->first < offset + size) return it->first;
+  if (it != tail.begin() && std::prev(it)->first + std::prev(it)->second > offset) return std::prev(it)->first;
+  return std::nullopt;
+}
+
+void Allocator::Impl::CountUsed(uint64_t offset, uint64_t size, BlockOwner owner) {
+  if (owner == BlockOwner::kStore) store_bytes += size;
+  marked_end = std::max(marked_end, offset + size);
 }
 
 void Allocator::EndRebuild() {
@@ -419,13 +469,22 @@ Status Allocator::SetStoreBytes(uint64_t bytes) {
 
 void Allocator::Impl::FinishRebuildLocked(uint64_t heap_begin, uint64_t heap_end) {
   rebuild_end_pending = false;
+  // The gaps between the blocks of `used` and `tail`, merged in offset order.
   uint64_t cursor = heap_begin;
-  for (const auto& [off, size] : used) {
+  auto gap_before = [&](uint64_t off, uint64_t size) {
     if (off > cursor) InsertFreeLocked(cursor, off - cursor);
     cursor = off + size;
+  };
+  auto u = used.begin();
+  for (const auto& [off, size] : tail) {
+    for (; u != used.end() && u->first < off; ++u) gap_before(u->first, u->second);
+    gap_before(off, size);
   }
+  for (; u != used.end(); ++u) gap_before(u->first, u->second);
   if (heap_end > cursor) InsertFreeLocked(cursor, heap_end - cursor);
   used.clear();
+  std::vector<std::pair<uint64_t, uint64_t>>().swap(tail);
+  marked_end = 0;
   rebuilding = false;
 }
 

@@ -157,6 +157,59 @@ TEST(AllocatorTest, MarkUsedSortedRejectsDisorderAndDoubleUse) {
   EXPECT_EQ(a.MarkUsedSorted({{8192, 256}}).code(), Status::Code::kInternal);  // outside a rebuild
 }
 
+// A sorted batch above every block marked so far is appended without a
+// tree node per block; blocks marked after it, in any order and between its
+// blocks, are checked against it and leave the same free space as one
+// MarkUsed per block.
+TEST(AllocatorTest, MarkUsedSortedAboveEverythingMarkedKeepsTheChecksAndTheFreeSpace) {
+  const uint64_t begin = 4096, end = 1 << 20;
+  std::vector<std::pair<uint64_t, uint64_t>> first, second;
+  for (uint64_t off = begin + 64 * 1024; off + 512 <= end; off += 2 * 1024) first.push_back({off, 512 + off % 5});
+  for (uint64_t off = begin + 64 * 1024 + 1024; off + 2048 <= end; off += 8 * 1024) second.push_back({off, 256});
+  Allocator one(begin, end), batch(begin, end);
+  one.BeginRebuild();
+  batch.BeginRebuild();
+  ASSERT_TRUE(one.MarkUsed(begin, 64).ok());
+  ASSERT_TRUE(batch.MarkUsed(begin, 64).ok());
+  for (const auto& [off, size] : first) ASSERT_TRUE(one.MarkUsed(off, size).ok());
+  ASSERT_TRUE(batch.MarkUsedSorted(first).ok());  // above the block at `begin`: appended
+  // Overlaps with the appended blocks are double uses, by MarkUsed or by a
+  // later batch that does not start above them.
+  Status s = batch.MarkUsed(first[3].first + 64, 64);
+  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_NE(s.message().find("overlaps the block at offset " + std::to_string(first[3].first)), std::string::npos)
+      << s.message();
+  EXPECT_EQ(batch.MarkUsed(first[3].first - 64, 128).code(), Status::Code::kCorruption);
+  s = batch.MarkUsedSorted({{first[5].first + 512, 1024}});  // into the next block
+  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_NE(s.message().find("double use"), std::string::npos) << s.message();
+  // Blocks below and between the appended ones.
+  ASSERT_TRUE(one.MarkUsed(begin + 4096, 128).ok());
+  ASSERT_TRUE(batch.MarkUsed(begin + 4096, 128).ok());
+  for (const auto& [off, size] : second) ASSERT_TRUE(one.MarkUsed(off, size).ok());
+  ASSERT_TRUE(batch.MarkUsedSorted(second).ok());
+  one.EndRebuild();
+  batch.EndRebuild();
+  EXPECT_EQ(batch.FreeExtents(), one.FreeExtents());
+  EXPECT_EQ(batch.bytes_in_use(), one.bytes_in_use());
+  EXPECT_TRUE(batch.CheckConsistency().ok());
+}
+
+// Within an appended batch, a block that overlaps its predecessor, and a
+// block outside the heap, are refused like any other.
+TEST(AllocatorTest, AnAppendedBatchRefusesOverlapAndBlocksOutsideTheHeap) {
+  Allocator a(4096, 1 << 20);
+  a.BeginRebuild();
+  Status s = a.MarkUsedSorted({{8192, 256}, {8192 + 192, 64}});
+  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_NE(s.message().find("overlaps the block at offset 8192"), std::string::npos) << s.message();
+  a.EndRebuild();
+  a.BeginRebuild();
+  EXPECT_EQ(a.MarkUsedSorted({{8192, 256}, {1 << 21, 64}}).code(), Status::Code::kCorruption);
+  EXPECT_EQ(a.MarkUsedSorted({{8192 + 512 + 1, 64}}).code(), Status::Code::kCorruption);  // not aligned
+  a.EndRebuild();
+}
+
 TEST(AllocatorTest, StoreBlocksAreCountedApartFromTheTrees) {
   Allocator a(4096, 1 << 20);
   uint64_t node = *a.Allocate(256);
