@@ -172,6 +172,9 @@ struct Allocator::Impl {
   // the inserted entry.
   Status MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size, BlockOwner owner,
                         Map::iterator next, Map::iterator* at);
+  // MarkUsed of a block at or above marked_end: only the last block of
+  // `tail` can overlap it (a block of the same batch before it).
+  Status AppendLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size, BlockOwner owner);
   // The block [offset, offset + size) overlaps one in `tail`: that block's offset.
   std::optional<uint64_t> TailOverlap(uint64_t offset, uint64_t size) const;
   void CountUsed(uint64_t offset, uint64_t size, BlockOwner owner);
@@ -190,11 +193,11 @@ struct Allocator::Impl {
   // (UINT64_MAX: none injected), and whether one was returned.
   uint64_t allocations_left = UINT64_MAX;
   bool injected_failure = false;
-  // During a rebuild, the blocks marked in use: `used` for blocks marked
-  // in any order, `tail` for sorted batches that started above every block
-  // marked before them (MarkUsedSorted's common case, a whole recovery's
-  // blocks at once): appended in order, no tree node per block.  The two
-  // are disjoint; `marked_end` is the largest end of a block in either.
+  // During a rebuild, the blocks marked in use: `tail` for every block that
+  // lay at or above all blocks marked before it (a walk in ascending offset
+  // order, a sorted batch: MarkUsedSorted's common case), appended in order
+  // with no tree node per block; `used` for the others.  The two are
+  // disjoint; `marked_end` is the largest end of a block in either.
   Map used;
   std::vector<std::pair<uint64_t, uint64_t>> tail;
   uint64_t marked_end = 0;
@@ -333,6 +336,9 @@ void Allocator::BeginRebuild() {
 Status Allocator::MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner) {
   std::lock_guard<std::mutex> g(impl_->mu);
   if (!impl_->rebuilding) return Status::Internal("allocator: MarkUsed outside a rebuild");
+  // Above every block marked so far (a walk in ascending offset order):
+  // nothing can overlap it, append it.
+  if (offset >= impl_->marked_end) return impl_->AppendLocked(heap_begin_, heap_end_, offset, size, owner);
   Impl::Map::iterator at;
   return impl_->MarkUsedLocked(heap_begin_, heap_end_, offset, size, owner, impl_->used.lower_bound(offset), &at);
 }
@@ -351,17 +357,8 @@ Status Allocator::MarkUsedSorted(const std::vector<std::pair<uint64_t, uint64_t>
     // Above everything marked so far: only each block's predecessor in the
     // batch can overlap it, so the batch is appended to `tail`.
     impl_->tail.reserve(impl_->tail.size() + blocks.size());
-    for (auto [offset, size] : blocks) {
-      size = RoundUp(size == 0 ? 1 : size);
-      if (offset % kAllocGranule != 0 || offset < heap_begin_ || offset > heap_end_ || size > heap_end_ - offset)
-        return Status::Corruption("block at offset " + std::to_string(offset) + " of " + std::to_string(size) +
-                                  " bytes is not an aligned block inside the heap");
-      if (offset < impl_->marked_end)
-        return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
-                                  std::to_string(impl_->tail.back().first) + " (double use)");
-      impl_->tail.emplace_back(offset, size);
-      impl_->CountUsed(offset, size, owner);
-    }
+    for (const auto& [offset, size] : blocks)
+      PMTREE_RETURN_IF_ERROR(impl_->AppendLocked(heap_begin_, heap_end_, offset, size, owner));
     return Status::Ok();
   }
   auto next = impl_->used.lower_bound(blocks[0].first);
@@ -398,6 +395,20 @@ Status Allocator::Impl::MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, u
     return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
                               std::to_string(*other) + " (double use)");
   *at = used.emplace_hint(next, offset, size);
+  CountUsed(offset, size, owner);
+  return Status::Ok();
+}
+
+Status Allocator::Impl::AppendLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size,
+                                     BlockOwner owner) {
+  size = RoundUp(size == 0 ? 1 : size);
+  if (offset % kAllocGranule != 0 || offset < heap_begin || offset > heap_end || size > heap_end - offset)
+    return Status::Corruption("block at offset " + std::to_string(offset) + " of " + std::to_string(size) +
+                              " bytes is not an aligned block inside the heap");
+  if (offset < marked_end)
+    return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
+                              std::to_string(tail.back().first) + " (double use)");
+  tail.emplace_back(offset, size);
   CountUsed(offset, size, owner);
   return Status::Ok();
 }
