@@ -748,6 +748,51 @@ TEST(CircTreeTest, LeafSplitCostsOneMoreFlushForTheLeafCount) {
   EXPECT_EQ(MetaOf(**pool).leaves, 3u);
 }
 
+// Leaves B (170..320, 16 pairs) and C (330..480 plus 15 keys between: 31, full)
+// under one root: B's removals find no room in C until B is empty, so its
+// last removal merges an empty leaf -- no M1, so M0 fences the count itself.
+void EmptyLeafBesideAFullSibling(U64Tree& t) {
+  Fill(t, 48);
+  for (uint64_t k = 331; k <= 346; k++) {
+    if (k != 340) {
+      ASSERT_TRUE(*t.Insert(k, k));
+    }
+  }
+  for (uint64_t k = 170; k < 320; k += 10) ASSERT_TRUE(*t.Remove(k));
+  ASSERT_EQ(t.Stats().leaf_nodes, 3u);  // B holds only 320
+}
+
+TEST(CircTreeMergeTest, AnEmptyLeafMergesWithTheLeafCountFencedBeforeTheCommit) {
+  PoolOptions po;
+  po.use_env = false;
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, po);
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  ASSERT_NO_FATAL_FAILURE(EmptyLeafBesideAFullSibling(**t));
+  EXPECT_EQ(MetaOf(**pool).leaves, 3u);
+  const double merges = Extra((*t)->Stats(), "merges");
+  const Cost c = Measure([&] { ASSERT_TRUE(*(*t)->Remove(320)); });
+  std::printf("removal that merges an empty leaf: %llu flushes, %llu fences\n",
+              static_cast<unsigned long long>(c.flushes), static_cast<unsigned long long>(c.fences));
+  EXPECT_EQ(Extra((*t)->Stats(), "merges"), merges + 1);
+  EXPECT_EQ((*t)->Stats().leaf_nodes, 2u);
+  EXPECT_EQ(MetaOf(**pool).leaves, 2u);
+  // M0 adds one flush and its own fence (AddLeaves with fence): 7 and 7,
+  // 6 and 6 without the count.
+  EXPECT_EQ(c.flushes, 7u);
+  EXPECT_EQ(c.fences, 7u);
+  ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+}
+
+// The same merge crashed after every one of its stores recovers (cases 7c,
+// 8) with a count no walk undercuts.
+TEST(CircTreeRecoveryTest, EmptyLeafMergeRecoversAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { EmptyLeafBesideAFullSibling(t); },
+                               [](U64Tree& t) { (void)t.Remove(320); });
+  EXPECT_GT(r.stores, 3);
+  EXPECT_GT(r.sum.merged_unlinked + r.sum.children_unlinked, 0u);
+}
+
 // Issue 17: after a crash, a leaf list cut by damage (one zeroed sibling
 // pointer) loses every leaf behind the cut.  The meta block's leaf count
 // (C13) makes recovery refuse the pool, and refuse it again on the next
