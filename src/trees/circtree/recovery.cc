@@ -547,9 +547,9 @@ Status CircTree<KP>::Verify() {
   std::vector<std::vector<uint64_t>> levels;
   PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));  // C1, C2, C6 (twice), C9
   if (meta_->leaves == 0 || meta_->leaves > levels[0].size())
-    return Status::Corruption("circtree meta block at offset " + Hex(meta_off_) + ": invariant C13 violated: leaf count " +
-                              std::to_string(meta_->leaves) + " but " + std::to_string(levels[0].size()) +
-                              " leaves on the leaf level's chain");
+    return Status::Corruption("circtree meta block at offset " + Hex(meta_off_) +
+                              ": invariant C13 violated: leaf count " + std::to_string(meta_->leaves) + " but " +
+                              std::to_string(levels[0].size()) + " leaves on the leaf level's chain");
   uint64_t bytes = Allocator::RoundUp(sizeof(Meta));
   const size_t top = levels.size() - 1;
   if (levels[top].size() != 1) return NodeError(levels[top][0], "C6", "the root has a sibling");
