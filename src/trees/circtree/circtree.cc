@@ -23,6 +23,22 @@
 //      plus reserved spare nodes equal the allocator's bytes in use.
 //  C11 The key-0 record of the meta block is 0 or 1 (byte-key trees: 0).
 //  C12 A root inner node has at least two children (merges collapse it).
+//  C13 meta.leaves is at least 1 and at most the leaves on the leaf level's
+//      sibling chain -- in every crash state, not only at rest: a leaf split
+//      stores count + 1 only after the persist that links its new leaf
+//      (Figure 5 step 4); a leaf merge persists count - 1 before its commit
+//      M3, after which recovery (case 7c) unlinks X; and the word's stores
+//      follow the order of leaf_count_ (count_mu_).  Two splits may persist
+//      out of order (each flushes its store; its commit's fence makes it
+//      durable): the line then holds a prefix of the stores, and every
+//      stored value counted only leaves durably linked when it was stored,
+//      while a merge makes its smaller value durable before it unlinks.  So
+//      crash recovery, which walks the chain, refuses a leaf level that
+//      reaches fewer leaves (a zeroed sibling pointer or page cut it) instead
+//      of rebuilding the allocator without them, and then stores the exact
+//      count.  The count is a lower bound: a merge that recovery undoes
+//      (case 7a) leaves it one low until then.  No bulk load: BulkLoad is
+//      the interface's default, ordinary inserts.
 //
 // Shift rules (what recovery relies on; docs/trees/circtree.md, "Write
 // orders").  Every copy of a pair into a neighbouring slot writes both words
@@ -89,6 +105,9 @@ CircTree<KP>::CircTree(PoolImpl* pool, uint64_t meta_off, bool linear, bool pape
       linear_(linear),
       paper_(paper) {
   node_size_ = meta_->node_size;
+  // Exact after Create and a clean close; crash recovery replaces it with
+  // the leaves its walk reached (C13).
+  leaf_count_ = meta_->leaves;
   slots_ = Slots(node_size_);
   mask_ = slots_ - 1;
   cap_ = Capacity(node_size_);
@@ -410,6 +429,20 @@ void CircTree<KP>::WriteNewNode(uint64_t off, uint32_t level, uint64_t sibling, 
   pool_->Persist(N(off), NodeBytes(node_size_));
 }
 
+template <KeyPolicy KP>
+void CircTree<KP>::AddLeaves(int64_t delta, bool fence) {
+  std::lock_guard<std::mutex> g(count_mu_);
+  leaf_count_ = static_cast<uint64_t>(static_cast<int64_t>(leaf_count_) + delta);
+  pool_->Store64(&meta_->leaves, leaf_count_);
+  // C13: flush the count.  A split calls this only after its link's persist,
+  // so the count never exceeds the durable chain; its later fence (the
+  // NULLs' or the commit's) completes the flush.
+  pool_->Flush(&meta_->leaves, sizeof(uint64_t));
+  // A merge's count must be durable before its commit M3 can be: fence here
+  // when no M1 persist comes before M3.
+  if (fence) pool_->Fence();
+}
+
 // Figure 5, write order:
 //   1-2. split point m of the n + 1 pairs (the new one included); a spare
 //        node is taken.
@@ -487,6 +520,9 @@ Status CircTree<KP>::SplitInsert(uint64_t off, uint32_t pos, uint64_t slot, uint
     Unlock(off);
     return Stopped();
   }
+  // C13: count the new leaf only now that its link is durable; the first
+  // persist below (the NULLs' or the commit's) fences the count's flush.
+  if (leaf) AddLeaves(+1, /*fence=*/false);
   LineWriter w(pool_);
   for (int64_t i = static_cast<int64_t>(s.n) - 1; i >= keep; --i) NullPair(w, At(x, s, i), leaf);
   w.Finish();
@@ -585,6 +621,8 @@ void CircTree<KP>::MergeAfterRemove(Cmp&& cmp) {
 // Merge write order (docs/trees/circtree.md, "Merge"), X the underfull node
 // at `level` on the key's path, R its right sibling under the same parent P,
 // L the node whose sibling is X (none when X is the first of its level):
+//   M0  leaf merges: meta.leaves = count - 1, flushed (C13); fenced by M1's
+//       persist, or by its own fence when X is empty (no M1)
 //   M1  R.merge = R.base_count | kMergeMark, persisted   (only when X has pairs)
 //   M2  X's pairs are copied into R's free slots left of its base, in
 //       ascending order with insert stores (S1), persisted line by line
@@ -702,6 +740,11 @@ typename CircTree<KP>::MergeResult CircTree<KP>::MergeLocked(uint32_t level, con
   const bool leaf = level == 0;
   const uint64_t rfence = FenceOf(rn);
   LineWriter w(pool_);
+  // M0 (C13): X leaves the count before it can leave the chain.  Once M3 is
+  // durable recovery unlinks X (case 7c), so the smaller count must be
+  // durable before M3's first store: M1's persist fences its flush; without
+  // M1 (X empty) it is fenced here.
+  if (leaf) AddLeaves(-1, /*fence=*/xs.n == 0);
   if (xs.n > 0) {
     pool_->Store64(&rn->hdr.merge, rn->hdr.base_count | kMergeMark);
     // M1: the mark is durable before any copy, so recovery never reads the
@@ -821,6 +864,7 @@ Result<std::unique_ptr<CircTree<KP>>> CircTree<KP>::Create(PoolImpl* pool, const
   m.root = *leaf;
   m.key_kind = static_cast<uint32_t>(KP::kKind);
   m.variant = paper ? 1 : 0;
+  m.leaves = 1;  // the first leaf (C13); persisted with the header below
   pool->Write(pool->At<void>(meta_off), &m, sizeof(m));
   // Flush the tree header now; the fence of the first leaf's persist below
   // orders it before root slot 0 names it, so a crash never leaves a root
@@ -845,6 +889,10 @@ Result<std::unique_ptr<CircTree<KP>>> CircTree<KP>::Recover(PoolImpl* pool, cons
   const Meta* m = pool->At<Meta>(meta_off);
   const std::string where = "circtree meta block at offset " + Hex(meta_off) + ": ";
   if (m->magic != kMetaMagic) return Status::Corruption(where + "invariant C1 violated: bad magic");
+  if (m->version == 1)
+    return Status::Incompatible(where + "format version 1, the format before the leaf count (meta.leaves, "
+                                "invariant C13); this build reads " + std::to_string(kFormatVersion) +
+                                " only: re-create the pool");
   if (m->version != kFormatVersion)
     return Status::Incompatible(where + "format version " + std::to_string(m->version) + ", this build reads " +
                                 std::to_string(kFormatVersion));

@@ -271,6 +271,11 @@ class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTre
   void CollapseRoot(uint64_t child);
   Status EnsureSpares(size_t n);
   Result<uint64_t> TakeSpare();
+  // The meta block's leaf count (invariant C13): adds `delta` (+1 a leaf
+  // split, -1 a leaf merge) to leaf_count_ and stores the result in
+  // meta.leaves, flushed; with `fence`, fenced too (callers without a later
+  // fence before the store the count must precede).
+  void AddLeaves(int64_t delta, bool fence);
   // Writes a fresh zeroed node image at `off` holding `pairs` from base 0.
   void WriteNewNode(uint64_t off, uint32_t level, uint64_t sibling, uint64_t low, bool has_low,
                     const std::vector<Pair>& pairs);
@@ -305,6 +310,11 @@ class CircTree final : public BasicTree<typename KP::Arg>, FairTraversal<CircTre
   std::mutex root_mu_;
   std::mutex merge_mu_;  // one merge at a time (it holds several stripes)
   SpareNodes spares_;  // allocated, unlinked nodes reserved for splits
+  // Leaves of the leaf level as the splits and merges that reached their
+  // count step have made it; meta.leaves is stored from it under count_mu_,
+  // so the word's stores follow the counter's order (invariant C13).
+  std::mutex count_mu_;
+  uint64_t leaf_count_ = 0;  // guarded by count_mu_
   // Design counters (Stats().extra; the crash explorer derives pre-states
   // from their first change).
   std::atomic<uint64_t> left_shifts_{0}, right_shifts_{0}, pairs_shifted_{0}, wraps_{0};

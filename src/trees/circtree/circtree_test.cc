@@ -552,9 +552,10 @@ TEST(CircTreeMergeTest, UnderfullLeafMergesIntoItsRightSibling) {
 }
 
 // Flush budget of a merge (counting backend): the delete's lines and header,
-// then M1 mark (1), the copied lines in the sibling, M3 header (1), the
-// NULLed lines of the merged node and its commit (1), the parent's lines
-// (the new separator and the delete) and header, and the root switch (1).
+// then the leaf count (M0, flushed only), M1 mark (1), the copied lines in
+// the sibling, M3 header (1), the NULLed lines of the merged node and its
+// commit (1), the parent's lines (the new separator and the delete) and
+// header, and the root switch (1).
 TEST(CircTreeMergeTest, MergeFlushesItsLinesAndOneHeaderPersistPerStep) {
   PoolOptions po;
   po.use_env = false;
@@ -575,8 +576,10 @@ TEST(CircTreeMergeTest, MergeFlushesItsLinesAndOneHeaderPersistPerStep) {
   const uint64_t nulls = LinesOf((xv.b + 1) & (slots - 1), 0, 14, slots);      // M4
   const uint64_t parent = LinesOf(pv.b, 0, 1, slots) + 1;  // M6: R's separator, then position 0's NULL
   const Cost c = Measure([&] { ASSERT_TRUE(*(*t)->Remove(10)); });
-  EXPECT_EQ(c.flushes, del + 1 + copy + 1 + nulls + 1 + parent + 1);
-  EXPECT_EQ(c.fences, c.flushes);
+  // M0: the leaf count's flush, fenced by M1's persist (before it: flushes ==
+  // fences).
+  EXPECT_EQ(c.flushes, 1 + del + 1 + copy + 1 + nulls + 1 + parent + 1);
+  EXPECT_EQ(c.fences, c.flushes - 1);
   EXPECT_EQ((*t)->root_offset(), r);  // collapsed
   EXPECT_EQ(ViewOf(**pool, r).n, 31u);
 }
@@ -678,6 +681,197 @@ TEST(CircTreeTest, CleanCloseRestartsInstantlyWithoutReadingNodes) {
   unlink(path.c_str());
 }
 
+// ---- the leaf count (invariant C13) ---------------------------------------------------------------
+
+const Meta& MetaOf(PoolImpl& pool) { return *pool.At<Meta>(pool.root(0)); }
+
+// The leaves of the tree in `pool`, in chain order (position 0 of each
+// level's first node down to level 0).
+std::vector<uint64_t> LeafChain(PoolImpl& pool) {
+  uint64_t off = MetaOf(pool).root;
+  while (pool.At<Node>(off)->hdr.level > 0) {
+    const NodeView v = ViewOf(pool, off);
+    off = pool.At<Node>(off)->pairs[v.b].value;
+  }
+  std::vector<uint64_t> chain;
+  for (; off != 0; off = pool.At<Node>(off)->hdr.sibling) chain.push_back(off);
+  return chain;
+}
+
+// Splits add to meta.leaves, merges take from it, and at rest it is exact.
+TEST(CircTreeTest, SplitsAndMergesKeepTheLeafCountExact) {
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(MetaOf(**pool).leaves, 1u);
+  ASSERT_NO_FATAL_FAILURE(Fill(**t, 3000));
+  const uint64_t grown = (*t)->Stats().leaf_nodes;
+  ASSERT_GT(grown, 100u);
+  EXPECT_EQ(MetaOf(**pool).leaves, grown);
+  for (uint64_t i = 1; i <= 3000; i++) {
+    if (i % 7 != 0) {
+      ASSERT_TRUE(*(*t)->Remove(10 * i));
+    }
+  }
+  const uint64_t shrunk = (*t)->Stats().leaf_nodes;
+  ASSERT_LT(shrunk, grown / 2);
+  EXPECT_GT(Extra((*t)->Stats(), "merges"), 0);
+  EXPECT_EQ(MetaOf(**pool).leaves, shrunk);
+  EXPECT_EQ(LeafChain(**pool).size(), shrunk);
+  ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+}
+
+// Flush budget of the count: a leaf split stores it after the link's persist
+// and only flushes it (the NULLs' persist fences it): one flush, no fence.
+// A merge of a non-empty leaf flushes it before M1, whose persist fences it.
+TEST(CircTreeTest, LeafSplitCostsOneMoreFlushForTheLeafCount) {
+  PoolOptions po;
+  po.use_env = false;
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, po);
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  ASSERT_NO_FATAL_FAILURE(Fill(**t, 31));  // one full root leaf
+  const Cost root = Measure([&] { ASSERT_TRUE(*(*t)->Insert(1000, 1)); });  // leaf + root split
+  ASSERT_EQ((*t)->Stats().leaf_nodes, 2u);
+  // Fill the right leaf (16 pairs after the split) to 31 with ascending keys.
+  for (uint64_t k = 1001; k < 1016; k++) ASSERT_TRUE(*(*t)->Insert(k, 1));
+  const Cost leaf = Measure([&] { ASSERT_TRUE(*(*t)->Insert(1016, 1)); });  // leaf split, parent insert
+  ASSERT_EQ((*t)->Stats().leaf_nodes, 3u);
+  std::printf("leaf + root split: %llu flushes, %llu fences; leaf split: %llu, %llu\n",
+              static_cast<unsigned long long>(root.flushes), static_cast<unsigned long long>(root.fences),
+              static_cast<unsigned long long>(leaf.flushes), static_cast<unsigned long long>(leaf.fences));
+  // Before the leaf count: 26 flushes, 10 fences and 17, 9.
+  EXPECT_EQ(root.flushes, 27u);
+  EXPECT_EQ(root.fences, 10u);
+  EXPECT_EQ(leaf.flushes, 18u);
+  EXPECT_EQ(leaf.fences, 9u);
+  EXPECT_EQ(MetaOf(**pool).leaves, 3u);
+}
+
+// Leaves B (170..320, 16 pairs) and C (330..480 plus 15 keys between: 31, full)
+// under one root: B's removals find no room in C until B is empty, so its
+// last removal merges an empty leaf -- no M1, so M0 fences the count itself.
+void EmptyLeafBesideAFullSibling(U64Tree& t) {
+  Fill(t, 48);
+  for (uint64_t k = 331; k <= 346; k++) {
+    if (k != 340) {
+      ASSERT_TRUE(*t.Insert(k, k));
+    }
+  }
+  for (uint64_t k = 170; k < 320; k += 10) ASSERT_TRUE(*t.Remove(k));
+  ASSERT_EQ(t.Stats().leaf_nodes, 3u);  // B holds only 320
+}
+
+TEST(CircTreeMergeTest, AnEmptyLeafMergesWithTheLeafCountFencedBeforeTheCommit) {
+  PoolOptions po;
+  po.use_env = false;
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, po);
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  ASSERT_NO_FATAL_FAILURE(EmptyLeafBesideAFullSibling(**t));
+  EXPECT_EQ(MetaOf(**pool).leaves, 3u);
+  const double merges = Extra((*t)->Stats(), "merges");
+  const Cost c = Measure([&] { ASSERT_TRUE(*(*t)->Remove(320)); });
+  std::printf("removal that merges an empty leaf: %llu flushes, %llu fences\n",
+              static_cast<unsigned long long>(c.flushes), static_cast<unsigned long long>(c.fences));
+  EXPECT_EQ(Extra((*t)->Stats(), "merges"), merges + 1);
+  EXPECT_EQ((*t)->Stats().leaf_nodes, 2u);
+  EXPECT_EQ(MetaOf(**pool).leaves, 2u);
+  // M0 adds one flush and its own fence (AddLeaves with fence): 7 and 7,
+  // 6 and 6 without the count.
+  EXPECT_EQ(c.flushes, 7u);
+  EXPECT_EQ(c.fences, 7u);
+  ASSERT_TRUE((*t)->Verify().ok()) << (*t)->Verify().ToString();
+}
+
+// The same merge crashed after every one of its stores recovers (cases 7c,
+// 8) with a count no walk undercuts.
+TEST(CircTreeRecoveryTest, EmptyLeafMergeRecoversAfterEveryStore) {
+  SweepResult r = SweepCrashes(512, [](U64Tree& t) { EmptyLeafBesideAFullSibling(t); },
+                               [](U64Tree& t) { (void)t.Remove(320); });
+  EXPECT_GT(r.stores, 3);
+  EXPECT_GT(r.sum.merged_unlinked + r.sum.children_unlinked, 0u);
+}
+
+// Issue 17: after a crash, a leaf list cut by damage (one zeroed sibling
+// pointer) loses every leaf behind the cut.  The meta block's leaf count
+// (C13) makes recovery refuse the pool, and refuse it again on the next
+// open, instead of rebuilding the allocator without those leaves; Verify
+// refuses the same cut in a live tree.
+TEST(CircTreeRecoveryTest, CrashRecoveryRefusesACutLeafListTwiceInARow) {
+  const std::string path = TmpPath("cut");
+  uint64_t leaves = 0;
+  {
+    auto pool = PoolImpl::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+    auto t = MakeTree(pool->get(), 512);
+    ASSERT_TRUE(t.ok());
+    for (uint64_t k = 1; k <= 5000; k++) ASSERT_TRUE(*(*t)->Insert(k * 7919 % 5003 + 1, k));
+    leaves = (*t)->Stats().leaf_nodes;
+  }  // crash
+  {
+    auto pool = PoolImpl::Open(path, "circtree", PlainOptions());
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    const std::vector<uint64_t> chain = LeafChain(**pool);
+    ASSERT_GT(chain.size(), 100u);
+    ASSERT_EQ(chain.size(), leaves);
+    EXPECT_EQ(MetaOf(**pool).leaves, leaves);
+    uint64_t* cut = &(*pool)->At<Node>(chain[chain.size() - 3])->hdr.sibling;  // two leaves are lost
+    (*pool)->Store64(cut, 0);
+    (*pool)->Persist(cut, sizeof(uint64_t));
+  }  // crash again, with the cut durable
+  for (int again = 0; again < 2; again++) {
+    SCOPED_TRACE("open " + std::to_string(again));
+    auto pool = PoolImpl::Open(path, "circtree", PlainOptions());
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    auto t = U64Tree::Recover(pool->get(), {});
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), Status::Code::kCorruption) << t.status().ToString();
+    EXPECT_NE(t.status().ToString().find("leaves unreachable"), std::string::npos) << t.status().ToString();
+  }
+  unlink(path.c_str());
+}
+
+TEST(CircTreeTest, VerifyRefusesALiveTreeWhoseLeafListIsCut) {
+  auto pool = PoolImpl::CreateAnonymous(kPoolSize, "circtree", 0, PlainOptions());
+  auto t = MakeTree(pool->get(), 512);
+  ASSERT_TRUE(t.ok());
+  ASSERT_NO_FATAL_FAILURE(Fill(**t, 500));
+  ASSERT_TRUE((*t)->Verify().ok());
+  const std::vector<uint64_t> chain = LeafChain(**pool);
+  uint64_t* cut = &(*pool)->At<Node>(chain[chain.size() - 2])->hdr.sibling;
+  (*pool)->Store64(cut, 0);
+  (*pool)->Persist(cut, sizeof(uint64_t));
+  const Status s = (*t)->Verify();
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.ToString().find("C13"), std::string::npos) << s.ToString();
+}
+
+// A pool of format version 1 (before the leaf count, whose word was
+// reserved and 0) is Incompatible, with a message that says why.
+TEST(CircTreeTest, APoolOfTheFormatBeforeTheLeafCountIsIncompatible) {
+  const std::string path = TmpPath("v1");
+  {
+    auto pool = PoolImpl::Create(path, kPoolSize, "circtree", 0, PlainOptions());
+    auto t = MakeTree(pool->get(), 512);
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE(*(*t)->Insert(1, 1));
+    Meta* m = (*pool)->At<Meta>((*pool)->root(0));
+    ASSERT_EQ(m->version, kFormatVersion);
+    const uint64_t word = (uint64_t{m->node_size} << 32) | 1;  // version 1, same node size
+    (*pool)->Store64(&m->version, word);
+    (*pool)->Store64(&m->leaves, 0);
+    (*pool)->Persist(m, sizeof(Meta));
+  }  // crash
+  auto pool = PoolImpl::Open(path, "circtree", PlainOptions());
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  auto t = U64Tree::Recover(pool->get(), {});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Status::Code::kIncompatible) << t.status().ToString();
+  EXPECT_NE(t.status().ToString().find("the format before the leaf count"), std::string::npos)
+      << t.status().ToString();
+  unlink(path.c_str());
+}
+
 // ---- byte-string keys -----------------------------------------------------------------------------
 
 TEST(CircTreeTest, ByteStringKeysSurviveACrash) {
@@ -766,6 +960,8 @@ TEST(CircTreeTest, ConcurrentWritersAndReadersKeepEveryKeyThroughSplits) {
   EXPECT_EQ(errors, 0);
   ASSERT_TRUE(tree.Verify().ok()) << tree.Verify().ToString();
   EXPECT_EQ(tree.Stats().entries, 1000u + kWriters * 1500u);
+  // C13 at rest: concurrent splits stored the count in count_mu_'s order.
+  EXPECT_EQ(MetaOf(**pool).leaves, tree.Stats().leaf_nodes);
 }
 
 // Merges under concurrency (§5.4): writers insert and then remove all their
@@ -796,6 +992,7 @@ TEST(CircTreeTest, ConcurrentRemovalsMergeWhileReadersFindEveryStableKey) {
   // Leaves merge in every run; whether the root collapses (inner nodes
   // merging down to one) depends on the interleaving, so it is not asserted.
   EXPECT_GT(Extra(st, "merges"), 0.0);
+  EXPECT_EQ(MetaOf(**pool).leaves, st.leaf_nodes);  // C13 at rest, splits and merges interleaved
 }
 
 // ---- crash explorer (bounded; the full matrix is circtree_long_test) ----------------------------

@@ -24,7 +24,9 @@
 namespace pmtree::circtree {
 
 inline constexpr uint64_t kMetaMagic = 0x4545525443524943ull;  // "CIRCTREE" little-endian
-inline constexpr uint32_t kFormatVersion = 1;
+// Version 2 added Meta::leaves; a version-1 pool ("the format before the leaf
+// count") is Incompatible.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint32_t kDefaultNodeSize = 512;
 inline constexpr uint32_t kMinNodeSize = 512;
 inline constexpr uint32_t kMaxNodeSize = 4096;
@@ -45,7 +47,14 @@ inline constexpr uint64_t kLine = 64;
 //                            Key 0 lives here, not in a leaf, because a leaf
 //                            slot whose key word is 0 is the paper's NULL
 //                            (docs/trees/circtree.md, "Deviations")
-//   48   16    reserved      zero
+//   48   8     leaves        a lower bound on the leaves of the durable leaf
+//                            level (invariant C13): 1 at creation; a leaf
+//                            split stores count + 1 only after the persist
+//                            that links its new leaf, a merge stores
+//                            count - 1 and persists it before the merge's
+//                            commit (M3); crash recovery refuses a leaf level
+//                            that reaches fewer, then stores the exact count
+//   56   8     reserved      zero
 //
 // The paper's crash flag ("flagged up when Circ-Tree starts and cleared in
 // case of a normal exit") is the pool header's clean-shutdown flag.
@@ -58,12 +67,15 @@ struct Meta {
   uint32_t variant;
   uint64_t zero_value;
   uint64_t zero_present;
-  uint64_t reserved[2];
+  uint64_t leaves;
+  uint64_t reserved;
 };
 static_assert(sizeof(Meta) == 64);
 static_assert(offsetof(Meta, root) == 16);
 static_assert(offsetof(Meta, zero_value) == 32);
 static_assert(offsetof(Meta, zero_present) == 40);
+static_assert(offsetof(Meta, leaves) == 48);
+static_assert(offsetof(Meta, leaves) % 8 == 0, "the leaf count is one atomic 8-byte store");
 
 // Node header (64 B, the node's first cache line).  The first 32 bytes are
 // the paper's header (Figure 2) in the paper's order; the second 32 bytes

@@ -69,8 +69,33 @@ Status CircTree<KP>::RecoverFromPool(bool clean) {
   if (clean) return Status::Ok();  // instant restart
   std::vector<std::vector<uint64_t>> levels;
   PMTREE_RETURN_IF_ERROR(CollectLevels(&levels, /*repair=*/true));
+  // C13: the meta block never counts more leaves than the durable chain
+  // holds, so a walk that reaches fewer met a cut chain (a zeroed sibling
+  // pointer or page).  Refuse it before FinishMerges (case 8 would drop the
+  // parent entries naming the lost leaves) and before the allocator rebuild
+  // would turn them into free space.  The per-node repairs above change no
+  // sibling pointer.  The count is not touched, so the next open refuses
+  // the pool again.
+  const uint64_t walked = levels[0].size(), counted = meta_->leaves;
+  if (counted == 0 || counted > walked)
+    return Status::Corruption("circtree: the leaf level reaches " + std::to_string(walked) +
+                              " leaves but the meta block counts " + std::to_string(counted) +
+                              (counted == 0 ? " (never 0: a damaged meta block)"
+                                            : ": leaves unreachable (a cut leaf list?)") +
+                              " (invariant C13)");
   // Before the allocator rebuild: what these repairs detach is then free.
   PMTREE_RETURN_IF_ERROR(FinishMerges(&levels));
+  // The leaf level is final now (LinkChildren below changes inner levels
+  // only): store the exact count, which a merge recovery undid (case 7a)
+  // left one low.
+  leaf_count_ = levels[0].size();
+  if (leaf_count_ != counted) {
+    pool_->Store64(&meta_->leaves, leaf_count_);
+    // Persist the exact count before recovery goes on, so a crash in the
+    // rest of recovery keeps it (any later image holds it or the old,
+    // smaller one: both lower bounds, C13).
+    pool_->Persist(&meta_->leaves, sizeof(uint64_t));
+  }
   PMTREE_RETURN_IF_ERROR(RebuildAllocator(levels));
   return LinkChildren(&levels);
 }
@@ -521,6 +546,10 @@ Status CircTree<KP>::Verify() {
                               std::to_string(meta_->zero_present));
   std::vector<std::vector<uint64_t>> levels;
   PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));  // C1, C2, C6 (twice), C9
+  if (meta_->leaves == 0 || meta_->leaves > levels[0].size())
+    return Status::Corruption("circtree meta block at offset " + Hex(meta_off_) +
+                              ": invariant C13 violated: leaf count " + std::to_string(meta_->leaves) + " but " +
+                              std::to_string(levels[0].size()) + " leaves on the leaf level's chain");
   uint64_t bytes = Allocator::RoundUp(sizeof(Meta));
   const size_t top = levels.size() - 1;
   if (levels[top].size() != 1) return NodeError(levels[top][0], "C6", "the root has a sibling");

@@ -349,6 +349,61 @@ TEST(LogTreeTest, CrashBetweenOperationsKeepsEveryAcknowledgedOperation) {
   EXPECT_EQ(Contents(*h.tree), model);
 }
 
+// The leaves of the tree in `pool`, in the order of their `link` chain
+// (child 0 of each inner node down to level 0, then the leaf links).
+std::vector<uint64_t> LeafChain(PoolImpl& pool) {
+  uint64_t off = pool.At<logtree::LogTreeMeta>(pool.root(0))->root;
+  while (pool.At<logtree::NodeHeader>(off)->level > 0) off = pool.At<logtree::NodeHeader>(off)->link;
+  std::vector<uint64_t> chain;
+  for (; off != 0; off = pool.At<logtree::NodeHeader>(off)->link) chain.push_back(off);
+  return chain;
+}
+
+// Issue 17, for logtree: no leaf count is needed.  Crash recovery rebuilds
+// the allocator by walking the inner nodes from the root (R2), never the
+// leaf links, so a zeroed link cuts off no leaf: every leaf stays allocated
+// and reachable, and Verify's invariant 8 (the leaves in key order are
+// chained by `link`) refuses the cut.  A zeroed leaf page fails recovery's
+// tag check (invariant 3).  Either way the crashed pool fails the open or
+// Verify() with Corruption; with invariant 8's check removed the first case
+// opens and verifies (docs/trees/logtree.md, "A cut leaf list").
+TEST(LogTreeTest, ACrashedPoolWithACutLeafListFailsTheOpenOrVerify) {
+  for (const bool zero_page : {false, true}) {
+    SCOPED_TRACE(zero_page ? "a zeroed leaf page" : "a zeroed leaf link");
+    ShmFile f;
+    {
+      auto h = CreateIn<U64Tree>(f.path());
+      for (uint64_t k = 0; k < 3000; k++) ASSERT_TRUE(*h.tree->Insert(k * 7919 % 3001, k));
+      h.Crash();
+    }
+    {
+      auto pool = PoolImpl::Open(f.path(), "logtree", TestPoolOptions());
+      ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+      const std::vector<uint64_t> chain = LeafChain(**pool);
+      ASSERT_GT(chain.size(), 100u);
+      if (zero_page) {
+        // The third leaf from the right: its page, every word of it.
+        auto* w = (*pool)->At<uint64_t>(chain[chain.size() - 3]);
+        for (uint32_t i = 0; i < 512 / 8; i++) (*pool)->Store64(&w[i], 0);
+        (*pool)->Persist(w, 512);
+      } else {
+        uint64_t* cut = &(*pool)->At<logtree::NodeHeader>(chain[chain.size() - 3])->link;  // two leaves cut off
+        (*pool)->Store64(cut, 0);
+        (*pool)->Persist(cut, sizeof(uint64_t));
+      }
+    }  // crash again, with the damage durable
+    auto pool = PoolImpl::Open(f.path(), "logtree", TestPoolOptions());
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    auto t = U64Tree::Recover(pool->get(), TreeOptions{});
+    const Status s = t.ok() ? (*t)->Verify() : t.status();
+    EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+    EXPECT_NE(s.ToString().find(zero_page ? "invariant" : "invariant 8"), std::string::npos) << s.ToString();
+    if (!zero_page) {
+      EXPECT_TRUE(t.ok()) << "recovery reads no leaf link; the cut is Verify's to find";
+    }
+  }
+}
+
 struct StopCase {
   const char* name;
   StopPoint point;
