@@ -245,12 +245,12 @@ bool DetectsLossAfterCleanClose(const std::string& tree) {
 // Trees that refuse a crashed pool that lost leaves: fptree's and wbtree's
 // leaves carry the pool's leaf magic, and their recovery reports free space
 // holding it; cdds's nodes carry the pool's node magic the same way (N1-N4
-// in src/trees/cdds/cdds_gc.cc); lbtree's, fastfair's, wotree's and
-// sortedtree's recovery walk must reach the leaf count their meta block keeps
-// (docs/pool_format.md, "Detecting a loss after a crash").
+// in src/trees/cdds/cdds_gc.cc); lbtree's, fastfair's, wotree's,
+// sortedtree's and nvtree's recovery walk must reach the leaf count their
+// meta block keeps (docs/pool_format.md, "Detecting a loss after a crash").
 bool DetectsLossAfterCrash(const std::string& tree) {
   return tree == "fptree" || tree == "wbtree" || tree == "lbtree" || tree == "fastfair" || tree == "cdds" ||
-         tree == "wotree" || tree == "sortedtree";
+         tree == "wotree" || tree == "sortedtree" || tree == "nvtree";
 }
 
 bool DetectsLoss(const std::string& tree, bool clean) {
