@@ -98,10 +98,6 @@ uint64_t LeafCountOf(TreeHandle<Tree>& h) {
   return pool.At<Meta>(pool.root(0))->leaves;
 }
 
-std::string ShmPath(const std::string& tag) {
-  return "/dev/shm/pmtree-nvtree-test-" + std::to_string(getpid()) + "-" + tag + ".pool";
-}
-
 // ---- options -------------------------------------------------------------------
 
 TEST(NvTreeTest, UnknownStrategyAndOptionsAreRejectedWithTheValidValues) {
@@ -312,8 +308,8 @@ TEST(NvTreeTest, SearchesAreServedWhileRebuildsRun) {
 TEST(NvTreeTest, CloseThenReopenRestartsInstantlyFromTheSavedImage) {
   uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  std::string path = ShmPath("instant");
-  unlink(path.c_str());
+  testutil::TempPool pool("instant");  // removed at the end of the test
+  const std::string& path = pool.path();
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(seed);
   {
@@ -347,12 +343,11 @@ TEST(NvTreeTest, CloseThenReopenRestartsInstantlyFromTheSavedImage) {
     ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
     EXPECT_EQ(PoolImpl::Of(*h->pool).allocator().bytes_in_use(), h->tree->Stats().pm_bytes);
   }
-  unlink(path.c_str());
 }
 
 TEST(NvTreeTest, DestroyWithoutCloseRebuildsFromLeavesAndUnlinksEmptyOnes) {
-  std::string path = ShmPath("crash");
-  unlink(path.c_str());
+  testutil::TempPool pool("crash");  // removed at the end of the test
+  const std::string& path = pool.path();
   std::map<uint64_t, uint64_t> model;
   uint64_t leaves_before = 0;
   {
@@ -388,7 +383,6 @@ TEST(NvTreeTest, DestroyWithoutCloseRebuildsFromLeavesAndUnlinksEmptyOnes) {
     model[k] = 7;
   }
   ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
-  unlink(path.c_str());
 }
 
 // ---- the leaf count (invariant 11, issue 17) ---------------------------------------
@@ -503,8 +497,8 @@ TEST(NvTreeTest, APoolOfTheFormatBeforeTheLeafCountIsIncompatible) {
 TEST(NvTreeTest, ByteStringKeysSurviveCloseAndCrash) {
   uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  std::string path = ShmPath("bytes");
-  unlink(path.c_str());
+  testutil::TempPool pool("bytes");  // removed at the end of the test
+  const std::string& path = pool.path();
   std::map<std::string, uint64_t> model;
   std::mt19937_64 rng(seed);
   auto key = [&] { return "user:" + std::to_string(rng() % 3000) + std::string(rng() % 40, 'x'); };
@@ -545,7 +539,6 @@ TEST(NvTreeTest, ByteStringKeysSurviveCloseAndCrash) {
       ASSERT_TRUE(h->tree->Close().ok());
     }  // else: destroyed without Close, a crash
   }
-  unlink(path.c_str());
 }
 
 // ---- workload-adaptive node sizes (§5) ------------------------------------------------------
