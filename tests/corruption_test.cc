@@ -246,13 +246,13 @@ bool DetectsLossAfterCleanClose(const std::string& tree) {
 // leaves carry the pool's leaf magic, and their recovery reports free space
 // holding it; cdds's nodes carry the pool's node magic the same way (N1-N4
 // in src/trees/cdds/cdds_gc.cc); lbtree's, fastfair's, wotree's,
-// sortedtree's and circtree's recovery walk must reach the leaf count their
-// meta block keeps; logtree's recovery rebuilds the allocator from the root,
-// never the leaf links, and Verify() refuses a cut link (its invariant 8)
-// (docs/pool_format.md, "Detecting a loss after a crash").
+// sortedtree's, circtree's and nvtree's recovery walk must reach the leaf
+// count their meta block keeps; logtree's recovery rebuilds the allocator
+// from the root, never the leaf links, and Verify() refuses a cut link (its
+// invariant 8) (docs/pool_format.md, "Detecting a loss after a crash").
 bool DetectsLossAfterCrash(const std::string& tree) {
   return tree == "fptree" || tree == "wbtree" || tree == "lbtree" || tree == "fastfair" || tree == "cdds" ||
-         tree == "wotree" || tree == "sortedtree" || tree == "circtree" || tree == "logtree";
+         tree == "wotree" || tree == "sortedtree" || tree == "circtree" || tree == "logtree" || tree == "nvtree";
 }
 
 bool DetectsLoss(const std::string& tree, bool clean) {

@@ -14,7 +14,10 @@
 
 namespace pmtree::nvtree {
 
-inline constexpr uint64_t kMetaMagic = 0x3145455254564eull;   // "NVTREE1"
+inline constexpr uint64_t kMetaMagic = 0x3245455254564eull;   // "NVTREE2"
+// The format before the leaf count (Meta byte 56 reserved and 0): such a pool
+// is Incompatible, not Corruption.
+inline constexpr uint64_t kMetaMagicV1 = 0x3145455254564eull;  // "NVTREE1"
 inline constexpr uint64_t kLeafMagic = 0x464145464c564eull;   // "NVLFEAF"
 inline constexpr uint64_t kImageMagic = 0x474d49564e564eull;  // "NVNVIMG"
 
@@ -31,11 +34,15 @@ inline constexpr uint64_t kImageMagic = 0x474d49564e564eull;  // "NVNVIMG"
 //                               trusted only when the pool reports a clean shutdown
 //   40   8     read_ps_line     media read cost, picoseconds per 64 B line (§5.4 T_r)
 //   48   8     write_ps_line    media write+flush cost, picoseconds per line (§5.4 T_w)
-//   56   8     reserved         0
+//   56   8     leaves           leaf count: a lower bound of the LNs in the leaf
+//                               list, exact whenever no operation runs
+//                               (invariant 11 in nvtree.cc)
 //
 // Written once at creation and persisted before SetRoot(0); afterwards only
-// `head` (an atomic switch, like any left-sibling pointer) and `inner_image`
-// (at Close and at the next open) change.
+// `head` (an atomic switch, like any left-sibling pointer), `inner_image`
+// (at Close and at the next open) and `leaves` (a split after its link is
+// durable, a merge before its unlink is stored, a bulk load after its head
+// store is durable, recovery) change.
 struct Meta {
   uint64_t magic;
   uint64_t head;
@@ -46,11 +53,12 @@ struct Meta {
   uint64_t inner_image;
   uint64_t read_ps_line;
   uint64_t write_ps_line;
-  uint64_t reserved;
+  uint64_t leaves;
 };
 static_assert(sizeof(Meta) == 64);
 static_assert(offsetof(Meta, head) == 8);
 static_assert(offsetof(Meta, inner_image) == 32);
+static_assert(offsetof(Meta, leaves) == 56);
 static_assert(offsetof(Meta, head) % 8 == 0 && offsetof(Meta, inner_image) % 8 == 0);
 
 // ---- LN_element ---------------------------------------------------------------

@@ -436,6 +436,7 @@ Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Create(PoolImpl* pool, const Tre
   m.key_kind = static_cast<uint32_t>(KP::kKind);
   m.read_ps_line = static_cast<uint64_t>(cost.read_ns_per_line * 1000);
   m.write_ps_line = static_cast<uint64_t>(cost.write_ns_per_line * 1000);
+  m.leaves = 1;  // the first LN (invariant 11)
   Meta* meta = pool->At<Meta>(*meta_off);
   pool->Write(meta, &m, sizeof m);
   // Persist the first leaf (flushed by WriteNewLeaf) and the meta block
@@ -464,6 +465,9 @@ Result<std::unique_ptr<NvTree<KP>>> NvTree<KP>::Recover(PoolImpl* pool, const Tr
   if (!pool->InHeap(meta_off, sizeof(Meta)))
     return Status::Corruption("nvtree: meta block at offset " + Hex(meta_off) + " outside the heap");
   Meta* meta = pool->At<Meta>(meta_off);
+  if (meta->magic == kMetaMagicV1)
+    return Status::Incompatible("nvtree: the pool was made by an older format of nvtree (NVTREE1, the format "
+                                "before the leaf count); this build cannot open it");
   if (meta->magic != kMetaMagic)
     return Status::Corruption("nvtree: meta block at offset " + Hex(meta_off) + ": bad magic");
   if (meta->key_kind != static_cast<uint32_t>(KP::kKind))
@@ -880,7 +884,8 @@ Result<bool> NvTree<KP>::Mutate(OpKind kind, K key, uint64_t value) {
 //
 // Write order: every new LN (built right to left, so each knows its `next`)
 // is written and flushed, one fence, then one Store64 of Meta::head commits
-// the whole load; the old empty LN is freed after that store is persistent.
+// the whole load; the old empty LN is freed after that store is persistent,
+// and the leaf count (invariant 11) is persisted after it too.
 // A crash before the store leaves the empty tree (the new LNs are
 // unreachable and reclaimed by recovery).
 
@@ -926,6 +931,13 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
   pool_->Fence();
   pool_->Store64(&meta_->head, lns[0]);
   pool_->Persist(&meta_->head, 8);  // the load is durable before the old LN is freed or the call returns
+  // Invariant 11: the loaded LNs replace the one empty LN, counted only now
+  // that the head store naming them is durable (before it a crash leaves the
+  // list with its one LN, and the count must not exceed that).
+  StoreLeafCount(static_cast<int64_t>(n_leaves) - 1);
+  // Fence: the count is durable before the load returns, so a cut of the
+  // loaded list after a crash is refused, not absorbed.
+  pool_->Fence();
 
   auto* in = new Inner();
   const uint32_t m = inner_node_size_ / 16;
@@ -946,7 +958,6 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
     delete old_info;
     delete old;
   });
-  n_leaves_ = n_leaves;
   n_writes_.fetch_add(kv.size(), std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -966,7 +977,9 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
 // nElement and next pointers; (2) persist them; (3) store the left sibling's
 // next pointer (Meta::head for the first LN) — the single failure-atomic
 // commit; (4) persist it; (5) only now update the PLN, mark the old LN(s)
-// dead and retire them and the key blobs no longer referenced.
+// dead and retire them and the key blobs no longer referenced.  The leaf
+// count (invariant 11): a merge stores its lowered count before (2)'s fence,
+// a split its raised count after (4), with one more fence.
 
 // §5.3 Algorithm 3 bounded by §5.4, with the profile of the LN being replaced.
 template <KeyPolicy KP>
@@ -987,6 +1000,28 @@ uint32_t NvTree<KP>::AdaptiveSize(LeafInfo* info, uint32_t need, uint32_t old_by
     case SizeChange::kNone: break;
   }
   return sz;
+}
+
+// Invariant 11 under concurrent SMOs.  n_leaves_ changes only here, under
+// leaves_mu_, and each change is stored to Meta::leaves in the same critical
+// section, so the word's stores follow the DRAM count's values in order
+// (concurrent splits cannot store their counts out of order).  Let L be the
+// LNs the durable list holds.  A split adds 1 after its link is durable (L
+// already grew); a merge subtracts 1 and fences the store before its
+// unlinking store (L shrinks only after).  So the durable word is the DRAM
+// count at some moment t, and every merge counted after t has not yet
+// fenced, so its LN is still linked: word <= L in every crash state.  A
+// crash may lose a split's count that was not yet fenced: the word lags,
+// which only weakens recovery's check; recovery writes the exact count.
+template <KeyPolicy KP>
+void NvTree<KP>::StoreLeafCount(int64_t delta) {
+  std::lock_guard<std::mutex> g(leaves_mu_);
+  const uint64_t n = n_leaves_.load(std::memory_order_relaxed) + static_cast<uint64_t>(delta);
+  n_leaves_.store(n, std::memory_order_relaxed);
+  pool_->Store64(&meta_->leaves, n);
+  // Start the write-back; the caller's fence (a split's after this call, a
+  // merge's before its unlinking store) completes it.
+  pool_->Flush(&meta_->leaves, 8);
 }
 
 template <KeyPolicy KP>
@@ -1150,12 +1185,26 @@ Result<typename NvTree<KP>::SmoOutcome> NvTree<KP>::Smo(const Found& f, OpKind k
     if (!reservation->Fits()) return SmoOutcome::kNeedRebuild;  // §4.5: rebuild first
   }
   PMTREE_RETURN_IF_ERROR(WriteSmoLeaves(f, kind, &s));
-  // The new LN(s) are flushed; complete the write-back before the pointer
-  // that links them, so a crash never links a half-written LN.
+  // Invariant 11: a merge takes an LN out of the list, so it lowers the count
+  // before the store that unlinks it (nothing below fails any more).
+  if (s.kind == SmoState::kMerge) StoreLeafCount(-1);
+  // The new LN(s) (and a merge's lowered count) are flushed; complete the
+  // write-back before the pointer that links them, so a crash never links a
+  // half-written LN, nor unlinks a merged LN while the durable count still
+  // includes it.
   pool_->Fence();
   pool_->Store64(link, s.new_left);  // the one atomic write that commits (§4.4)
   pool_->Persist(link, 8);           // durable before the op is acknowledged or the old LN retired
   new_slot.Commit();
+  if (s.kind == SmoState::kSplit) {
+    // Invariant 11: count the split's second LN only now that the link naming
+    // it is durable, so no crash state counts an LN the list does not hold.
+    StoreLeafCount(+1);
+    // Fence: the count is durable before the split is acknowledged, so after
+    // a crash the walk must reach this LN too (a cut behind it is refused,
+    // not absorbed), and no store of the split is pending at its end.
+    pool_->Fence();
+  }
 
   PublishSmo(in, f, s, reservation ? &*reservation : nullptr);
   RetireSmo(f, s, &locks);
@@ -1275,7 +1324,6 @@ void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnRes
     e0.info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     p.count.store(c + 1, std::memory_order_release);
     reservation->Release();  // after count: see PlnReservation
-    n_leaves_.fetch_add(1, std::memory_order_relaxed);
     splits_.fetch_add(1, std::memory_order_relaxed);
   } else if (s.kind == SmoState::kMerge) {
     li->visible.store(s.all.size(), std::memory_order_relaxed);
@@ -1288,7 +1336,6 @@ void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnRes
     in->entry[p.base + pos].ln.store(s.new_left, std::memory_order_relaxed);
     in->entry[p.base + pos].info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     p.count.store(c - 1, std::memory_order_relaxed);
-    n_leaves_.fetch_sub(1, std::memory_order_relaxed);
     merges_.fetch_add(1, std::memory_order_relaxed);
   } else {
     li->visible.store(s.live.size(), std::memory_order_relaxed);
@@ -1382,22 +1429,25 @@ void NvTree<KP>::RebuildFromPln() {
 // Recovery rule R3 (docs): an LN without a live key is unlinked here (one
 // atomic store to its left sibling's next, persisted), because its maximum
 // key is undefined; a crash during recovery leaves it linked or not, both fine.
+// Rule R5 (invariant 11): the walk must reach at least Meta::leaves LNs, else
+// the list was cut (a zeroed next pointer or page) and the LNs behind the cut
+// would silently become free space: Corruption.  So the first pass only
+// reads (checks every LN and counts them), and the exact count of the LNs
+// kept is persisted before R3's first unlink.
 template <KeyPolicy KP>
 Status NvTree<KP>::RebuildFromLeaves() {
-  Allocator& a = pool_->allocator();
-  a.BeginRebuild();
-  PMTREE_RETURN_IF_ERROR(a.MarkUsed(pool_->OffsetOf(meta_), sizeof(Meta)));
-  Inner* in = new Inner();
-  std::unique_ptr<Inner> guard_in(in);
-  std::vector<uint64_t> lns, max_slots;
-  std::vector<uint64_t> counts_n;
-  uint64_t* link = &meta_->head;
+  struct Walked {
+    uint64_t off;
+    bool keep;          // false: no live key, unlinked by R3
+    uint64_t max_slot;  // the largest live key's slot (0 when none)
+  };
+  std::vector<Walked> walk;
+  uint64_t kept = 0;
   uint64_t off = meta_->head;
   const uint64_t max_leaves = pool_->size() / kMinLeafBytes + 1;
-  uint64_t walked = 0;
   std::vector<std::pair<uint64_t, uint64_t>> live;
   while (off != 0) {
-    if (++walked > max_leaves) return Status::Corruption("nvtree: leaf list has a cycle");
+    if (walk.size() >= max_leaves) return Status::Corruption("nvtree: leaf list has a cycle");
     if (off % kAllocGranule != 0 || !pool_->InHeap(off, kLeafHeaderBytes))
       return Status::Corruption("nvtree: leaf at offset " + Hex(off) + " outside the heap (invariant 2)");
     LeafHeader* h = Leaf(off);
@@ -1413,37 +1463,66 @@ Status NvTree<KP>::RebuildFromLeaves() {
       PMTREE_RETURN_IF_ERROR(keys_.CheckSlot(e[i].key));
     }
     CollectLive(h, h->n_element, &live);
-    uint64_t next = h->next;
-    if (live.empty() && !(next == 0 && lns.empty())) {
-      pool_->Store64(link, next);
+    // R3, but a lone last LN stays: the list is never empty.
+    const bool keep = !live.empty() || (h->next == 0 && kept == 0);
+    walk.push_back({off, keep, live.empty() ? 0 : live.back().first});
+    kept += keep ? 1 : 0;
+    off = h->next;
+  }
+  if (walk.empty()) return Status::Corruption("nvtree: leaf list is empty (meta head is 0)");
+  const uint64_t counted = meta_->leaves;
+  if (counted == 0 || counted > walk.size())
+    return Status::Corruption("nvtree: the leaf list reaches " + std::to_string(walk.size()) +
+                              " leaves but the meta block counts " + std::to_string(counted) +
+                              (counted == 0 ? " (never 0: a damaged meta block)"
+                                            : ": leaves unreachable (a cut leaf list?)") +
+                              " (invariant 11)");
+  if (kept != counted) {
+    pool_->Store64(&meta_->leaves, kept);
+    // The exact count (a split's may lag; R3 drops the empty LNs) is durable
+    // before R3's first unlink below, so a crash during them never leaves the
+    // count above the list (invariant 11).
+    pool_->Persist(&meta_->leaves, 8);
+  }
+
+  Allocator& a = pool_->allocator();
+  a.BeginRebuild();
+  PMTREE_RETURN_IF_ERROR(a.MarkUsed(pool_->OffsetOf(meta_), sizeof(Meta)));
+  auto in = std::make_unique<Inner>();
+  std::vector<uint64_t> lns, max_slots, counts_n;
+  uint64_t* link = &meta_->head;
+  for (const Walked& w : walk) {
+    LeafHeader* h = Leaf(w.off);
+    if (!w.keep) {
+      pool_->Store64(link, h->next);
       pool_->Persist(link, 8);  // the empty LN is unlinked durably before its space becomes free
-      off = next;
       continue;
     }
-    PMTREE_RETURN_IF_ERROR(a.MarkUsed(off, h->node_bytes));
-    std::unordered_set<uint64_t> seen;
-    for (uint64_t i = 0; i < h->n_element; i++) {
-      if (!KP::kInline && seen.insert(e[i].key).second) PMTREE_RETURN_IF_ERROR(keys_.MarkUsed(e[i].key));
+    PMTREE_RETURN_IF_ERROR(a.MarkUsed(w.off, h->node_bytes));
+    if constexpr (!KP::kInline) {
+      std::unordered_set<uint64_t> seen;
+      const LnElement* e = LeafElements(h);
+      for (uint64_t i = 0; i < h->n_element; i++) {
+        if (seen.insert(e[i].key).second) PMTREE_RETURN_IF_ERROR(keys_.MarkUsed(e[i].key));
+      }
     }
-    lns.push_back(off);
-    max_slots.push_back(live.empty() ? 0 : live.back().first);
+    lns.push_back(w.off);
+    max_slots.push_back(w.max_slot);
     counts_n.push_back(h->n_element);
     link = &h->next;
-    off = next;
   }
   a.EndRebuild();
-  if (lns.empty()) return Status::Corruption("nvtree: leaf list is empty (meta head is 0)");
   const uint32_t m = inner_node_size_ / 16;
   std::vector<uint32_t> caps(lns.size(), m + 1), counts(lns.size(), 1);
   std::vector<uint64_t> seps(lns.size());
   std::vector<LeafInfo*> infos(lns.size());
   for (size_t i = 0; i < lns.size(); i++) {
-    seps[i] = i + 1 == lns.size() ? kSepInf : SepFromSlot(in, max_slots[i]);
+    seps[i] = i + 1 == lns.size() ? kSepInf : SepFromSlot(in.get(), max_slots[i]);
     infos[i] = new LeafInfo();
     infos[i]->visible.store(counts_n[i], std::memory_order_relaxed);
   }
-  BuildInner(in, m, caps, counts, seps, lns, infos);
-  inner_.store(guard_in.release(), std::memory_order_release);
+  BuildInner(in.get(), m, caps, counts, seps, lns, infos);
+  inner_.store(in.release(), std::memory_order_release);
   n_leaves_ = lns.size();
   return Status::Ok();
 }
@@ -1535,6 +1614,11 @@ Status NvTree<KP>::LoadImage(uint64_t off) {
     sum += plns[j].count;
   }
   if (sum != hdr->n_entries) return bad("entry count mismatch");
+  // Invariant 11 holds exactly at Close: an image indexing another number of
+  // LNs is not the one this list was closed with; the walk decides instead.
+  if (sum != meta_->leaves)
+    return bad("indexes " + std::to_string(sum) + " leaves but the meta block counts " +
+               std::to_string(meta_->leaves) + " (invariant 11)");
   auto in = std::make_unique<Inner>();
   std::vector<uint64_t> seps(sum), lns(sum);
   std::vector<LeafInfo*> infos(sum);
@@ -1580,7 +1664,8 @@ Status NvTree<KP>::Close() {
 // ============================================================================
 //
 // Invariants (Verify checks each; the numbers are cited in code and docs):
-//  1. The meta block is in the heap, has its magic and valid sizes.
+//  1. The meta block is in the heap, has its magic, valid sizes and a leaf
+//     count of at least 1.
 //  2. Every LN reached is 64-aligned, inside the heap, has the leaf magic, a
 //     node size that is a multiple of 64 within [256, 64K], capacity ==
 //     LeafCapacity(node_bytes), and n_element <= capacity.
@@ -1596,6 +1681,14 @@ Status NvTree<KP>::Close() {
 //     the last; every PLN has 1 <= count <= capacity.
 //  9. The DRAM scan bound of every LN equals its persistent nElement.
 // 10. Bytes reached (meta, LNs, key blobs) == allocator bytes in use.
+// 11. Meta::leaves (the leaf count) is at least 1 and, in every crash state,
+//     at most the number of LNs in the durable leaf list; when no operation
+//     runs it equals the LNs in the list and n_leaves_.  A split stores the
+//     raised count after the persist of the link that adds its LN, a merge
+//     stores the lowered count before the fence that precedes its unlinking
+//     store, a bulk load after its head store is durable, all under
+//     leaves_mu_ (StoreLeafCount); Create writes 1, recovery the exact count.
+//     Recovery refuses a list shorter than the count (a cut list, rule R5).
 
 template <KeyPolicy KP>
 Status NvTree<KP>::Verify() {
@@ -1608,7 +1701,7 @@ Status NvTree<KP>::Verify() {
                               " violated: " + what);
   };
   uint64_t meta_off = pool_->OffsetOf(meta_);
-  if (!pool_->InHeap(meta_off, sizeof(Meta)) || meta_->magic != kMetaMagic)
+  if (!pool_->InHeap(meta_off, sizeof(Meta)) || meta_->magic != kMetaMagic || meta_->leaves == 0)
     return Status::Corruption("nvtree: meta block at offset " + Hex(meta_off) + ": invariant 1 violated");
   Inner* in = inner_.load(std::memory_order_acquire);
   uint64_t reached = Allocator::RoundUp(sizeof(Meta));
@@ -1617,6 +1710,7 @@ Status NvTree<KP>::Verify() {
   uint64_t prev_sep = 0;
   std::vector<uint64_t> pln_max(in->n_pln);
   std::vector<std::pair<uint64_t, uint64_t>> live;
+  uint64_t walked = 0;
   for (uint64_t j = 0; j < in->n_pln; j++) {
     Pln& p = in->pln[j];
     uint32_t c = p.count.load();
@@ -1667,6 +1761,7 @@ Status NvTree<KP>::Verify() {
           return bad(off, 7, "key at or below the previous separator");
       }
       reached += Allocator::RoundUp(h->node_bytes);
+      walked++;
       have_prev_sep = true;
       prev_sep = sep;
       list = h->next;
@@ -1674,6 +1769,15 @@ Status NvTree<KP>::Verify() {
     pln_max[j] = prev_sep;
   }
   if (list != 0) return bad(list, 5, "leaf list continues beyond the last PLN entry");
+  const uint64_t counted = meta_->leaves;
+  if (counted > walked)
+    return Status::Corruption("nvtree: the leaf list reaches " + std::to_string(walked) +
+                              " leaves but the meta block counts " + std::to_string(counted) +
+                              ": leaves unreachable (a cut leaf list?) (invariant 11)");
+  if (counted != walked || n_leaves_.load() != walked)
+    return Status::Corruption("nvtree: invariant 11 violated: the leaf list holds " + std::to_string(walked) +
+                              " leaves, the meta block counts " + std::to_string(counted) + ", the DRAM count is " +
+                              std::to_string(n_leaves_.load()));
   // Invariant 8: IN keys, bottom level up.
   std::vector<uint64_t> child_max = pln_max;
   for (int64_t d = static_cast<int64_t>(in->level_first.size()) - 1; d >= 0; d--) {

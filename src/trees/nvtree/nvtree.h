@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,10 @@ class NvTree final : public BasicTree<typename KP::Arg> {
   uint32_t AdaptiveSize(LeafInfo* info, uint32_t need, uint32_t old_bytes);
   void ReclaimRetired(EpochManager::Guard guard);
   Status RebuildFromLeaves();
+  // Sets the DRAM leaf count to n_leaves_ + delta and stores it in
+  // Meta::leaves, flushed but not fenced (the caller's next fence makes it
+  // durable), under leaves_mu_ (invariant 11).
+  void StoreLeafCount(int64_t delta);
   Status LoadImage(uint64_t off);
   Status SaveImage();
 
@@ -196,7 +201,10 @@ class NvTree final : public BasicTree<typename KP::Arg> {
   // Profiling (Table 2) and statistics.
   std::atomic<uint64_t> n_reads_{0};
   std::atomic<uint64_t> n_writes_{0};
+  // LNs in the list: Algorithm 3's N_LN and the value Meta::leaves mirrors.
+  // Changed only under leaves_mu_ (StoreLeafCount), read relaxed.
   std::atomic<uint64_t> n_leaves_{0};
+  std::mutex leaves_mu_;
   std::atomic<uint64_t> rebuilds_{0};
   std::atomic<uint64_t> rebuild_ns_{0};
   std::atomic<uint64_t> splits_{0};

@@ -8,11 +8,13 @@
 
 #include "trees/nvtree/nvtree.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -89,8 +91,11 @@ void ExpectModel(Tree& t, const std::map<uint64_t, uint64_t>& model) {
   }
 }
 
-std::string ShmPath(const std::string& tag) {
-  return "/dev/shm/pmtree-nvtree-test-" + std::to_string(getpid()) + "-" + tag + ".pool";
+// Meta::leaves of a live tree (invariant 11).
+uint64_t LeafCountOf(TreeHandle<Tree>& h) {
+  PoolImpl& pool = PoolImpl::Of(*h.pool);
+  EXPECT_NE(pool.root(0), 0u);
+  return pool.At<Meta>(pool.root(0))->leaves;
 }
 
 // ---- options -------------------------------------------------------------------
@@ -187,9 +192,12 @@ TEST(NvTreeTest, SplitCopiesValidElementsIntoTwoNewLeaves) {
   EXPECT_EQ(s.leaf_nodes, 2u);
   EXPECT_EQ(Extra(s, "splits"), 1);
   // Two new leaves (header + 5 and 4 elements: 3 lines each) flushed, one
-  // fence, then the head pointer persisted: 7 flushes, 2 fences.
-  EXPECT_EQ(d.flushes, 7u) << d.ToString();
-  EXPECT_EQ(d.fences, 2u) << d.ToString();
+  // fence, then the head pointer persisted, then the raised leaf count
+  // (invariant 11) flushed and fenced: 8 flushes, 3 fences (7 and 2 before
+  // the leaf count).
+  EXPECT_EQ(d.flushes, 8u) << d.ToString();
+  EXPECT_EQ(d.fences, 3u) << d.ToString();
+  EXPECT_EQ(LeafCountOf(h), 2u);
   ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, model));
 }
 
@@ -198,11 +206,19 @@ TEST(NvTreeTest, ReplaceCompactsALeafWithFewValidElements) {
   for (uint64_t k = 1; k <= 4; k++) ASSERT_TRUE(*h.tree->Insert(k, k));
   for (uint64_t k = 1; k <= 3; k++) ASSERT_TRUE(*h.tree->Remove(k));
   ASSERT_TRUE(*h.tree->Insert(9, 9));  // 8 elements, 2 valid
+  counters::BeginOperation();
+  PersistCounters before = counters::Snapshot();
   ASSERT_TRUE(*h.tree->Insert(10, 10));  // full: 2 valid < 50 %, no right sibling: replace
+  PersistCounters d = counters::Snapshot() - before;
   TreeStats s = h.tree->Stats();
   EXPECT_EQ(Extra(s, "replaces"), 1);
   EXPECT_EQ(Extra(s, "splits"), 0);
   EXPECT_EQ(s.leaf_nodes, 1u);
+  // The new LN (header + 3 elements: 3 lines), one fence, the head pointer
+  // persisted; a replace keeps the leaf count as it is.
+  EXPECT_EQ(d.flushes, 4u) << d.ToString();
+  EXPECT_EQ(d.fences, 2u) << d.ToString();
+  EXPECT_EQ(LeafCountOf(h), 1u);
   ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, {{4, 4}, {9, 9}, {10, 10}}));
 }
 
@@ -211,10 +227,20 @@ TEST(NvTreeTest, MergeJoinsASparseLeafWithItsSparseRightSibling) {
   for (uint64_t k = 1; k <= 9; k++) ASSERT_TRUE(*h.tree->Insert(k, k));  // split: [1..5] [6..9]
   ASSERT_EQ(h.tree->Stats().leaf_nodes, 2u);
   for (uint64_t k = 1; k <= 3; k++) ASSERT_TRUE(*h.tree->Remove(k));  // left: 8 elements, 2 valid
+  EXPECT_EQ(LeafCountOf(h), 2u);
+  counters::BeginOperation();
+  PersistCounters before = counters::Snapshot();
   ASSERT_TRUE(*h.tree->Remove(4));  // full, sparse; right has nElement 4 <= 50 %: merge
+  PersistCounters d = counters::Snapshot() - before;
   TreeStats s = h.tree->Stats();
   EXPECT_EQ(Extra(s, "merges"), 1);
   EXPECT_EQ(s.leaf_nodes, 1u);
+  // The merged LN (header + 5 elements: 3 lines) and the lowered leaf count
+  // (invariant 11) flushed under one fence, then the head pointer persisted:
+  // 5 flushes, 2 fences (4 and 2 before the leaf count).
+  EXPECT_EQ(d.flushes, 5u) << d.ToString();
+  EXPECT_EQ(d.fences, 2u) << d.ToString();
+  EXPECT_EQ(LeafCountOf(h), 1u);
   ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, {{5, 5}, {6, 6}, {7, 7}, {8, 8}, {9, 9}}));
 }
 
@@ -282,8 +308,8 @@ TEST(NvTreeTest, SearchesAreServedWhileRebuildsRun) {
 TEST(NvTreeTest, CloseThenReopenRestartsInstantlyFromTheSavedImage) {
   uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  std::string path = ShmPath("instant");
-  unlink(path.c_str());
+  testutil::TempPool pool("instant");  // removed at the end of the test
+  const std::string& path = pool.path();
   std::map<uint64_t, uint64_t> model;
   std::mt19937_64 rng(seed);
   {
@@ -317,12 +343,11 @@ TEST(NvTreeTest, CloseThenReopenRestartsInstantlyFromTheSavedImage) {
     ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
     EXPECT_EQ(PoolImpl::Of(*h->pool).allocator().bytes_in_use(), h->tree->Stats().pm_bytes);
   }
-  unlink(path.c_str());
 }
 
 TEST(NvTreeTest, DestroyWithoutCloseRebuildsFromLeavesAndUnlinksEmptyOnes) {
-  std::string path = ShmPath("crash");
-  unlink(path.c_str());
+  testutil::TempPool pool("crash");  // removed at the end of the test
+  const std::string& path = pool.path();
   std::map<uint64_t, uint64_t> model;
   uint64_t leaves_before = 0;
   {
@@ -358,14 +383,122 @@ TEST(NvTreeTest, DestroyWithoutCloseRebuildsFromLeavesAndUnlinksEmptyOnes) {
     model[k] = 7;
   }
   ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
-  unlink(path.c_str());
+}
+
+// ---- the leaf count (invariant 11, issue 17) ---------------------------------------
+
+uint64_t ReadWord(int fd, uint64_t off) {
+  uint64_t w = 0;
+  EXPECT_EQ(pread(fd, &w, 8, static_cast<off_t>(off)), 8);
+  return w;
+}
+
+void WriteWord(int fd, uint64_t off, uint64_t w) {
+  ASSERT_EQ(pwrite(fd, &w, 8, static_cast<off_t>(off)), 8);
+}
+
+// The LNs of a closed or crashed pool file, in list order.
+std::vector<uint64_t> LeafListOf(int fd, uint64_t meta_off) {
+  std::vector<uint64_t> list;
+  for (uint64_t ln = ReadWord(fd, meta_off + offsetof(Meta, head)); ln != 0 && list.size() < 100000;) {
+    list.push_back(ln);
+    ln = ReadWord(fd, ln + offsetof(LeafHeader, next));
+  }
+  return list;
+}
+
+constexpr uint64_t kRootSlot0 = 192;  // the pool header's root slot 0 (docs/pool_format.md)
+
+// A crashed pool (destroyed without Close) of 2000 keys in 256 B LNs, none
+// of them empty; returns the meta block's offset.
+uint64_t MakeCrashedPool(const std::string& path) {
+  {
+    auto h = CreateTree(*FindTree("nvtree"), path, kPoolSize, Opts(256), CountingPool());
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (!h.ok()) return 0;
+    for (uint64_t k = 0; k < 2000; k++) EXPECT_TRUE(*h->tree->Insert(k * 7919 % 2003, k));
+    EXPECT_EQ(LeafCountOf(*h), h->tree->Stats().leaf_nodes);
+  }
+  const int fd = open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0);
+  const uint64_t meta_off = ReadWord(fd, kRootSlot0);
+  close(fd);
+  return meta_off;
+}
+
+// Issue 17: after a crash, recovery rebuilds the allocator from the LNs it
+// reaches, so one zeroed `next` used to cut off every LN behind it: the pool
+// opened, Verify() passed, keys were lost.  The meta block's leaf count
+// (invariant 11, rule R4) makes recovery refuse the pool instead, and again
+// on the next open (nothing was absorbed).
+TEST(NvTreeTest, CrashRecoveryRefusesACutLeafList) {
+  testutil::TempPool pool("cut");
+  const uint64_t meta_off = MakeCrashedPool(pool.path());
+  ASSERT_NE(meta_off, 0u);
+  const int fd = open(pool.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const std::vector<uint64_t> list = LeafListOf(fd, meta_off);
+  ASSERT_GT(list.size(), 100u);
+  EXPECT_EQ(ReadWord(fd, meta_off + offsetof(Meta, leaves)), list.size());
+  // Two LNs are lost behind the cut.
+  ASSERT_NO_FATAL_FAILURE(WriteWord(fd, list[list.size() - 3] + offsetof(LeafHeader, next), 0));
+  close(fd);
+  for (int again = 0; again < 2; again++) {
+    auto h = OpenTree(pool.path(), FindTree("nvtree"), {}, CountingPool());
+    Status s = h.ok() ? h->tree->Verify() : h.status();
+    EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+    EXPECT_NE(s.ToString().find("leaves unreachable"), std::string::npos) << s.ToString();
+  }
+}
+
+// A count below the list (a split whose count was not yet durable at the
+// crash) is only a weaker check: recovery opens the pool and persists the
+// exact count of the LNs it keeps.
+TEST(NvTreeTest, CrashRecoveryPersistsTheExactLeafCount) {
+  testutil::TempPool pool("lag");
+  const uint64_t meta_off = MakeCrashedPool(pool.path());
+  ASSERT_NE(meta_off, 0u);
+  const int fd = open(pool.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint64_t leaves = LeafListOf(fd, meta_off).size();
+  ASSERT_NO_FATAL_FAILURE(WriteWord(fd, meta_off + offsetof(Meta, leaves), leaves - 5));
+  close(fd);
+  {
+    auto h = OpenTree(pool.path(), FindTree("nvtree"), {}, CountingPool());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(LeafCountOf(*h), leaves);
+    EXPECT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
+  }
+  const int fd2 = open(pool.path().c_str(), O_RDONLY);
+  ASSERT_GE(fd2, 0);
+  EXPECT_EQ(ReadWord(fd2, meta_off + offsetof(Meta, leaves)), leaves);
+  close(fd2);
+}
+
+// The meta magic is the format version: a pool of the format before the leaf
+// count ("NVTREE1", whose word 56 was reserved and zero) is Incompatible.
+TEST(NvTreeTest, APoolOfTheFormatBeforeTheLeafCountIsIncompatible) {
+  testutil::TempPool pool("v1");
+  const uint64_t meta_off = MakeCrashedPool(pool.path());
+  ASSERT_NE(meta_off, 0u);
+  const int fd = open(pool.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ReadWord(fd, meta_off), kMetaMagic);
+  ASSERT_NO_FATAL_FAILURE(WriteWord(fd, meta_off, kMetaMagicV1));
+  ASSERT_NO_FATAL_FAILURE(WriteWord(fd, meta_off + offsetof(Meta, leaves), 0));
+  close(fd);
+  auto h = OpenTree(pool.path(), FindTree("nvtree"), {}, CountingPool());
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), Status::Code::kIncompatible) << h.status().ToString();
+  EXPECT_NE(h.status().ToString().find("the format before the leaf count"), std::string::npos)
+      << h.status().ToString();
 }
 
 TEST(NvTreeTest, ByteStringKeysSurviveCloseAndCrash) {
   uint64_t seed = Seed();
   SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed));
-  std::string path = ShmPath("bytes");
-  unlink(path.c_str());
+  testutil::TempPool pool("bytes");  // removed at the end of the test
+  const std::string& path = pool.path();
   std::map<std::string, uint64_t> model;
   std::mt19937_64 rng(seed);
   auto key = [&] { return "user:" + std::to_string(rng() % 3000) + std::string(rng() % 40, 'x'); };
@@ -406,7 +539,6 @@ TEST(NvTreeTest, ByteStringKeysSurviveCloseAndCrash) {
       ASSERT_TRUE(h->tree->Close().ok());
     }  // else: destroyed without Close, a crash
   }
-  unlink(path.c_str());
 }
 
 // ---- workload-adaptive node sizes (§5) ------------------------------------------------------
@@ -643,8 +775,15 @@ TEST(NvTreeTest, BulkLoadFillsLeavesAndIsCommittedByOneHeadStore) {
   PersistCounters before = counters::Snapshot();
   ASSERT_TRUE(h.tree->BulkLoad(std::span<const Tree::InputEntry>(input), 0.7).ok());
   PersistCounters d = counters::Snapshot() - before;
-  EXPECT_EQ(d.fences, 2u) << d.ToString();  // all LNs, then the head pointer
+  // 417 LNs (416 of 12 = 70 % of 18 elements, 352 B: 6 lines; one of 8,
+  // 256 B: 4 lines) flushed under one fence, then the head pointer
+  // persisted, then the leaf count (invariant 11) flushed and fenced: 2502
+  // flushes, 3 fences (2501 and 2 before the leaf count).
+  EXPECT_EQ(d.flushes, 2502u) << d.ToString();
+  EXPECT_EQ(d.fences, 3u) << d.ToString();
   TreeStats s = h.tree->Stats();
+  EXPECT_EQ(s.leaf_nodes, 417u);
+  EXPECT_EQ(LeafCountOf(h), 417u);
   EXPECT_NEAR(s.leaf_fill, 0.7, 0.05);
   ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, model));
   EXPECT_EQ(h.tree->BulkLoad(std::span<const Tree::InputEntry>(input), 0.7).code(),
