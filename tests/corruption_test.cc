@@ -235,11 +235,11 @@ template <class T>
 // Pool::saved_bytes_in_use(); fastfair, wotree, sortedtree, circtree, cdds
 // and logtree keep the saved allocator state, so Verify() finds the blocks
 // no node reaches (120 copies of every clean case in corruption_long_test,
-// every zeroed page).  nvtree is left out: when its inner-node image is
-// unusable it rebuilds the allocator from the leaves (docs/pool_format.md).
+// every zeroed page); nvtree's walk, when its inner-node image is unusable,
+// must reach its leaf count, exact at a clean close (docs/pool_format.md).
 bool DetectsLossAfterCleanClose(const std::string& tree) {
   return tree == "fptree" || tree == "wbtree" || tree == "fastfair" || tree == "lbtree" || tree == "logtree" ||
-         tree == "wotree" || tree == "sortedtree" || tree == "circtree" || tree == "cdds";
+         tree == "wotree" || tree == "sortedtree" || tree == "circtree" || tree == "cdds" || tree == "nvtree";
 }
 
 // Trees that refuse a crashed pool that lost leaves: fptree's and wbtree's
