@@ -451,6 +451,49 @@ void EveryZeroedPage(const std::string& name, bool bytes, bool clean) {
               o.verify_failed, o.intact, o.lost_within, o.silent_loss);
 }
 
+// Not random: 8-byte words that look like a node offset (64-aligned,
+// inside the bytes in use) zeroed one at a time -- a zeroed sibling, next
+// or child pointer, the cut that a zeroed page also makes but that a
+// node's own checks (its flags, tag or magic on the same page) then catch
+// first, so only this sweep shows that the leaf count or magic, and nothing
+// else, refuses the cut.  Evenly spaced over the candidates: at most 48 in
+// the short run, every one in the long run.
+template <class T>
+void EveryZeroedPointer(const std::string& name, bool bytes, bool clean) {
+  BasePool<T> b;
+  ASSERT_NO_FATAL_FAILURE(MakeBase<T>(name, clean, &b));
+  std::vector<uint64_t> words;
+  for (uint64_t w = kPoolHeaderSize; w + 8 <= b.high_water; w += 8) {
+    uint64_t v;
+    std::memcpy(&v, b.bytes.data() + w, 8);
+    if (v >= kPoolHeaderSize && v < b.high_water && v % 64 == 0 && v != (w & ~63ull)) words.push_back(w);
+  }
+#ifdef PMTREE_CORRUPTION_LONG
+  const size_t limit = words.size();
+#else
+  const size_t limit = 48;
+#endif
+  const size_t n = std::min(words.size(), limit);
+  const std::string copy_path =
+      "/dev/shm/pmtree-corrupt-" + std::to_string(getpid()) + "-" + name + ".pool.pointer";
+  Outcomes o;
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t w = words[i * words.size() / n];
+    std::string img = b.bytes;
+    std::memset(img.data() + w, 0, 8);
+    Spit(copy_path, img);
+    const Damage d{"zeroed pointer", w, 8};
+    ASSERT_NO_FATAL_FAILURE(CheckApi<T>(name, clean, b, copy_path, Allowance(b.per_leaf, d),
+                                        "word at " + std::to_string(w) + " zeroed", &o));
+  }
+  unlink(copy_path.c_str());
+  std::printf("%s %s %s: %zu of %zu pointer-like words zeroed: open failed %d, Verify failed %d, intact %d, "
+              "loss within allowance %d, undetected loss %d\n",
+              name.c_str(), bytes ? "bytes" : "u64", clean ? "clean" : "crashed", n, words.size(), o.open_failed,
+              o.verify_failed, o.intact, o.lost_within, o.silent_loss);
+  EXPECT_GT(n, 0u) << name << ": no pointer-like word in the pool";
+}
+
 using CorruptionTest = ::testing::TestWithParam<std::tuple<std::string, bool, bool>>;
 
 TEST_P(CorruptionTest, EveryDamagedCopyIsAnErrorAVerifyFailureOrIntactData) {
@@ -473,6 +516,17 @@ TEST_P(CorruptionTest, EveryZeroedPageIsAnErrorAVerifyFailureOrIntactData) {
     EveryZeroedPage<BytesTree>(name, bytes, clean);
   } else {
     EveryZeroedPage<Tree>(name, bytes, clean);
+  }
+}
+
+TEST_P(CorruptionTest, EveryZeroedPointerIsAnErrorAVerifyFailureOrIntactData) {
+  const auto& [name, bytes, clean] = GetParam();
+  if (!(clean ? DetectsLossAfterCleanClose(name) : DetectsLossAfterCrash(name)))
+    GTEST_SKIP() << name << " does not detect a cut " << (clean ? "after a clean close" : "after a crash");
+  if (bytes) {
+    EveryZeroedPointer<BytesTree>(name, bytes, clean);
+  } else {
+    EveryZeroedPointer<Tree>(name, bytes, clean);
   }
 }
 
