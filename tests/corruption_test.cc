@@ -427,6 +427,23 @@ void Campaign(const std::string& name, bool bytes, bool clean, uint64_t seed, in
               o.inspect_verify_failed, o.inspect_error);
 }
 
+// One copy of a sweep: `img` written to `path` and checked as a damaged
+// copy of `b` (API child only).
+template <class T>
+void CheckSweepCopy(const std::string& name, bool clean, const BasePool<T>& b, const std::string& path,
+                    const std::string& img, const Damage& d, const std::string& where, Outcomes* o) {
+  Spit(path, img);
+  CheckApi<T>(name, clean, b, path, Allowance(b.per_leaf, d), where, o);
+}
+
+// The line a sweep prints: how many copies (`what`) gave which outcome.
+void PrintSweep(const std::string& name, bool bytes, bool clean, const std::string& what, const Outcomes& o) {
+  std::printf("%s %s %s: %s: open failed %d, Verify failed %d, intact %d, loss within allowance %d, "
+              "undetected loss %d\n",
+              name.c_str(), bytes ? "bytes" : "u64", clean ? "clean" : "crashed", what.c_str(), o.open_failed,
+              o.verify_failed, o.intact, o.lost_within, o.silent_loss);
+}
+
 // Not random: every 4 KiB page of the bytes in use zeroed in turn, one copy
 // each (the damage that cut lbtree's leaf list after a clean close, issue
 // 17 item 2).  API children only; crashed pools in the long run only.
@@ -442,16 +459,11 @@ void EveryZeroedPage(const std::string& name, bool bytes, bool clean) {
     std::string img = b.bytes;
     const uint64_t from = std::max<uint64_t>(pg, kPoolHeaderSize);
     std::memset(img.data() + from, 0, pg + 4096 - from);
-    Spit(copy_path, img);
-    const Damage d{"zeroed page", pg, 4096};
-    ASSERT_NO_FATAL_FAILURE(CheckApi<T>(name, clean, b, copy_path, Allowance(b.per_leaf, d),
-                                        "page at " + std::to_string(pg) + " zeroed", &o));
+    ASSERT_NO_FATAL_FAILURE(CheckSweepCopy<T>(name, clean, b, copy_path, img, Damage{"zeroed page", pg, 4096},
+                                              "page at " + std::to_string(pg) + " zeroed", &o));
   }
   unlink(copy_path.c_str());
-  std::printf("%s %s %s: %d pages zeroed: open failed %d, Verify failed %d, intact %d, loss within allowance %d, "
-              "undetected loss %d\n",
-              name.c_str(), bytes ? "bytes" : "u64", clean ? "clean" : "crashed", pages, o.open_failed,
-              o.verify_failed, o.intact, o.lost_within, o.silent_loss);
+  PrintSweep(name, bytes, clean, std::to_string(pages) + " pages zeroed", o);
 }
 
 // Not random: 8-byte words that look like a node offset (64-aligned,
@@ -484,16 +496,12 @@ void EveryZeroedPointer(const std::string& name, bool bytes, bool clean) {
     const uint64_t w = words[i * words.size() / n];
     std::string img = b.bytes;
     std::memset(img.data() + w, 0, 8);
-    Spit(copy_path, img);
-    const Damage d{"zeroed pointer", w, 8};
-    ASSERT_NO_FATAL_FAILURE(CheckApi<T>(name, clean, b, copy_path, Allowance(b.per_leaf, d),
-                                        "word at " + std::to_string(w) + " zeroed", &o));
+    ASSERT_NO_FATAL_FAILURE(CheckSweepCopy<T>(name, clean, b, copy_path, img, Damage{"zeroed pointer", w, 8},
+                                              "word at " + std::to_string(w) + " zeroed", &o));
   }
   unlink(copy_path.c_str());
-  std::printf("%s %s %s: %zu of %zu pointer-like words zeroed: open failed %d, Verify failed %d, intact %d, "
-              "loss within allowance %d, undetected loss %d\n",
-              name.c_str(), bytes ? "bytes" : "u64", clean ? "clean" : "crashed", n, words.size(), o.open_failed,
-              o.verify_failed, o.intact, o.lost_within, o.silent_loss);
+  PrintSweep(name, bytes, clean,
+             std::to_string(n) + " of " + std::to_string(words.size()) + " pointer-like words zeroed", o);
   EXPECT_GT(n, 0u) << name << ": no pointer-like word in the pool";
 }
 
