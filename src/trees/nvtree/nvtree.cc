@@ -1490,6 +1490,12 @@ Status NvTree<KP>::RebuildFromLeaves() {
   PMTREE_RETURN_IF_ERROR(a.MarkUsed(pool_->OffsetOf(meta_), sizeof(Meta)));
   auto in = std::make_unique<Inner>();
   std::vector<uint64_t> lns, max_slots, counts_n;
+  // The LNs' blocks, handed to the allocator sorted at the end: list order
+  // is descending offset order after a bulk load (its LNs are built right to
+  // left), where one MarkUsed per LN would insert each into the allocator's
+  // tree instead of appending it (allocator.cc, `tail`).
+  std::vector<std::pair<uint64_t, uint64_t>> ln_blocks;
+  ln_blocks.reserve(walk.size());
   uint64_t* link = &meta_->head;
   for (const Walked& w : walk) {
     LeafHeader* h = Leaf(w.off);
@@ -1498,7 +1504,7 @@ Status NvTree<KP>::RebuildFromLeaves() {
       pool_->Persist(link, 8);  // the empty LN is unlinked durably before its space becomes free
       continue;
     }
-    PMTREE_RETURN_IF_ERROR(a.MarkUsed(w.off, h->node_bytes));
+    ln_blocks.emplace_back(w.off, h->node_bytes);
     if constexpr (!KP::kInline) {
       std::unordered_set<uint64_t> seen;
       const LnElement* e = LeafElements(h);
@@ -1511,6 +1517,8 @@ Status NvTree<KP>::RebuildFromLeaves() {
     counts_n.push_back(h->n_element);
     link = &h->next;
   }
+  std::sort(ln_blocks.begin(), ln_blocks.end());
+  PMTREE_RETURN_IF_ERROR(a.MarkUsedSorted(ln_blocks));
   a.EndRebuild();
   const uint32_t m = inner_node_size_ / 16;
   std::vector<uint32_t> caps(lns.size(), m + 1), counts(lns.size(), 1);
