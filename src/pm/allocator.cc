@@ -168,10 +168,10 @@ struct Allocator::Impl {
   using Map = std::map<uint64_t, uint64_t>;
   void InsertFreeLocked(uint64_t offset, uint64_t size);  // coalescing
   void RemoveFreeLocked(Map::iterator it);
-  // MarkUsed with mu held; `next` is used.lower_bound(offset).  Sets *at to
-  // the inserted entry.
+  // MarkUsed with mu held; `next` is used.lower_bound(offset).  The block
+  // goes in just before `next`, which therefore still follows it.
   Status MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size, BlockOwner owner,
-                        Map::iterator next, Map::iterator* at);
+                        Map::iterator next);
   // MarkUsed of a block at or above marked_end: only the last block of
   // `tail` can overlap it (a block of the same batch before it).
   Status AppendLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size, BlockOwner owner);
@@ -339,8 +339,7 @@ Status Allocator::MarkUsed(uint64_t offset, uint64_t size, BlockOwner owner) {
   // Above every block marked so far (a walk in ascending offset order):
   // nothing can overlap it, append it.
   if (offset >= impl_->marked_end) return impl_->AppendLocked(heap_begin_, heap_end_, offset, size, owner);
-  Impl::Map::iterator at;
-  return impl_->MarkUsedLocked(heap_begin_, heap_end_, offset, size, owner, impl_->used.lower_bound(offset), &at);
+  return impl_->MarkUsedLocked(heap_begin_, heap_end_, offset, size, owner, impl_->used.lower_bound(offset));
 }
 
 Status Allocator::MarkUsedSorted(const std::vector<std::pair<uint64_t, uint64_t>>& blocks, BlockOwner owner) {
@@ -365,49 +364,55 @@ Status Allocator::MarkUsedSorted(const std::vector<std::pair<uint64_t, uint64_t>
   for (size_t i = 0; i < blocks.size(); i++) {
     // Blocks marked before this batch may lie between two of its blocks.
     while (next != impl_->used.end() && next->first < blocks[i].first) ++next;
-    Impl::Map::iterator at;
+    // The block goes in just before `next`, which still follows it: no
+    // std::next of the inserted block, which from the largest block climbs
+    // the whole right spine (log n per block, most of a 10M-key recovery's
+    // allocator rebuild).
     PMTREE_RETURN_IF_ERROR(
-        impl_->MarkUsedLocked(heap_begin_, heap_end_, blocks[i].first, blocks[i].second, owner, next, &at));
-    // The block went in just before `next` (MarkUsedLocked checked both
-    // neighbours), so `next` still follows it: no std::next(at), which from
-    // the largest block climbs the whole right spine (log n per block, most
-    // of a 10M-key recovery's allocator rebuild).
+        impl_->MarkUsedLocked(heap_begin_, heap_end_, blocks[i].first, blocks[i].second, owner, next));
   }
   return Status::Ok();
 }
 
-Status Allocator::Impl::MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size,
-                                       BlockOwner owner, Map::iterator next, Map::iterator* at) {
-  size = RoundUp(size == 0 ? 1 : size);
-  if (offset % kAllocGranule != 0 || offset < heap_begin || offset > heap_end || size > heap_end - offset)
-    return Status::Corruption("block at offset " + std::to_string(offset) + " of " + std::to_string(size) +
+namespace {
+
+// A block a rebuild is told about: rounds *size up to the granule; an
+// unaligned block or one outside the heap is damage.
+Status CheckMarkedBlock(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t* size) {
+  *size = Allocator::RoundUp(*size == 0 ? 1 : *size);
+  if (offset % kAllocGranule != 0 || offset < heap_begin || offset > heap_end || *size > heap_end - offset)
+    return Status::Corruption("block at offset " + std::to_string(offset) + " of " + std::to_string(*size) +
                               " bytes is not an aligned block inside the heap");
-  if (next != used.end() && next->first < offset + size)
-    return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
-                              std::to_string(next->first) + " (double use)");
+  return Status::Ok();
+}
+
+Status DoubleUse(uint64_t offset, uint64_t other) {
+  return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
+                            std::to_string(other) + " (double use)");
+}
+
+}  // namespace
+
+Status Allocator::Impl::MarkUsedLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size,
+                                       BlockOwner owner, Map::iterator next) {
+  PMTREE_RETURN_IF_ERROR(CheckMarkedBlock(heap_begin, heap_end, offset, &size));
+  if (next != used.end() && next->first < offset + size) return DoubleUse(offset, next->first);
   if (next != used.begin()) {
     auto prev = std::prev(next);
-    if (prev->first + prev->second > offset)
-      return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
-                                std::to_string(prev->first) + " (double use)");
+    if (prev->first + prev->second > offset) return DoubleUse(offset, prev->first);
   }
-  if (auto other = TailOverlap(offset, size))
-    return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
-                              std::to_string(*other) + " (double use)");
-  *at = used.emplace_hint(next, offset, size);
+  if (auto other = TailOverlap(offset, size)) return DoubleUse(offset, *other);
+  used.emplace_hint(next, offset, size);
   CountUsed(offset, size, owner);
   return Status::Ok();
 }
 
 Status Allocator::Impl::AppendLocked(uint64_t heap_begin, uint64_t heap_end, uint64_t offset, uint64_t size,
                                      BlockOwner owner) {
-  size = RoundUp(size == 0 ? 1 : size);
-  if (offset % kAllocGranule != 0 || offset < heap_begin || offset > heap_end || size > heap_end - offset)
-    return Status::Corruption("block at offset " + std::to_string(offset) + " of " + std::to_string(size) +
-                              " bytes is not an aligned block inside the heap");
-  if (offset < marked_end)
-    return Status::Corruption("block at offset " + std::to_string(offset) + " overlaps the block at offset " +
-                              std::to_string(tail.back().first) + " (double use)");
+  PMTREE_RETURN_IF_ERROR(CheckMarkedBlock(heap_begin, heap_end, offset, &size));
+  // Below marked_end only within a sorted batch: tail's blocks are ascending
+  // and disjoint, so the last one holds marked_end.
+  if (offset < marked_end) return DoubleUse(offset, tail.back().first);
   tail.emplace_back(offset, size);
   CountUsed(offset, size, owner);
   return Status::Ok();
