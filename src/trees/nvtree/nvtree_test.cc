@@ -429,7 +429,7 @@ uint64_t MakeCrashedPool(const std::string& path) {
 // Issue 17: after a crash, recovery rebuilds the allocator from the LNs it
 // reaches, so one zeroed `next` used to cut off every LN behind it: the pool
 // opened, Verify() passed, keys were lost.  The meta block's leaf count
-// (invariant 11, rule R4) makes recovery refuse the pool instead, and again
+// (invariant 11, rule R5) makes recovery refuse the pool instead, and again
 // on the next open (nothing was absorbed).
 TEST(NvTreeTest, CrashRecoveryRefusesACutLeafList) {
   testutil::TempPool pool("cut");
