@@ -12,13 +12,19 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "trees/common/upcast.h"
 #include "trees/common/version_lock.h"
@@ -98,6 +104,13 @@ struct PlnEntry {
   std::atomic<uint64_t> ln{0};
   std::atomic<uint64_t> info{0};  // LeafInfo*
 };
+// The slack of the PLNs (Inner::tail) comes from calloc untouched: PlnEntry
+// is an aggregate, hence an implicit-lifetime type, so calloc creates its
+// objects implicitly, and all-zero bytes are a PlnEntry of three lock-free
+// zeros (no padding) -- the state value-initialisation would have written.
+static_assert(std::is_aggregate_v<PlnEntry>);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(sizeof(PlnEntry) == 24);
 
 // Reads entry `e`'s words into `out` (a Found or a Neighbor), inside a read
 // under the PLN's sequence counter: `sep` with acquire (see above), the others
@@ -117,7 +130,11 @@ struct Pln {
   // slot, and the second would write past the PLN (count > capacity).
   std::atomic<uint32_t> reserved{0};
   uint32_t capacity = 0;
-  uint64_t base = 0;  // index of the PLN's first slot in Inner::entry
+  // Slots [0, head) are Inner::head[head_base ...], slots [head, capacity)
+  // Inner::tail[tail_base ...] (Inner::Slot).
+  uint32_t head = 0;
+  uint64_t head_base = 0;
+  uint64_t tail_base = 0;
 };
 
 // One generation of the inner nodes: immutable INs (sorted keys, no
@@ -132,8 +149,26 @@ struct Inner {
   std::vector<uint32_t> in_count;
   uint64_t n_pln = 0;
   std::unique_ptr<Pln[]> pln;
-  std::unique_ptr<PlnEntry[]> entry;
+  // A PLN's slots: the ones in use when the array was built in `head`
+  // (dense, written at once), its free slots in `tail`.  After a rebuild or
+  // bulk load every PLN holds one LN in 65 slots (§4.5, 1 KB inner nodes):
+  // in one array those 1,560-byte strides put a used slot on every page, and
+  // an instant restart of 10M keys faulted in 400 MB; `tail` is calloc'ed
+  // and its pages are touched only when a split first uses a free slot.
+  std::unique_ptr<PlnEntry[]> head;
+  struct FreeDeleter {
+    void operator()(PlnEntry* p) const { std::free(p); }
+  };
+  std::unique_ptr<PlnEntry, FreeDeleter> tail;
   uint64_t n_slots = 0;
+  uint64_t n_tail = 0;
+
+  PlnEntry& Slot(const Pln& p, uint32_t i) {
+    return i < p.head ? head[p.head_base + i] : tail.get()[p.tail_base + (i - p.head)];
+  }
+  const PlnEntry& Slot(const Pln& p, uint32_t i) const {
+    return i < p.head ? head[p.head_base + i] : tail.get()[p.tail_base + (i - p.head)];
+  }
   // Separator strings of byte-string keys (a separator is a std::string*).
   std::mutex str_mu;
   std::vector<std::unique_ptr<std::string>> strings;
@@ -147,9 +182,24 @@ struct Inner {
     strings.push_back(std::move(p));
     return r;
   }
+  // Bytes of `tail` in pages the process has touched (mincore over the whole
+  // pages inside it): what the free slots cost in DRAM so far.
+  uint64_t TailResidentBytes() const {
+    if (n_tail == 0) return 0;
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(tail.get());
+    const uintptr_t first = (begin + page - 1) / page * page;
+    const uintptr_t last = (begin + n_tail * sizeof(PlnEntry)) / page * page;
+    if (last <= first) return 0;
+    std::vector<unsigned char> resident((last - first) / page);
+    if (mincore(reinterpret_cast<void*>(first), last - first, resident.data()) != 0) return 0;
+    uint64_t pages = 0;
+    for (unsigned char r : resident) pages += r & 1;
+    return pages * page;
+  }
   uint64_t DramBytes() const {
     return sizeof(Inner) + in_key.size() * 8 + in_count.size() * 4 + n_pln * sizeof(Pln) +
-           n_slots * sizeof(PlnEntry) + string_bytes;
+           (n_slots - n_tail) * sizeof(PlnEntry) + TailResidentBytes() + string_bytes;
   }
 };
 
@@ -166,24 +216,35 @@ void BuildInner(Inner* in, uint32_t m, const std::vector<uint32_t>& capacities, 
   in->in_keys = 2 * m;
   in->n_pln = capacities.size();
   in->pln = std::make_unique<Pln[]>(in->n_pln);
-  uint64_t slots = 0;
-  for (uint32_t c : capacities) slots += c;
+  uint64_t slots = 0, used = 0;
+  for (uint64_t j = 0; j < in->n_pln; j++) {
+    slots += capacities[j];
+    used += counts[j];
+  }
   in->n_slots = slots;
-  in->entry = std::make_unique<PlnEntry[]>(slots);
+  in->n_tail = slots - used;
+  in->head = std::make_unique<PlnEntry[]>(used);
+  if (in->n_tail > 0) {
+    in->tail.reset(static_cast<PlnEntry*>(std::calloc(in->n_tail, sizeof(PlnEntry))));
+    if (in->tail == nullptr) throw std::bad_alloc();
+  }
   std::vector<uint64_t> child_max(in->n_pln);
-  uint64_t base = 0, e = 0;
+  uint64_t tail_base = 0, e = 0;
   for (uint64_t j = 0; j < in->n_pln; j++) {
     Pln& p = in->pln[j];
     p.capacity = capacities[j];
-    p.base = base;
+    p.head = counts[j];
+    p.head_base = e;
+    p.tail_base = tail_base;
     p.count.store(counts[j], std::memory_order_relaxed);
     for (uint32_t i = 0; i < counts[j]; i++, e++) {
-      in->entry[base + i].sep.store(seps[e], std::memory_order_release);
-      in->entry[base + i].ln.store(lns[e], std::memory_order_relaxed);
-      in->entry[base + i].info.store(reinterpret_cast<uint64_t>(infos[e]), std::memory_order_relaxed);
+      PlnEntry& slot = in->Slot(p, i);
+      slot.sep.store(seps[e], std::memory_order_release);
+      slot.ln.store(lns[e], std::memory_order_relaxed);
+      slot.info.store(reinterpret_cast<uint64_t>(infos[e]), std::memory_order_relaxed);
     }
     child_max[j] = seps[e - 1];
-    base += capacities[j];
+    tail_base += capacities[j] - counts[j];
   }
   // Level sizes, bottom-up, until one root.
   std::vector<uint64_t> sizes;  // bottom (just above the PLNs) first
@@ -390,7 +451,7 @@ NvTree<KP>::~NvTree() {
   if (in != nullptr) {
     for (uint64_t j = 0; j < in->n_pln; j++) {
       Pln& p = in->pln[j];
-      for (uint32_t i = 0; i < p.count.load(); i++) delete reinterpret_cast<LeafInfo*>(in->entry[p.base + i].info.load());
+      for (uint32_t i = 0; i < p.count.load(); i++) delete reinterpret_cast<LeafInfo*>(in->Slot(p, i).info.load());
     }
     delete in;
   }
@@ -543,13 +604,13 @@ typename NvTree<KP>::Found NvTree<KP>::FindImpl(Inner* in, Pred ge) const {
     uint32_t c = p.count.load(std::memory_order_relaxed);
     if (c == 0 || c > p.capacity) return std::nullopt;  // a writer is mid-way
     uint32_t lo = PartitionPoint(0, c, [&](uint32_t i) {
-      return !ge(in->entry[p.base + i].sep.load(std::memory_order_acquire));
+      return !ge(in->Slot(p, i).sep.load(std::memory_order_acquire));
     });
     if (lo == c) lo = c - 1;
     Found r;
     r.pos = lo;
     r.count = c;
-    LoadEntry(in->entry[p.base + lo], &r);
+    LoadEntry(in->Slot(p, lo), &r);
     return r;
   });
   f.pln = q;
@@ -578,7 +639,7 @@ bool NvTree<KP>::ReadEntry(Inner* in, uint64_t pln, int64_t pos, uint64_t* sep, 
     Neighbor r;  // has == false: absent
     if (i >= 0 && i < static_cast<int64_t>(c) && c <= p.capacity) {
       r.has = true;
-      LoadEntry(in->entry[p.base + i], &r);
+      LoadEntry(in->Slot(p, static_cast<uint32_t>(i)), &r);
     }
     return r;
   });
@@ -602,13 +663,13 @@ bool NvTree<KP>::Neighbors(Inner* in, uint64_t pln, uint64_t ln, Neighbor* left,
     Read x;
     uint32_t c = p.count.load(std::memory_order_relaxed);
     if (c <= p.capacity) {
-      while (x.pos < c && in->entry[p.base + x.pos].ln.load(std::memory_order_relaxed) != ln) x.pos++;
+      while (x.pos < c && in->Slot(p, x.pos).ln.load(std::memory_order_relaxed) != ln) x.pos++;
       x.found = x.pos < c;
     }
     x.left.has = x.found && x.pos > 0;
-    if (x.left.has) LoadEntry(in->entry[p.base + x.pos - 1], &x.left);
+    if (x.left.has) LoadEntry(in->Slot(p, x.pos - 1), &x.left);
     x.right.has = x.found && x.pos + 1 < c;
-    if (x.right.has) LoadEntry(in->entry[p.base + x.pos + 1], &x.right);
+    if (x.right.has) LoadEntry(in->Slot(p, x.pos + 1), &x.right);
     return x;
   });
   *left = r.left;
@@ -893,7 +954,7 @@ template <KeyPolicy KP>
 Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, double fill) {
   PMTREE_RETURN_IF_ERROR(CheckBulkLoadInput(sorted, fill, &KP::CheckArg));
   Inner* old = inner_.load(std::memory_order_acquire);
-  const uint64_t old_ln = old->entry[old->pln[0].base].ln.load();
+  const uint64_t old_ln = old->Slot(old->pln[0], 0).ln.load();
   if (old->n_pln != 1 || old->pln[0].count.load() != 1 || Leaf(old_ln)->n_element != 0)
     return Status::InvalidArgument("bulk load: tree not empty");
   if (sorted.empty()) return Status::Ok();
@@ -951,7 +1012,7 @@ Status NvTree<KP>::BulkLoad(std::span<const typename Base::InputEntry> sorted, d
     infos[i]->visible.store(last - i * per_leaf + 1, std::memory_order_relaxed);
   }
   BuildInner(in, m, caps, counts, seps, lns, infos);
-  LeafInfo* old_info = reinterpret_cast<LeafInfo*>(old->entry[old->pln[0].base].info.load());
+  LeafInfo* old_info = reinterpret_cast<LeafInfo*>(old->Slot(old->pln[0], 0).info.load());
   inner_.store(in, std::memory_order_release);
   pool_->allocator().Retire(old_ln, Leaf(old_ln)->node_bytes);
   pool_->epochs().Retire([old, old_info] {
@@ -1296,11 +1357,11 @@ void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnRes
   p.version.lock();
   uint32_t c = p.count.load(std::memory_order_relaxed);
   uint32_t pos = 0;
-  while (pos < c && in->entry[p.base + pos].ln.load(std::memory_order_relaxed) != f.ln) pos++;
+  while (pos < c && in->Slot(p, pos).ln.load(std::memory_order_relaxed) != f.ln) pos++;
   assert(pos < c);
   auto move_entry = [&](uint32_t to, uint32_t from) {
-    PlnEntry& dst = in->entry[p.base + to];
-    const PlnEntry& src = in->entry[p.base + from];
+    PlnEntry& dst = in->Slot(p, to);
+    const PlnEntry& src = in->Slot(p, from);
     dst.sep.store(src.sep.load(std::memory_order_acquire), std::memory_order_release);
     dst.ln.store(src.ln.load(std::memory_order_relaxed), std::memory_order_relaxed);
     dst.info.store(src.info.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -1314,8 +1375,8 @@ void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnRes
     ri->n_writes.store(w / 2, std::memory_order_relaxed);
     ri->n_reads.store(rd / 2, std::memory_order_relaxed);
     for (uint32_t k = c; k > pos + 1; k--) move_entry(k, k - 1);
-    PlnEntry& e0 = in->entry[p.base + pos];
-    PlnEntry& e1 = in->entry[p.base + pos + 1];
+    PlnEntry& e0 = in->Slot(p, pos);
+    PlnEntry& e1 = in->Slot(p, pos + 1);
     e1.sep.store(e0.sep.load(std::memory_order_acquire), std::memory_order_release);
     e1.ln.store(s.new_right, std::memory_order_relaxed);
     e1.info.store(reinterpret_cast<uint64_t>(ri), std::memory_order_relaxed);
@@ -1331,18 +1392,18 @@ void NvTree<KP>::PublishSmo(Inner* in, const Found& f, const SmoState& s, PlnRes
     li->n_reads.store(rd + s.right_info->n_reads.load(std::memory_order_relaxed), std::memory_order_relaxed);
     // Entry pos+1 (the right sibling, same PLN) keeps its separator and now
     // names the merged LN; entry pos disappears.
-    assert(pos + 1 < c && in->entry[p.base + pos + 1].ln.load(std::memory_order_relaxed) == s.right_ln);
+    assert(pos + 1 < c && in->Slot(p, pos + 1).ln.load(std::memory_order_relaxed) == s.right_ln);
     for (uint32_t k = pos; k + 1 < c; k++) move_entry(k, k + 1);
-    in->entry[p.base + pos].ln.store(s.new_left, std::memory_order_relaxed);
-    in->entry[p.base + pos].info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
+    in->Slot(p, pos).ln.store(s.new_left, std::memory_order_relaxed);
+    in->Slot(p, pos).info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     p.count.store(c - 1, std::memory_order_relaxed);
     merges_.fetch_add(1, std::memory_order_relaxed);
   } else {
     li->visible.store(s.live.size(), std::memory_order_relaxed);
     li->n_writes.store(w, std::memory_order_relaxed);
     li->n_reads.store(rd, std::memory_order_relaxed);
-    in->entry[p.base + pos].ln.store(s.new_left, std::memory_order_relaxed);
-    in->entry[p.base + pos].info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
+    in->Slot(p, pos).ln.store(s.new_left, std::memory_order_relaxed);
+    in->Slot(p, pos).info.store(reinterpret_cast<uint64_t>(li), std::memory_order_relaxed);
     replaces_.fetch_add(1, std::memory_order_relaxed);
   }
   p.version.unlock();
@@ -1401,14 +1462,14 @@ void NvTree<KP>::RebuildFromPln() {
     uint32_t c = p.count.load(std::memory_order_relaxed);
     uint64_t pln_writes = 0;
     for (uint32_t i = 0; i < c; i++)
-      pln_writes += reinterpret_cast<LeafInfo*>(old->entry[p.base + i].info.load())->n_writes.load();
+      pln_writes += reinterpret_cast<LeafInfo*>(old->Slot(p, i).info.load())->n_writes.load();
     // §5.5: hot-write if nWrites_PLN > nWrites / N_PLN.
     bool hot = strategy_ != Strategy::kOff &&
                static_cast<double>(pln_writes) > static_cast<double>(total_writes) / static_cast<double>(old->n_pln);
     uint32_t cap = hot ? std::min(max_cap, p.capacity + unit) : unit;
     if (hot && cap > unit) pln_enlarged_.fetch_add(1, std::memory_order_relaxed);
     for (uint32_t i = 0; i < c; i++) {
-      const PlnEntry& e = old->entry[p.base + i];
+      const PlnEntry& e = old->Slot(p, i);
       caps.push_back(cap);
       counts.push_back(1);
       seps.push_back(CopySep(in, e.sep.load(std::memory_order_acquire)));
@@ -1550,7 +1611,7 @@ Status NvTree<KP>::SaveImage() {
     Pln& p = in->pln[j];
     plns[j] = {p.capacity, p.count.load()};
     for (uint32_t i = 0; i < plns[j].count; i++) {
-      const PlnEntry& e = in->entry[p.base + i];
+      const PlnEntry& e = in->Slot(p, i);
       ImageEntry ie{};
       uint64_t sep = e.sep.load();
       if constexpr (KP::kInline) {
@@ -1726,7 +1787,7 @@ Status NvTree<KP>::Verify() {
       return Status::Corruption("nvtree: PLN " + std::to_string(j) + ": invariant 8 violated: count " +
                                 std::to_string(c) + " capacity " + std::to_string(p.capacity));
     for (uint32_t i = 0; i < c; i++) {
-      const PlnEntry& e = in->entry[p.base + i];
+      const PlnEntry& e = in->Slot(p, i);
       uint64_t sep = e.sep.load(), off = e.ln.load();
       auto* info = reinterpret_cast<LeafInfo*>(e.info.load());
       bool is_last = j + 1 == in->n_pln && i + 1 == c;
@@ -1828,7 +1889,7 @@ TreeStats NvTree<KP>::Stats() {
   for (uint64_t j = 0; j < in->n_pln; j++) {
     Pln& p = in->pln[j];
     for (uint32_t i = 0; i < p.count.load(); i++) {
-      LeafHeader* h = Leaf(in->entry[p.base + i].ln.load());
+      LeafHeader* h = Leaf(in->Slot(p, i).ln.load());
       CollectLive(h, h->n_element, &live);
       live_total += live.size();
       slots += h->capacity;
@@ -1865,6 +1926,8 @@ TreeStats NvTree<KP>::Stats() {
   add("n_reads", static_cast<double>(n_reads_.load()));
   add("pln_count", static_cast<double>(in->n_pln));
   add("pln_enlarged", static_cast<double>(pln_enlarged_.load()));
+  add("pln_slack_slots", static_cast<double>(in->n_tail));
+  add("pln_slack_resident_bytes", static_cast<double>(in->TailResidentBytes()));
   add("size_increases", static_cast<double>(size_up_.load()));
   add("size_decreases", static_cast<double>(size_down_.load()));
   add("size_model_rejections", static_cast<double>(size_rejected_.load()));

@@ -795,5 +795,55 @@ TEST(NvTreeTest, BulkLoadFillsLeavesAndIsCommittedByOneHeadStore) {
   ASSERT_NO_FATAL_FAILURE(ExpectModel(*h.tree, model));
 }
 
+// After a bulk load or a rebuild every PLN holds one LN in capacity m + 1
+// (§4.5); the free slots must cost no DRAM until a split uses them, or an
+// instant restart of 10M keys faults in 400 MB of empty slots (issue 19).
+// 256 B leaves (8 elements) under 4 KB inner nodes (257 slots per PLN):
+// 7,500 LNs leave 7,500 x 256 free slots of 24 B = 46 MB, above glibc's
+// largest mmap threshold (32 MB), so the slack is a fresh mapping and
+// mincore sees exactly what was touched.  One 2 MB page is allowed for a
+// kernel that backs anonymous memory with transparent huge pages.
+TEST(NvTreeTest, FreePlnSlotsCostNoDramUntilASplitUsesThem) {
+  testutil::TempPool pool("slack");  // removed at the end of the test
+  TreeOptions o = Opts(256);
+  o.extra["inner_node_size"] = "4096";
+  constexpr uint64_t kKeys = 60000;
+  constexpr double kAllowance = (2u << 20) + 4096;
+  std::map<uint64_t, uint64_t> model;
+  {
+    auto h = CreateTree(*FindTree("nvtree"), pool.path(), kPoolSize, o, CountingPool());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    std::vector<Tree::InputEntry> input;
+    for (uint64_t i = 0; i < kKeys; i++) {
+      input.push_back({i * 4, i});
+      model[i * 4] = i;
+    }
+    ASSERT_TRUE(h->tree->BulkLoad(std::span<const Tree::InputEntry>(input), 1.0).ok());
+    TreeStats s = h->tree->Stats();
+    ASSERT_EQ(s.leaf_nodes, kKeys / 8);
+    EXPECT_EQ(Extra(s, "pln_slack_slots"), static_cast<double>(kKeys / 8 * 256));
+    EXPECT_LE(Extra(s, "pln_slack_resident_bytes"), kAllowance);
+    // Splits of full LNs take free slots: their pages become resident (the
+    // measurement sees touched pages at all).
+    for (uint64_t i = 0; i < 3000; i++) {
+      ASSERT_TRUE(*h->tree->Insert(i * 80 + 1, i));
+      model[i * 80 + 1] = i;
+    }
+    s = h->tree->Stats();
+    EXPECT_GE(Extra(s, "splits"), 3000.0);
+    EXPECT_GT(Extra(s, "pln_slack_resident_bytes"), 0.0);
+    ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
+    ASSERT_TRUE(h->tree->Close().ok());
+  }
+  // The instant restart lays out the saved PLNs again: fresh slack, untouched.
+  auto h = OpenTree(pool.path(), FindTree("nvtree"), {}, CountingPool());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(AsNv(h->tree.get())->origin(), Origin::kInstantRestart);
+  TreeStats s = h->tree->Stats();
+  EXPECT_GT(Extra(s, "pln_slack_slots"), static_cast<double>(32u << 20) / 24);
+  EXPECT_LE(Extra(s, "pln_slack_resident_bytes"), kAllowance);
+  ASSERT_NO_FATAL_FAILURE(ExpectModel(*h->tree, model));
+}
+
 }  // namespace
 }  // namespace pmtree::nvtree
