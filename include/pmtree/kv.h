@@ -42,6 +42,17 @@
 // tree's versioned lookup and scan, and a replaced record is freed once the
 // tree's oldest retained version passes it (docs/kv.md, "Native versions").
 //
+// DEFERRED VISIBILITY (a server's mode; Store::DeferVisibility).  By default
+// a write returns once it is durable *and* visible: a read on any thread
+// after it returns sees it, which means waiting for every write that took an
+// earlier commit timestamp (snapshots see timestamps in order).  With
+// deferred visibility a write returns once durable and installed, possibly
+// before visible_timestamp() reaches its timestamp; the caller learns that
+// timestamp from TakeThreadTimestamp() and holds its acknowledgement until
+// visible_timestamp() >= it (a listener is called whenever it advances).
+// Visibility itself is unchanged: no read ever sees a write before every
+// earlier one.
+//
 // THREAD SAFETY.  Every member of Store may be called from any number of
 // threads at once, except Open/Close/Verify/Stats (quiescent only, as the
 // tree's own Verify and Stats are).  A Transaction or Iterator
@@ -101,6 +112,10 @@ struct Options {
   // deliberate flaw the crash explorer's negative control must catch in ADR
   // (in eADR caches persist, so it is no flaw there).  Never set it.
   bool testing_skip_record_persist = false;
+  // TEST ONLY: called by every committing writer with its timestamp after
+  // its versions are in the tree and before it marks them installed (K6),
+  // so a test can hold a writer there and see what waits for it.
+  std::function<void(uint64_t ts)> testing_before_publish;
 };
 
 // A consistent read view (a commit timestamp).  Obtained from and released to
@@ -122,6 +137,14 @@ class Snapshot {
 struct ReadOptions {
   // Read at this snapshot; null reads the newest committed state.
   const Snapshot* snapshot = nullptr;
+  // Without a snapshot: read the newest *complete* write of the key (its
+  // writer installed all it stamped; a batch is seen whole or not at all),
+  // even one not yet visible under deferred visibility.  For a caller that
+  // serialises the writers of the key itself (a read-modify-write under its
+  // own lock must see the write that released the lock).  Reading a write
+  // newer than visible_timestamp() raises TakeThreadTimestamp(): hold the
+  // answer until it is visible.  Same as a plain read without deferral.
+  bool unpublished = false;
 };
 
 // Field name -> value.
@@ -284,6 +307,25 @@ class Store {
   std::unique_ptr<Iterator> NewIterator(const IteratorOptions& options = {});
   Status Write(const WriteBatch& batch);
   std::unique_ptr<Transaction> BeginTransaction();
+
+  // ---- deferred visibility (see DEFERRED VISIBILITY) ---------------------------
+  // Turns deferral on (a non-empty listener) or off (empty).  The listener is
+  // called by the writer that advanced the visible timestamp, with the new
+  // value, from inside that write (keep it short; it must not call the
+  // store).  Only while no write runs.  On an engine with native versions
+  // (cdds) writes are serialised and visible on return either way.
+  void DeferVisibility(std::function<void(uint64_t visible)> listener);
+  // Every write stamped at or before it is visible (K6).
+  uint64_t visible_timestamp() const;
+  // This thread's acknowledgement timestamp for this store, reset to 0: the
+  // newest timestamp its writes took or its unpublished reads returned since
+  // the last call.  A reply that depends on them waits until
+  // visible_timestamp() >= it.
+  uint64_t TakeThreadTimestamp();
+  // Waits (yielding) until every write that had taken a timestamp when it was
+  // called is visible: for a reader that needs a snapshot with its own
+  // earlier deferred writes in it (a transaction, an iteration under a lock).
+  void AwaitPublished();
 
   // ---- introspection ----------------------------------------------------------------
   // Tree Verify() plus every record reachable and well formed, and the

@@ -208,7 +208,7 @@ static Status Recover(Store::Impl& s) {
   s.recovered_ = walk;
   s.redone_commits_ = plan.logs.size();
   s.next_ts_.store(plan.max_ts);
-  s.visible_ts_.store(plan.max_ts);
+  s.pub_.Reset(plan.max_ts);
   if (s.skip_redo_) return Status::Ok();  // the negative control's flaw
   PMTREE_RETURN_IF_ERROR(RedoLogs(s, plan));
   return Normalize(s, plan);
@@ -259,6 +259,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string
   auto impl = std::make_unique<Impl>(f, std::move(h), meta);
   impl->skip_redo_ = o.testing_skip_redo;
   impl->skip_record_persist_ = o.testing_skip_record_persist;
+  impl->before_publish_ = o.testing_before_publish;
   PMTREE_RETURN_IF_ERROR(Recover(*impl).Annotate(path));
   impl->InitVersions();
   return impl;
@@ -296,6 +297,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::CreateNew(const std::string& p
   if (path.empty()) {
     auto impl = std::make_unique<Impl>(f, std::move(h), meta);
     impl->skip_record_persist_ = o.testing_skip_record_persist;
+    impl->before_publish_ = o.testing_before_publish;
     impl->InitVersions();
     return impl;
   }
@@ -319,6 +321,7 @@ Status Store::Impl::Close() {
       return Status::Busy("kv: close with " + std::to_string(snapshots_.size()) +
                           " snapshot(s) or transaction(s) still open");
   }
+  CollectPublished(SIZE_MAX);  // quiescent: every ts is visible
   CollectPending();
   if (vt_ != nullptr) {
     RetireDue();  // no snapshot: the tree retains only its current version
@@ -326,7 +329,7 @@ Status Store::Impl::Close() {
     deleted_at_.clear();
   }
   pool().epochs().DrainAll();  // nothing runs: retired versions are free now
-  pool().Store64(&meta_->clock, visible_ts_.load());
+  pool().Store64(&meta_->clock, VisibleTs());
   pool().Store64(&meta_->store_bytes, alloc().bytes_in_use(BlockOwner::kStore));
   // Durable before the pool's clean flag, which vouches for them.
   pool().Persist(&meta_->clock, 16);
@@ -351,7 +354,7 @@ Status Store::Impl::Verify() {
       if (v.ts >= last_ts)
         return Status::Corruption("kv: key '" + key + "': version at " + std::to_string(off) +
                                   " is not older than the one before it (K2)");
-      if (v.ts > visible_ts_.load())
+      if (v.ts > VisibleTs())
         return Status::Corruption("kv: key '" + key + "': version ts beyond the clock (K6)");
       last_ts = v.ts;
       reached += Allocator::RoundUp(v.bytes);
@@ -398,7 +401,7 @@ StoreStats Store::Impl::Stats() {
     std::lock_guard<std::mutex> g(snap_mu_);
     st.active_snapshots = snapshots_.size();
   }
-  st.commit_timestamp = visible_ts_.load();
+  st.commit_timestamp = VisibleTs();
   st.commits = commits_.load();
   st.conflicts = conflicts_.load();
   st.redone_commits = redone_commits_;

@@ -17,6 +17,7 @@ pmtree_test(kv_test
   src/kv/kv_conformance_test.cc
   src/kv/kv_crash_test.cc
   src/kv/kv_concurrent_test.cc
+  src/kv/kv_publication_test.cc
   src/kv/kv_example_test.cc
   src/kv/kv_fence_crash_test.cc)
 if(BUILD_TESTING)

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <functional>
 #include <thread>
+#include <utility>
 
 #include "kv/store_impl.h"
 
@@ -55,8 +56,20 @@ Status CheckFields(const FieldMap& fields) {
 // ---------------------------------------------------------------------------
 // Impl basics
 
+namespace {
+
+// The acknowledgement timestamp of this thread (Store::TakeThreadTimestamp):
+// the newest ts its writes took or its unpublished reads returned, for the
+// store named by its id (a thread that switches stores starts again from
+// 0; an id, not the address, which a later store may reuse).
+thread_local uint64_t tls_store = 0;
+thread_local uint64_t tls_ack_ts = 0;
+std::atomic<uint64_t> next_store_id{1};
+
+}  // namespace
+
 Store::Impl::Impl(const TreeFactory* factory, TreeHandle<BytesTree> h, KvMeta* meta)
-    : factory_(factory), h_(std::move(h)), meta_(meta), stripes_(new SpinLock[kStripes]) {
+    : id_(next_store_id.fetch_add(1)), factory_(factory), h_(std::move(h)), meta_(meta), stripes_(new SpinLock[kStripes]) {
   vt_ = h_.tree->versions();
 }
 
@@ -65,12 +78,54 @@ Store::Impl::~Impl() = default;
 size_t Store::Impl::StripeOf(std::string_view key) const { return std::hash<std::string_view>{}(key) % kStripes; }
 SpinLock& Store::Impl::LockFor(std::string_view key) { return stripes_[StripeOf(key)]; }
 
+void Store::Impl::NoteThreadTs(uint64_t ts) {
+  if (tls_store != id_) {
+    tls_store = id_;
+    tls_ack_ts = 0;
+  }
+  tls_ack_ts = std::max(tls_ack_ts, ts);
+}
+
+void Store::Impl::MarkInstalled(uint64_t ts) {
+  if (before_publish_) before_publish_(ts);
+  bool advanced;
+  const uint64_t visible = pub_.Install(ts, &advanced);
+  NoteThreadTs(ts);
+  if (advanced && on_visible_) on_visible_(visible);
+}
+
 void Store::Impl::Publish(uint64_t ts) {
-  // K6: wait for every earlier timestamp to be installed.  The wait is short:
-  // a writer takes its timestamp only after all its locks and space, so the
-  // writers ahead of us never wait for anything we hold.
-  while (visible_ts_.load(std::memory_order_acquire) != ts - 1) std::this_thread::yield();
-  visible_ts_.store(ts, std::memory_order_release);
+  // K6 through the ring: marking never waits for an earlier writer.  Only a
+  // caller that wants its write visible on return (no deferral) waits, and
+  // for the earlier writers only, which hold nothing it needs: a writer
+  // takes its timestamp after all its locks and space.
+  MarkInstalled(ts);
+  if (defer_) return;
+  while (pub_.visible() < ts) std::this_thread::yield();
+}
+
+void Store::Impl::DeferCollect(uint64_t ts, std::string_view key) {
+  std::lock_guard<std::mutex> g(gc_mu_);
+  deferred_gc_.emplace_back(ts, std::string(key));
+  deferred_gc_count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Store::Impl::CollectPublished(size_t max) {
+  for (size_t n = 0; n < max && deferred_gc_count_.load(std::memory_order_relaxed) != 0; n++) {
+    std::string key;
+    {
+      std::lock_guard<std::mutex> g(gc_mu_);
+      if (deferred_gc_.empty() || deferred_gc_.front().first > pub_.visible()) return;
+      key = std::move(deferred_gc_.front().second);
+      deferred_gc_.pop_front();
+      deferred_gc_count_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    // The horizon is read under the key's lock, after its write is visible:
+    // it can pass the head now (K4).
+    std::lock_guard<SpinLock> lock(LockFor(key));
+    Status s = CollectKey(key, Horizon());
+    if (!s.ok()) SetFailed(s);
+  }
 }
 
 Status Store::Impl::Failed() {
@@ -98,7 +153,7 @@ void PinPublished(VersionedTree<std::string_view>& vt, uint64_t version) {
 
 uint64_t Store::Impl::AcquireSnapshotTs(uint64_t* version) {
   std::lock_guard<std::mutex> g(snap_mu_);
-  uint64_t ts = visible_ts_.load(std::memory_order_acquire);
+  uint64_t ts = pub_.visible();
   *version = 0;
   if (vt_ != nullptr) {
     // N2: the pair is published under snap_mu_, and the published version
@@ -157,8 +212,10 @@ void InstallScope::Publish(uint64_t ts) {
     return;
   }
   {
+    // N2: installs are serialised, so this mark extends the prefix at once
+    // and the pair moves together under snap_mu_.
     std::lock_guard<std::mutex> g(s_.snap_mu_);
-    s_.visible_ts_.store(ts, std::memory_order_release);
+    s_.MarkInstalled(ts);
     s_.visible_version_.store(s_.vt_->current_version(), std::memory_order_release);
   }
   if (pinned_ != 0) (void)s_.vt_->ReleaseSnapshot(pinned_);
@@ -224,7 +281,7 @@ bool Store::Impl::DeletedSince(std::string_view key, uint64_t snap_ts) {
 
 uint64_t Store::Impl::Horizon() {
   std::lock_guard<std::mutex> g(snap_mu_);
-  return snapshots_.empty() ? visible_ts_.load(std::memory_order_acquire) : *snapshots_.begin();
+  return snapshots_.empty() ? pub_.visible() : *snapshots_.begin();
 }
 
 // ---------------------------------------------------------------------------
@@ -232,15 +289,20 @@ uint64_t Store::Impl::Horizon() {
 
 namespace {
 
-// Walks key's chain from its head to the newest version with ts <= at.
-// *fell_off is set when the chain ended before reaching one.
-Result<std::optional<VersionView>> WalkChain(Store::Impl& s, std::string_view key, uint64_t at, bool* fell_off) {
+// Walks key's chain from its head to the newest version with ts <= at, or,
+// with `unpublished`, the newest complete one (its writer installed every
+// version it stamped; ReadOptions::unpublished).  *ts is the version's ts
+// (0 when none); *fell_off is set when the chain ended before reaching one.
+Result<std::optional<VersionView>> WalkChain(Store::Impl& s, std::string_view key, uint64_t at, bool unpublished,
+                                             uint64_t* ts, bool* fell_off) {
   *fell_off = false;
+  *ts = 0;
   uint64_t off = 0;
   if (!s.tree().Lookup(key, &off)) return std::optional<VersionView>();
   while (off != 0) {
     PMTREE_ASSIGN_OR_RETURN(VersionView v, s.ReadVersion(off));
-    if (v.ts <= at) {
+    if (v.ts <= at || (unpublished && s.pub_.Complete(v.ts))) {
+      *ts = v.ts;
       if (v.kind == VersionKind::kTombstone) return std::optional<VersionView>();
       return std::optional<VersionView>(v);
     }
@@ -260,7 +322,8 @@ Result<std::optional<VersionView>> Store::Impl::VisibleAt(std::string_view key, 
     return VisibleIn({std::string(), off}, snap);
   }
   bool fell_off;
-  return WalkChain(*this, key, snap.timestamp(), &fell_off);
+  uint64_t ts;
+  return WalkChain(*this, key, snap.timestamp(), false, &ts, &fell_off);
 }
 
 Result<std::optional<VersionView>> Store::Impl::VisibleIn(const BytesTree::Entry& e, const Snapshot& snap) {
@@ -278,7 +341,7 @@ Result<size_t> Store::Impl::ScanFrom(const std::string& start, const Snapshot& s
   return tree().Scan(start, out);
 }
 
-Result<std::optional<VersionView>> Store::Impl::VisibleNow(std::string_view key) {
+Result<std::optional<VersionView>> Store::Impl::VisibleNow(std::string_view key, bool unpublished) {
   if (vt_ != nullptr) {
     // N2: a lookup at the tree's current version answers for the published
     // version when they are the same version (no install in flight).
@@ -300,11 +363,15 @@ Result<std::optional<VersionView>> Store::Impl::VisibleNow(std::string_view key)
   // version published after our timestamp was read (K4 uses the visible ts
   // of its own moment).  Falling off the chain then means "look again at a
   // newer timestamp"; when the visible ts did not move, the key was absent.
-  uint64_t at = visible_ts_.load(std::memory_order_acquire);
+  // An unpublished read that returns a version newer than `at` (a value,
+  // or a tombstone's absence) raises the thread's acknowledgement ts.
+  uint64_t at = pub_.visible();
   for (;;) {
     bool fell_off;
-    PMTREE_ASSIGN_OR_RETURN(auto v, WalkChain(*this, key, at, &fell_off));
-    uint64_t now = visible_ts_.load(std::memory_order_acquire);
+    uint64_t ts;
+    PMTREE_ASSIGN_OR_RETURN(auto v, WalkChain(*this, key, at, unpublished, &ts, &fell_off));
+    if (ts > at) NoteThreadTs(ts);
+    uint64_t now = pub_.visible();
     if (v.has_value() || !fell_off || now == at) return v;
     at = now;
   }
@@ -312,7 +379,7 @@ Result<std::optional<VersionView>> Store::Impl::VisibleNow(std::string_view key)
 
 Result<std::optional<VersionView>> Store::Impl::Visible(std::string_view key, const ReadOptions& ro) {
   if (ro.snapshot != nullptr) return VisibleAt(key, *ro.snapshot);
-  return VisibleNow(key);
+  return VisibleNow(key, ro.unpublished);
 }
 
 // ---------------------------------------------------------------------------
@@ -367,6 +434,10 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
     return Status::Ok();
   }
   scope.Publish(ts);
+  if (pub_.visible() < ts) {  // deferred: trimming below the head waits for it (K4)
+    DeferCollect(ts, key);
+    return Status::Ok();
+  }
   const std::vector<uint64_t> head_now{*off};  // the key is still locked (K5)
   return CollectKeys({key}, Horizon(), &head_now);
 }
@@ -449,6 +520,10 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
     return st;
   }
   scope.Publish(ts);
+  if (pub_.visible() < ts) {  // deferred (K4)
+    for (size_t i = 0; i < installed; i++) DeferCollect(ts, puts[i].first);
+    return st;
+  }
   std::vector<std::string_view> keys;
   std::vector<uint64_t> heads;
   keys.reserve(installed);
@@ -579,7 +654,9 @@ Status Store::Put(std::string_view key, std::string_view value) {
   PMTREE_RETURN_IF_ERROR(CheckKey(key));
   PMTREE_RETURN_IF_ERROR(CheckValue(value.size(), "value"));
   bool found;
-  return impl_->WriteOne(key, VersionKind::kValue, value, nullptr, false, &found);
+  Status st = impl_->WriteOne(key, VersionKind::kValue, value, nullptr, false, &found);
+  impl_->CollectPublished(kCollectPerWrite);
+  return st;
 }
 
 Status Store::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
@@ -596,7 +673,9 @@ Status Store::PutMany(const std::vector<std::pair<std::string_view, std::string_
   if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end())
     return Status::InvalidArgument("kv: PutMany names key '" + std::string(*dup) + "' twice");
   if (puts.empty()) return Status::Ok();
-  return impl_->PutMany(puts, applied, admit);
+  Status st = impl_->PutMany(puts, applied, admit);
+  impl_->CollectPublished(kCollectPerWrite + *applied);
+  return st;
 }
 
 Result<bool> Store::Get(std::string_view key, std::string* value, const ReadOptions& ro) {
@@ -611,7 +690,9 @@ Result<bool> Store::Get(std::string_view key, std::string* value, const ReadOpti
 Result<bool> Store::Delete(std::string_view key) {
   PMTREE_RETURN_IF_ERROR(CheckKey(key));
   bool found;
-  PMTREE_RETURN_IF_ERROR(impl_->WriteOne(key, VersionKind::kTombstone, {}, nullptr, false, &found));
+  Status st = impl_->WriteOne(key, VersionKind::kTombstone, {}, nullptr, false, &found);
+  impl_->CollectPublished(kCollectPerWrite);
+  PMTREE_RETURN_IF_ERROR(st);
   return found;
 }
 
@@ -619,14 +700,18 @@ Status Store::PutFields(std::string_view key, const FieldMap& fields) {
   PMTREE_RETURN_IF_ERROR(CheckKey(key));
   PMTREE_RETURN_IF_ERROR(CheckFields(fields));
   bool found;
-  return impl_->WriteOne(key, VersionKind::kFields, {}, &fields, false, &found);
+  Status st = impl_->WriteOne(key, VersionKind::kFields, {}, &fields, false, &found);
+  impl_->CollectPublished(kCollectPerWrite);
+  return st;
 }
 
 Result<bool> Store::UpdateFields(std::string_view key, const FieldMap& fields) {
   PMTREE_RETURN_IF_ERROR(CheckKey(key));
   PMTREE_RETURN_IF_ERROR(CheckFields(fields));
   bool found;
-  PMTREE_RETURN_IF_ERROR(impl_->WriteOne(key, VersionKind::kFields, {}, &fields, true, &found));
+  Status st = impl_->WriteOne(key, VersionKind::kFields, {}, &fields, true, &found);
+  impl_->CollectPublished(kCollectPerWrite);
+  PMTREE_RETURN_IF_ERROR(st);
   return found;
 }
 
@@ -652,7 +737,28 @@ void Store::ReleaseSnapshot(const Snapshot* snapshot) {
   delete snapshot;
 }
 
-Status Store::Write(const WriteBatch& batch) { return impl_->CommitBatch(batch, nullptr); }
+Status Store::Write(const WriteBatch& batch) {
+  Status st = impl_->CommitBatch(batch, nullptr);
+  impl_->CollectPublished(kCollectPerWrite + batch.size());
+  return st;
+}
+
+void Store::DeferVisibility(std::function<void(uint64_t visible)> listener) {
+  impl_->defer_ = static_cast<bool>(listener);
+  impl_->on_visible_ = std::move(listener);
+}
+
+uint64_t Store::visible_timestamp() const { return impl_->VisibleTs(); }
+
+uint64_t Store::TakeThreadTimestamp() {
+  if (tls_store != impl_->id_) return 0;
+  return std::exchange(tls_ack_ts, 0);
+}
+
+void Store::AwaitPublished() {
+  const uint64_t issued = impl_->next_ts_.load(std::memory_order_acquire);
+  while (impl_->VisibleTs() < issued) std::this_thread::yield();
+}
 
 std::unique_ptr<Transaction> Store::BeginTransaction() {
   return std::unique_ptr<Transaction>(new Transaction(this, GetSnapshot()));

@@ -20,9 +20,14 @@
 //  K5. Writers of one key hold the key's stripe lock from their tree lookup to
 //      the end of their GC; readers take no lock and read inside an epoch
 //      guard.
-//  K6. visible_ts_ advances in ts order, to ts only after every version
-//      stamped ts is in the tree: a snapshot at s sees every write with
-//      ts <= s completely, and none after.
+//  K6. The visible ts (pub_) advances in ts order, to ts only after every
+//      version stamped ts is in the tree: a snapshot at s sees every write
+//      with ts <= s completely, and none after.  A writer marks its ts in
+//      the publication ring (publication.h, P1-P3) and never waits for an
+//      earlier writer there; without deferred visibility it then waits
+//      until its ts is visible (read-your-writes for library callers), with
+//      it (the server) it returns and its caller holds the acknowledgement
+//      until visible_timestamp() reaches it.
 //  K7. Recovery (no snapshot survives a crash) needs only each key's head
 //      version and the versions of committed logs: it never follows prev.
 //  K8. Field blocks are immutable and shared by versions of one key only;
@@ -35,7 +40,9 @@
 //      entry at once (no tombstone record outside a commit log).
 //  N2. Installs run one at a time (install_mu_) from their timestamp to its
 //      publication, so timestamps and tree versions advance together: the
-//      published pair (visible_ts_, visible_version_) is what a snapshot pins.
+//      published pair (visible ts, visible_version_) is what a snapshot pins.
+//      A native write is therefore visible when it returns, deferred or not
+//      (its ring mark always extends the prefix at once).
 //      The published version stays pinned in the tree until the next one is
 //      published, so the tree's GC keeps everything its readers need.
 //  N3. A record the tree stopped showing at version e is retired (through the
@@ -48,6 +55,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <cstdint>
@@ -60,6 +68,7 @@
 #include <vector>
 
 #include "kv/layout.h"
+#include "kv/publication.h"
 #include "pm/pool_impl.h"
 #include "pmtree/kv.h"
 #include "pmtree/registry.h"
@@ -130,9 +139,9 @@ class Store::Impl {
   Result<std::optional<VersionView>> VisibleIn(const BytesTree::Entry& e, const Snapshot& snap);
   // The tree's entries from `start` on at the snapshot (Scan or ScanAt).
   Result<size_t> ScanFrom(const std::string& start, const Snapshot& snap, std::span<BytesTree::Entry> out);
-  // The version visible to a plain read (newest published), retrying if GC
-  // races (see store.cc).
-  Result<std::optional<VersionView>> VisibleNow(std::string_view key);
+  // The version visible to a plain read (newest published, or with
+  // `unpublished` the newest complete), retrying if GC races (see store.cc).
+  Result<std::optional<VersionView>> VisibleNow(std::string_view key, bool unpublished);
   Result<std::optional<VersionView>> Visible(std::string_view key, const ReadOptions& ro);
   Status WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
                   bool update_only, bool* found);
@@ -168,7 +177,7 @@ class Store::Impl {
   // ---- native versions (N1-N3) ----
   VersionedTree<std::string_view>* vt_ = nullptr;  // the engine's versions, or null
   std::mutex install_mu_;                          // N2
-  std::atomic<uint64_t> visible_version_{0};       // the tree version of visible_ts_ (N2)
+  std::atomic<uint64_t> visible_version_{0};       // the tree version of the visible ts (N2)
   struct Retiring {
     uint64_t version;              // the record the tree no longer shows
     uint64_t until;                // from this tree version on (N3)
@@ -203,18 +212,38 @@ class Store::Impl {
 
   // Ts issue and publication (K6).
   uint64_t NextTs() { return next_ts_.fetch_add(1, std::memory_order_acq_rel) + 1; }
+  // Marks ts installed (record path): returns at once when visibility is
+  // deferred, else once ts is visible.
   void Publish(uint64_t ts);
+  // Marks ts in the ring and tells the listener when the visible ts moved.
+  void MarkInstalled(uint64_t ts);
+  uint64_t VisibleTs() const { return pub_.visible(); }
+  // Raises this thread's acknowledgement timestamp (Store::TakeThreadTimestamp).
+  void NoteThreadTs(uint64_t ts);
+  // Deferred visibility: a key whose chain trim waits for ts to be visible
+  // (a trim below an unpublished head would break plain reads, K4).
+  void DeferCollect(uint64_t ts, std::string_view key);
+  // Trims up to `max` deferred keys whose ts is visible now; called after a
+  // write released its locks.
+  void CollectPublished(size_t max);
 
   PoolImpl& pool() { return PoolImpl::Of(*h_.pool); }
   const PoolImpl& pool() const { return PoolImpl::Of(*h_.pool); }
   BytesTree& tree() { return *h_.tree; }
   Allocator& alloc() { return pool().allocator(); }
 
+  const uint64_t id_;  // unique in the process (the thread's acknowledgement ts is per store)
   const TreeFactory* factory_;
   TreeHandle<BytesTree> h_;
   KvMeta* meta_;
-  std::atomic<uint64_t> next_ts_{0};     // last ts issued
-  std::atomic<uint64_t> visible_ts_{0};  // every ts <= this is installed (K6)
+  std::atomic<uint64_t> next_ts_{0};  // last ts issued
+  Publication pub_;                    // the visible ts: every ts <= it is installed (K6)
+  // Store::DeferVisibility: set while no writer runs.
+  bool defer_ = false;
+  std::function<void(uint64_t)> on_visible_;
+  std::function<void(uint64_t)> before_publish_;  // Options::testing_before_publish
+  std::deque<std::pair<uint64_t, std::string>> deferred_gc_;  // (ts, key) by ts, roughly (gc_mu_)
+  std::atomic<size_t> deferred_gc_count_{0};  // its size, read without gc_mu_ (0: nothing to do)
   // Spin locks, not std::mutex: a batch or transaction holds one per stripe
   // it writes (up to kStripes at once, K5), which is beyond what
   // ThreadSanitizer's deadlock detector can track for pthread mutexes (64);
@@ -244,6 +273,10 @@ class Store::Impl {
   Status Failed();
   void SetFailed(Status s);
 };
+
+// Deferred trims a write does after its own (Store::Impl::CollectPublished):
+// more than the one each deferred write adds, so the queue drains.
+inline constexpr size_t kCollectPerWrite = 4;
 
 // Keys are bounded by the tree.
 Status CheckKey(std::string_view key);

@@ -199,10 +199,15 @@ Status Store::Impl::InstallBatch(const std::vector<PendingWrite>& pw, uint64_t l
     return Status::Ok();
   }
   scope.Publish(ts);
-  std::vector<std::string_view> keys;
-  keys.reserve(pw.size());
-  for (const PendingWrite& w : pw) keys.emplace_back(w.key);
-  Status gc = CollectKeys(keys, Horizon());
+  Status gc;
+  if (pub_.visible() < ts) {  // deferred: trimming below the heads waits for them (K4)
+    for (const PendingWrite& w : pw) DeferCollect(ts, w.key);
+  } else {
+    std::vector<std::string_view> keys;
+    keys.reserve(pw.size());
+    for (const PendingWrite& w : pw) keys.emplace_back(w.key);
+    gc = CollectKeys(keys, Horizon());
+  }
   alloc().Free(log, log_bytes, BlockOwner::kStore);
   ReleaseSlot(slot);
   commits_.fetch_add(1);
@@ -289,6 +294,7 @@ Status Transaction::Commit() {
   }
   Status s = store_->impl_->CommitBatch(batch, snapshot_);
   Abort();  // releases the snapshot either way
+  store_->impl_->CollectPublished(kCollectPerWrite);
   return s;
 }
 
