@@ -233,6 +233,10 @@ void InfoCmd(Call& c) {
   if (on("clients")) {
     t += "# Clients\r\n";
     line("connected_clients", std::to_string(s.connected_clients.load()));
+    std::string per_loop;
+    for (int i = 0; s.loop_clients && i < s.threads; ++i)
+      per_loop += (i ? "," : "") + std::to_string(s.loop_clients[i].load());
+    line("pmtree_loop_clients", per_loop);
     t += "\r\n";
   }
   if (on("memory")) {
@@ -403,6 +407,10 @@ void ExecCmd(Call& c) {
     for (int i = spec->first_key; spec->first_key > 0 && i <= last; i += spec->key_step) keys.push_back(args[i]);
   }
   Keyspace::KeyLocks locks(&c.ks(), keys);
+  // The transaction's snapshot must hold the writes that released these
+  // keys' locks, whose visibility may still be deferred (kv.h): else its
+  // reads would miss them and its commit conflict with them.
+  c.ks().store().AwaitPublished();
   // Busy comes only from a write that took no key lock (FLUSHALL): retry.
   constexpr int kAttempts = 3;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {

@@ -80,6 +80,8 @@ struct ServerState {
   std::string engine;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<uint64_t> connected_clients{0};
+  // Connections open on each event loop (`threads` entries; INFO clients).
+  std::unique_ptr<std::atomic<uint64_t>[]> loop_clients;
   std::atomic<uint64_t> total_connections{0};
   std::atomic<uint64_t> total_commands{0};
   std::atomic<uint64_t> rejected_protocol{0};  // clients closed on a protocol error

@@ -266,6 +266,10 @@ Status Keyspace::DeleteMembers(std::string_view key, const Head& head, kv::Write
   if (head.type != KeyType::kZset && !head.large_hash) return Status::Ok();
   std::string prefix = MemberPrefix(head.type == KeyType::kZset ? kZsetPrefix : kHashPrefix, key);
   if (txn) return txn->ForEachKey(prefix, PrefixEnd(prefix), [&](std::string_view k) { batch->Delete(k); });
+  // An iterator reads at the visible timestamp: the members the last
+  // holders of this key's lock wrote must be visible first (kv.h, deferred
+  // visibility), or the delete would leave them behind.
+  store_->AwaitPublished();
   auto it = store_->NewIterator({.upper_bound = PrefixEnd(prefix)});
   for (it->Seek(prefix); it->Valid(); it->Next()) batch->Delete(it->key());
   return it->status();
@@ -318,6 +322,7 @@ Status Keyspace::DbSize(int64_t* n) {
 }
 
 Status Keyspace::FlushAll() {
+  store_->AwaitPublished();  // every write acknowledged or not before it is gone after it
   while (true) {
     kv::WriteBatch batch;
     {
@@ -555,7 +560,7 @@ Status Keyspace::RemoveMembers(std::string_view key, const Head& h, const std::v
 Status Keyspace::ReadHash(const std::string& hk, const std::vector<std::string>& names, kv::FieldMap* fields,
                           bool* found, Head* head, Txn* txn) {
   head->large_hash = false;
-  auto r = txn ? txn->GetFields(hk, names, fields) : store_->GetFields(hk, names, fields);
+  auto r = txn ? txn->GetFields(hk, names, fields) : store_->GetFields(hk, names, fields, {.unpublished = true});
   if (r.ok()) {
     *found = *r;
     return Status::Ok();

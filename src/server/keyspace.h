@@ -31,6 +31,16 @@
 // returned, i.e. after the write is durable (kv.h); given a Txn, its writes
 // become durable when the Txn commits.
 //
+// VISIBILITY.  The server runs the store with deferred visibility (kv.h):
+// a write may return before it is visible.  So point reads here are
+// unpublished reads (the newest complete write of the key): a command that
+// holds a key's lock sees the write that released it (two INCRs never read
+// the same value), and any reply built on a write not yet visible raises the
+// thread's acknowledgement timestamp, which the event loop waits for before
+// it sends (server.h).  Iterator reads (member deletes, FLUSHALL) and EXEC's
+// transaction snapshot first wait for every issued write to be visible
+// (kv::Store::AwaitPublished).
+//
 // ERRORS.  Methods return the store's Status (OutOfSpace: nothing changed)
 // or Incompatible for a key of the wrong type (its message is Redis's
 // WRONGTYPE text), or InvalidArgument with a Redis error text.
@@ -206,8 +216,10 @@ class Keyspace {
   // hash (nothing for other types).
   Status DeleteMembers(std::string_view key, const Head& head, kv::WriteBatch* batch, Txn* txn = nullptr);
   // The store or the transaction (txn null: the store, durable on return).
+  // A store read sees the newest complete write, visible or not (see
+  // VISIBILITY), so a read-modify-write sees what released its lock.
   Result<bool> Read(Txn* txn, std::string_view key, std::string* value) {
-    return txn ? txn->Get(key, value) : store_->Get(key, value);
+    return txn ? txn->Get(key, value) : store_->Get(key, value, {.unpublished = true});
   }
   Status PutKey(Txn* txn, std::string_view key, std::string_view value) {
     return txn ? txn->Put(key, value) : store_->Put(key, value);

@@ -12,8 +12,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -56,6 +58,10 @@ struct Connection {
   size_t in_pos = 0;  // in[0, in_pos) is parsed
   std::string out;
   size_t out_pos = 0;  // out[0, out_pos) is sent
+  // HELD REPLIES: out[out_pos, ready) may be sent; out[ready, end) waits
+  // until the store's visible timestamp reaches hold_ts (0 = nothing held).
+  size_t ready = 0;
+  uint64_t hold_ts = 0;
   RespParser parser;
   ClientState client;
   std::vector<std::string> args;
@@ -91,9 +97,10 @@ bool Groupable(const ServerState& server, const ClientState& client, const std::
 
 class Server::Loop {
  public:
-  Loop(Server* server) : server_(server) {}
+  Loop(Server* server, int index) : server_(server), index_(index) {}
   ~Loop() {
     for (auto& [fd, c] : conns_) close(fd);
+    for (auto& [fd, peer] : inbox_) close(fd);  // handed off, never registered
     if (epfd_ >= 0) close(epfd_);
     if (wake_fd_ >= 0) close(wake_fd_);
   }
@@ -102,11 +109,17 @@ class Server::Loop {
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epfd_ < 0) return Status::IoError(Errno("server: epoll_create1"));
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLEXCLUSIVE;
-    ev.data.fd = server_->listen_fd_;
-    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, server_->listen_fd_, &ev) != 0)
-      return Status::IoError(Errno("server: epoll_ctl(listen)"));
-    ev.events = EPOLLIN;  // never read: stays readable, so every loop sees it
+    ev.events = EPOLLIN;
+    // ACCEPTING.  Loop 0 alone accepts, and deals the connections out round
+    // robin (Handoff): a burst of connects spreads evenly over the loops,
+    // where a listening socket in every loop (EPOLLEXCLUSIVE) woke one loop
+    // that took the whole burst.
+    if (index_ == 0) {
+      ev.data.fd = server_->listen_fd_;
+      if (epoll_ctl(epfd_, EPOLL_CTL_ADD, server_->listen_fd_, &ev) != 0)
+        return Status::IoError(Errno("server: epoll_ctl(listen)"));
+    }
+    // never read: stays readable, so every loop sees it
     ev.data.fd = server_->stop_fd_;
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, server_->stop_fd_, &ev) != 0)
       return Status::IoError(Errno("server: epoll_ctl(stop)"));
@@ -146,7 +159,32 @@ class Server::Loop {
         if (alive) alive = UpdateInterest(c);
         if (!alive) Close(fd);
       }
+      ArmHolds();
     }
+  }
+
+  // Called by the writer that advanced the store's visible timestamp (any
+  // thread): wakes this loop when a reply it holds may go now.  The loop
+  // stores wait_ts_ then reads the visible timestamp; the writer advances
+  // it then reads wait_ts_ (both sequentially consistent), so one of them
+  // sees the other: no wake-up is lost.
+  void OnVisible(uint64_t visible) {
+    uint64_t w = wait_ts_.load(std::memory_order_seq_cst);
+    if (w == 0 || w > visible || !wait_ts_.compare_exchange_strong(w, 0, std::memory_order_seq_cst)) return;
+    uint64_t one = 1;
+    ssize_t r = write(wake_fd_, &one, sizeof one);
+    (void)r;
+  }
+
+  // A connection accepted by loop 0 for this loop.
+  void Handoff(int fd, const sockaddr_storage& peer) {
+    {
+      std::lock_guard<std::mutex> l(inbox_mu_);
+      inbox_.emplace_back(fd, peer);
+    }
+    uint64_t one = 1;
+    ssize_t r = write(wake_fd_, &one, sizeof one);
+    (void)r;
   }
 
  private:
@@ -158,29 +196,40 @@ class Server::Loop {
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE)
           std::fprintf(stderr, "pmtree serve: accept: %s (raise the open-file limit)\n", std::strerror(errno));
-        return;  // EAGAIN: another loop took it, or none left
+        return;  // EAGAIN: none left
       }
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      auto c = std::make_unique<Connection>();
-      c->fd = fd;
-      c->parser = RespParser(server_->options_.limits);
-      c->client.id = server_->state_.next_client_id.fetch_add(1);
-      c->client.peer = PeerName(ss);
-      c->client.authenticated = server_->state_.requirepass.empty();
-      c->client.wake_fd = wake_fd_;
-      c->events = EPOLLIN;
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = fd;
-      if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        close(fd);
-        continue;
-      }
-      server_->state_.connected_clients.fetch_add(1);
-      server_->state_.total_connections.fetch_add(1);
-      conns_.emplace(fd, std::move(c));
+      const size_t n = server_->loops_.size();
+      Loop* to = server_->loops_[next_loop_++ % n].get();
+      if (to == this)
+        Register(fd, ss);
+      else
+        to->Handoff(fd, ss);
     }
+  }
+
+  // Takes a connection into this loop's epoll set.
+  void Register(int fd, const sockaddr_storage& ss) {
+    auto c = std::make_unique<Connection>();
+    c->fd = fd;
+    c->parser = RespParser(server_->options_.limits);
+    c->client.id = server_->state_.next_client_id.fetch_add(1);
+    c->client.peer = PeerName(ss);
+    c->client.authenticated = server_->state_.requirepass.empty();
+    c->client.wake_fd = wake_fd_;
+    c->events = EPOLLIN;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      return;
+    }
+    server_->state_.connected_clients.fetch_add(1);
+    server_->state_.total_connections.fetch_add(1);
+    server_->state_.loop_clients[index_].fetch_add(1);
+    conns_.emplace(fd, std::move(c));
   }
 
   // Reads once, runs every complete command, writes the replies.  False
@@ -198,6 +247,8 @@ class Server::Loop {
   // client (WAIT: its input waits until ClientState::unblock says so).
   bool ProcessInput(Connection& c) {
     const uint64_t limit = server_->options_.max_client_buffer;
+    kv::Store& store = server_->keyspace_.store();
+    (void)store.TakeThreadTimestamp();  // what earlier connections' commands left
     while (!c.client.close_after_reply && !c.client.unblock) {
       auto outcome = c.parser.Parse(c.in, &c.in_pos, &c.args);
       if (outcome == RespParser::Outcome::kNeedMore) break;
@@ -238,7 +289,56 @@ class Server::Loop {
       replica_fds_.insert(c.fd);
       if (!c.client.replica->Drain(&c.out, c.out.size() - c.out_pos)) return false;
     }
+    // Everything appended above waits for what its commands wrote or read.
+    Hold(c, store.TakeThreadTimestamp());
     return true;
+  }
+
+  // HELD REPLIES.  The store defers visibility (kv.h): a write returns
+  // durable and installed, but readers see it only once every write with an
+  // earlier timestamp is in too.  The replies just appended to c.out depend
+  // on writes (or unpublished reads) up to timestamp `ack`: while the
+  // visible timestamp is below it they wait behind c.ready, with everything
+  // appended after them (replies stay in order), and the loop goes on with
+  // other connections.  So no client sees a write acknowledged that a read
+  // on any connection could then miss, and no loop waits for another's
+  // writer.
+  void Hold(Connection& c, uint64_t ack) {
+    const uint64_t visible = server_->keyspace_.store().visible_timestamp();
+    if (ack > visible) c.hold_ts = std::max(c.hold_ts, ack);
+    if (c.hold_ts != 0 && c.hold_ts <= visible) c.hold_ts = 0;
+    if (c.hold_ts == 0) {
+      c.ready = c.out.size();
+      held_fds_.erase(c.fd);
+    } else {
+      held_fds_.insert(c.fd);
+    }
+  }
+
+  // Sends the held replies that became visible; then, while some are still
+  // held, tells the store's listener which timestamp to wake this loop at.
+  void ArmHolds() {
+    kv::Store& store = server_->keyspace_.store();
+    while (!held_fds_.empty()) {
+      const uint64_t visible = store.visible_timestamp();
+      uint64_t wait = 0;
+      std::vector<int> dead;
+      for (int fd : std::vector<int>(held_fds_.begin(), held_fds_.end())) {
+        Connection& c = *conns_.at(fd);
+        if (c.hold_ts > visible) {
+          wait = wait == 0 ? c.hold_ts : std::min(wait, c.hold_ts);
+          continue;
+        }
+        Hold(c, 0);
+        if (!(Flush(c) && UpdateInterest(c))) dead.push_back(fd);
+      }
+      for (int fd : dead) Close(fd);
+      if (wait == 0) break;
+      wait_ts_.store(wait, std::memory_order_seq_cst);
+      if (store.visible_timestamp() < wait) return;  // OnVisible wakes us
+      wait_ts_.store(0, std::memory_order_seq_cst);
+    }
+    wait_ts_.store(0, std::memory_order_seq_cst);
   }
 
   // The wake eventfd fired: a replica link of this loop has stream bytes,
@@ -247,10 +347,18 @@ class Server::Loop {
     uint64_t count;
     ssize_t r = read(wake_fd_, &count, sizeof count);
     (void)r;
+    std::vector<std::pair<int, sockaddr_storage>> arrived;
+    {
+      std::lock_guard<std::mutex> l(inbox_mu_);
+      arrived.swap(inbox_);
+    }
+    for (const auto& [fd, peer] : arrived) Register(fd, peer);
     std::vector<int> dead;
     for (int fd : replica_fds_) {
       Connection& c = *conns_.at(fd);
-      bool alive = c.client.replica->Drain(&c.out, c.out.size() - c.out_pos) && Flush(c) && UpdateInterest(c);
+      bool alive = c.client.replica->Drain(&c.out, c.out.size() - c.out_pos);
+      if (alive) Hold(c, 0);
+      alive = alive && Flush(c) && UpdateInterest(c);
       if (!alive) dead.push_back(fd);
     }
     for (int fd : std::vector<int>(blocked_fds_.begin(), blocked_fds_.end())) {
@@ -303,8 +411,8 @@ class Server::Loop {
   // Writes what it can; false when the connection is done (an error, or
   // everything sent to a client that is to be closed).
   bool Flush(Connection& c) {
-    while (c.out_pos < c.out.size()) {
-      ssize_t n = send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
+    while (c.out_pos < c.ready) {
+      ssize_t n = send(c.fd, c.out.data() + c.out_pos, c.ready - c.out_pos, MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN) return true;
@@ -312,8 +420,10 @@ class Server::Loop {
       }
       c.out_pos += static_cast<size_t>(n);
     }
+    if (c.ready < c.out.size()) return true;  // the rest is held
     c.out.clear();
     c.out_pos = 0;
+    c.ready = 0;
     return !c.client.close_after_reply;
   }
 
@@ -321,7 +431,7 @@ class Server::Loop {
   // output while replies wait.
   bool UpdateInterest(Connection& c) {
     uint32_t want = c.client.close_after_reply ? 0u : static_cast<uint32_t>(EPOLLIN);
-    if (c.out_pos < c.out.size()) want |= EPOLLOUT;
+    if (c.out_pos < c.ready) want |= EPOLLOUT;  // held replies wait for ArmHolds, not the socket
     if (want == c.events) return true;
     epoll_event ev{};
     ev.events = want;
@@ -334,19 +444,27 @@ class Server::Loop {
   void Close(int fd) {
     if (replica_fds_.erase(fd)) server_->replication_->Detach(conns_.at(fd)->client.replica);
     blocked_fds_.erase(fd);
+    held_fds_.erase(fd);
     epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     conns_.erase(fd);
     server_->state_.connected_clients.fetch_sub(1);
+    server_->state_.loop_clients[index_].fetch_sub(1);
   }
 
   Server* server_;
+  const int index_;
+  size_t next_loop_ = 0;  // loop 0: the loop the next accepted connection goes to
   int epfd_ = -1;
   std::unique_ptr<char[]> read_buf_ = std::make_unique<char[]>(kReadChunk);
   int wake_fd_ = -1;  // replica links of this loop write it (ReplicaLink::Wake)
   std::unordered_map<int, std::unique_ptr<Connection>> conns_;
   std::unordered_set<int> replica_fds_;
   std::unordered_set<int> blocked_fds_;  // clients whose ClientState::unblock is set
+  std::unordered_set<int> held_fds_;     // connections with held replies (hold_ts != 0)
+  std::atomic<uint64_t> wait_ts_{0};     // the smallest hold_ts, while the loop sleeps on it; 0 = none
+  std::mutex inbox_mu_;
+  std::vector<std::pair<int, sockaddr_storage>> inbox_;  // handed off by loop 0 (Handoff)
 };
 
 Server::Server(kv::Store* store, ServerOptions options)
@@ -362,6 +480,7 @@ Server::Server(kv::Store* store, ServerOptions options)
   state_.engine = std::string(store->engine());
   state_.threads = options_.threads > 0 ? options_.threads : static_cast<int>(std::thread::hardware_concurrency());
   if (state_.threads <= 0) state_.threads = 1;
+  state_.loop_clients = std::make_unique<std::atomic<uint64_t>[]>(state_.threads);
   state_.request_shutdown = [this] {
     shutdown_by_client_.store(true);
     RequestStop();
@@ -372,6 +491,9 @@ Server::~Server() {
   RequestStop();
   Wait();
   replication_->Shutdown();  // no RDB builder or cron touches a loop's eventfd past here
+  // No writer runs now (the master link stopped with Shutdown): the store's
+  // writes are visible on return again, and nobody calls into the loops.
+  if (deferring_) keyspace_.store().DeferVisibility(nullptr);
   loops_.clear();
   if (listen_fd_ >= 0) close(listen_fd_);
   if (stop_fd_ >= 0) close(stop_fd_);
@@ -406,10 +528,16 @@ Status Server::Start() {
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   state_.port = ntohs(addr.sin_port);
   for (int i = 0; i < state_.threads; ++i) {
-    auto loop = std::make_unique<Loop>(this);
+    auto loop = std::make_unique<Loop>(this, i);
     PMTREE_RETURN_IF_ERROR(loop->Init());
     loops_.push_back(std::move(loop));
   }
+  // Before any loop (or the master link) writes: writes return before
+  // they are visible, and the loops hold the replies (HELD REPLIES).
+  keyspace_.store().DeferVisibility([this](uint64_t visible) {
+    for (auto& loop : loops_) loop->OnVisible(visible);
+  });
+  deferring_ = true;
   for (auto& loop : loops_) threads_.emplace_back([l = loop.get()] { l->Run(); });
   return Status::Ok();
 }

@@ -1,14 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Server: the TCP front end of `pmtree serve`.  It listens on one socket and
-// runs one epoll event loop per thread; the listening socket sits in every
-// loop (EPOLLEXCLUSIVE), a connection stays on the loop that accepted it.  A
-// loop reads what a socket has, parses every complete command (pipelining),
-// executes each in order on the loop's thread and writes the replies.
+// runs one epoll event loop per thread; loop 0 accepts and deals the
+// connections out round robin (an eventfd and a queue per loop), a
+// connection stays on the loop it was given.  A loop reads what a socket
+// has, parses every complete command (pipelining), executes each in order
+// on the loop's thread and writes the replies.
 //
 // DURABILITY.  A write's reply is appended only after its store call
 // returned, and the store's calls are durable on return (kv.h): a client
 // never sees an acknowledgement that a crash can take back.
+//
+// VISIBILITY.  The store runs with deferred visibility (kv.h): a write
+// returns before it is visible when a write with an earlier timestamp, on
+// another loop, is still being installed, so no loop spins on another's
+// writer.  Its reply (and every later reply of that connection) is held
+// until the store's visible timestamp reaches it; the store's listener
+// wakes the loop through its eventfd.  So a client never gets the reply to
+// a write that a read on any connection could then miss, and replies keep
+// their order per connection.
 //
 // BAD INPUT.  A protocol error or a query buffer past its limit gets one
 // -ERR reply, then that connection alone is closed.
@@ -78,6 +88,7 @@ class Server {
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // an eventfd every loop polls; written once to stop
   std::atomic<bool> shutdown_by_client_{false};
+  bool deferring_ = false;  // Start turned the store's deferred visibility on
   std::vector<std::unique_ptr<Loop>> loops_;
   std::vector<std::thread> threads_;
 };

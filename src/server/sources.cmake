@@ -17,6 +17,7 @@ pmtree_test(server_test
   src/server/resp_test.cc
   src/server/server_test.cc
   src/server/server_fuzz_test.cc
+  src/server/server_threads_test.cc
   src/server/server_kill_test.cc
   LINK pmtree_server)
 pmtree_test(replication_test src/server/replication_test.cc LINK pmtree_server)

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -139,9 +140,12 @@ class Client {
 // A store in anonymous memory (or a file) served on an ephemeral port.
 class ServerFixture {
  public:
-  explicit ServerFixture(ServerOptions options = {}, uint64_t pool_size = 64ull << 20, std::string path = "") {
+  // before_publish: kv::Options::testing_before_publish (a test holds writers there).
+  explicit ServerFixture(ServerOptions options = {}, uint64_t pool_size = 64ull << 20, std::string path = "",
+                         std::function<void(uint64_t)> before_publish = nullptr) {
     kv::Options o;
     o.pool_size = pool_size;
+    o.testing_before_publish = std::move(before_publish);
     auto s = kv::Store::Open(path, o);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     if (!s.ok()) return;
