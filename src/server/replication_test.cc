@@ -506,9 +506,9 @@ TEST(ReplicationTest, ConcurrentWritersReplayToTheMastersState) {
   std::vector<std::thread> writers;
   for (int t = 0; t < kWriters; ++t)
     writers.emplace_back([&, t] {
-      // The loops take connections with EPOLLEXCLUSIVE: a burst of connects
-      // lands on one loop.  Connecting once the others are busy spreads them
-      // (usually), which the reordering this test looks for needs.
+      // Connections are dealt to the loops round robin, so the 6 writers
+      // sit on all 4 loops, which the reordering this test looks for needs;
+      // connecting once the others are busy keeps the writes overlapping.
       while (started.load() < t) std::this_thread::yield();
       Client w(f.port());
       std::mt19937 rng(t);
