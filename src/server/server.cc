@@ -304,13 +304,16 @@ class Server::Loop {
   // on any connection could then miss, and no loop waits for another's
   // writer.
   void Hold(Connection& c, uint64_t ack) {
-    const uint64_t visible = server_->keyspace_.store().visible_timestamp();
-    if (ack > visible) c.hold_ts = std::max(c.hold_ts, ack);
-    if (c.hold_ts != 0 && c.hold_ts <= visible) c.hold_ts = 0;
+    const bool was_held = c.hold_ts != 0;  // held_fds_ holds exactly these
+    if (ack != 0 || was_held) {
+      const uint64_t visible = server_->keyspace_.store().visible_timestamp();
+      if (ack > visible) c.hold_ts = std::max(c.hold_ts, ack);
+      if (c.hold_ts != 0 && c.hold_ts <= visible) c.hold_ts = 0;
+    }
     if (c.hold_ts == 0) {
       c.ready = c.out.size();
-      held_fds_.erase(c.fd);
-    } else {
+      if (was_held) held_fds_.erase(c.fd);
+    } else if (!was_held) {
       held_fds_.insert(c.fd);
     }
   }
@@ -318,6 +321,7 @@ class Server::Loop {
   // Sends the held replies that became visible; then, while some are still
   // held, tells the store's listener which timestamp to wake this loop at.
   void ArmHolds() {
+    if (held_fds_.empty()) return;  // a stale wait_ts_ costs one spurious wake-up at most
     kv::Store& store = server_->keyspace_.store();
     while (!held_fds_.empty()) {
       const uint64_t visible = store.visible_timestamp();
