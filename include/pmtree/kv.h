@@ -322,6 +322,14 @@ class Store {
   // the last call.  A reply that depends on them waits until
   // visible_timestamp() >= it.
   uint64_t TakeThreadTimestamp();
+  // Raises this thread's acknowledgement timestamp to at least ts (a server
+  // carrying a connection's still-held writes into its next commands).
+  void RaiseThreadTimestamp(uint64_t ts);
+  // Waits (yielding) until this thread's acknowledgement timestamp, not
+  // taken, is visible: for a command about to iterate at the visible
+  // timestamp that must see the writes issued before it on its connection.
+  // Returns at once when nothing of this thread's is pending.
+  void AwaitThreadTimestamp();
   // Waits (yielding) until every write that had taken a timestamp when it was
   // called is visible: for a reader that needs a snapshot with its own
   // earlier deferred writes in it (a transaction, an iteration under a lock).

@@ -755,6 +755,14 @@ uint64_t Store::TakeThreadTimestamp() {
   return std::exchange(tls_ack_ts, 0);
 }
 
+void Store::RaiseThreadTimestamp(uint64_t ts) { impl_->NoteThreadTs(ts); }
+
+void Store::AwaitThreadTimestamp() {
+  if (tls_store != impl_->id_) return;
+  const uint64_t ack = tls_ack_ts;
+  while (impl_->VisibleTs() < ack) std::this_thread::yield();
+}
+
 void Store::AwaitPublished() {
   const uint64_t issued = impl_->next_ts_.load(std::memory_order_acquire);
   while (impl_->VisibleTs() < issued) std::this_thread::yield();

@@ -315,6 +315,7 @@ Status Keyspace::Del(const std::vector<std::string>& keys, int64_t* deleted, Txn
 Status Keyspace::DbSize(int64_t* n) {
   kv::IteratorOptions io;
   io.upper_bound = std::string(1, kUserPrefix + 1);
+  store_->AwaitThreadTimestamp();  // VISIBILITY: this connection's earlier writes
   auto it = store_->NewIterator(io);
   *n = 0;
   for (it->Seek(std::string(1, kUserPrefix)); it->Valid(); it->Next()) ++*n;
@@ -340,6 +341,7 @@ Status Keyspace::ScanKeys(std::string_view from, const std::optional<std::string
                           std::optional<std::string>* next) {
   kv::IteratorOptions io;
   io.upper_bound = to ? HeadKey(*to) : std::string(1, kUserPrefix + 1);
+  store_->AwaitThreadTimestamp();  // VISIBILITY: this connection's earlier writes
   auto it = store_->NewIterator(io);
   next->reset();
   size_t visited = 0;
@@ -620,6 +622,7 @@ Status Keyspace::HGet(std::string_view key, const std::vector<std::string>& name
   }
   if (names.empty()) {
     std::string prefix = MemberPrefix(kHashPrefix, key);
+    store_->AwaitThreadTimestamp();  // VISIBILITY: this connection's earlier writes
     auto it = store_->NewIterator({.upper_bound = PrefixEnd(prefix)});
     for (it->Seek(prefix); it->Valid(); it->Next()) out->emplace(it->key().substr(prefix.size()), it->value());
     return it->status();
@@ -748,6 +751,7 @@ Status Keyspace::ZRangeByScore(std::string_view key, ScoreBound min, ScoreBound 
   base.push_back(kScoreSub);
   kv::IteratorOptions io;
   io.upper_bound = base.substr(0, base.size() - 1) + static_cast<char>(kScoreSub + 1);
+  store_->AwaitThreadTimestamp();  // VISIBILITY: this connection's earlier writes
   auto it = store_->NewIterator(io);
   for (it->Seek(base + EncodeScore(min.value)); it->Valid() && count != 0; it->Next()) {
     std::string_view rest = it->key().substr(base.size());

@@ -39,7 +39,11 @@
 // thread's acknowledgement timestamp, which the event loop waits for before
 // it sends (server.h).  Iterator reads (member deletes, FLUSHALL) and EXEC's
 // transaction snapshot first wait for every issued write to be visible
-// (kv::Store::AwaitPublished).
+// (kv::Store::AwaitPublished); the iterating reads of commands (SCAN, the
+// range read, DBSIZE, a large hash's HGETALL, ZRANGEBYSCORE) wait for the
+// writes issued before them on their own connection
+// (kv::Store::AwaitThreadTimestamp), so a pipelined SET then SCAN sees the
+// SET, as commands of one connection run in order.
 //
 // ERRORS.  Methods return the store's Status (OutOfSpace: nothing changed)
 // or Incompatible for a key of the wrong type (its message is Redis's

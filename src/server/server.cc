@@ -249,6 +249,9 @@ class Server::Loop {
     const uint64_t limit = server_->options_.max_client_buffer;
     kv::Store& store = server_->keyspace_.store();
     (void)store.TakeThreadTimestamp();  // what earlier connections' commands left
+    // This connection's writes whose replies are still held: its iterating
+    // reads must see them (keyspace.h, VISIBILITY).
+    if (c.hold_ts != 0) store.RaiseThreadTimestamp(c.hold_ts);
     while (!c.client.close_after_reply && !c.client.unblock) {
       auto outcome = c.parser.Parse(c.in, &c.in_pos, &c.args);
       if (outcome == RespParser::Outcome::kNeedMore) break;

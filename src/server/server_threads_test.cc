@@ -122,5 +122,34 @@ TEST(ServerThreadsTest, AReplyWaitsUntilEveryEarlierWriteIsVisible) {
   EXPECT_EQ(c[3]->Cmd({"GET", "a"}), "1");
 }
 
+// Commands of one connection run in order: an iterating read (DBSIZE,
+// SCAN, ...) pipelined after the connection's own SET must count that SET,
+// although the store makes it visible only once an earlier writer on the
+// other loop publishes.  Without the wait (Store::AwaitThreadTimestamp) the
+// DBSIZE runs at once at the visible timestamp and answers 0.
+TEST(ServerThreadsTest, AnIteratingReadSeesItsConnectionsEarlierWrites) {
+  Gate gate;
+  ServerOptions o;
+  o.threads = 2;
+  ServerFixture f(o, 64ull << 20, "", [&gate](uint64_t ts) { gate.Hook(ts); });
+  std::vector<std::unique_ptr<Client>> c;
+  for (int i = 0; i < 2; ++i) {
+    c.push_back(std::make_unique<Client>(f.port()));
+    ASSERT_EQ(c.back()->Cmd({"PING"}), "+PONG");
+  }
+  ASSERT_EQ(LoopClients(c[1]->Cmd({"INFO", "clients"})), (std::vector<int>{1, 1}));
+  ASSERT_TRUE(c[0]->Send({"SET", "a", "1"}));  // loop 0, held before publishing
+  gate.WaitArrivals(1);
+  ASSERT_TRUE(c[1]->SendRaw(Client::Encode({"SET", "b", "2"}) + Client::Encode({"DBSIZE"}) +
+                            Client::Encode({"SCAN", "0"})));
+  gate.WaitArrivals(2);  // b installed; its DBSIZE now waits for a, not for the test
+  gate.Release();
+  EXPECT_EQ(c[0]->Read(), "+OK");
+  EXPECT_EQ(c[1]->Read(), "+OK");
+  EXPECT_EQ(c[1]->Read(), ":2");
+  const std::string scan = c[1]->Read();
+  EXPECT_NE(scan.find("b"), std::string::npos) << scan;
+}
+
 }  // namespace
 }  // namespace pmtree::server::testing
