@@ -838,18 +838,6 @@ class Worker {
       if (runs == 0 && search.last_classes() > o_.lazy_byte_max_runs) break;
       if (search.runs_needed_at_least() > o_.lazy_byte_max_runs) break;
     }
-    if (getenv("PMTREE_LAZY_DEBUG")) {
-      std::fprintf(stderr, "byte search %s / %s: runs %llu needed>=%llu last_classes %llu complete %d nondet %d\n",
-                   sr.sc.name.c_str(), cp.where.c_str(), (unsigned long long)search.runs(),
-                   (unsigned long long)search.runs_needed_at_least(), (unsigned long long)search.last_classes(),
-                   search.complete(), search.nondeterministic());
-      for (uint32_t l : read.order) {
-        std::fprintf(stderr, "  line 0x%llx varying %016llx read %016llx units:", (unsigned long long)lz.lines[l],
-                     (unsigned long long)bytes.varying[l], (unsigned long long)read.masks[l]);
-        for (uint32_t u : lz.unit_lines[l]) std::fprintf(stderr, " %zu alts", lz.alts[u].size());
-        std::fprintf(stderr, "\n");
-      }
-    }
     sh_->lazy_runs.fetch_add(search.runs());
     sh_->lazy_byte_runs.fetch_add(search.runs());
     if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
