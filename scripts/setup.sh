@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libpmem2-dev libgtest-dev libgmock-dev libcli11-dev
           nlohmann-json3-dev liblmdb-dev libdb++-dev libabsl-dev python3-matplotlib redis-tools
-          librocksdb-dev ccache)
+          librocksdb-dev ccache libzydis-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "crash/access.h"
 #include "crash/explorer.h"
 #include "pmtree/registry.h"
 #include "testutil.h"
@@ -428,6 +429,49 @@ TEST(LazySearchTest, TheUncappedRepeatProvesAMutantTheCappedSearchCannot) {
   EXPECT_EQ(r->mutant_points_exhaustive, r->mutant_points) << "a differing point was only sampled";
   EXPECT_GT(r->lazy_precise, 0u) << "no search needed the uncapped repeat (the negative control is gone)";
   EXPECT_EQ(r->lazy_abandoned, 0u);
+}
+
+// The byte-level repeat of the lazy search (lazy.h, access.h).  fptree's
+// leaf magic torn into two 4-byte halves (SetLeafMagic's store split) is
+// equivalent: a torn magic is "no magic", the state before the store.  Where
+// a bulk load sets the magic of every new leaf, the recovery's lost-leaf
+// scan reads one 8-byte word of every free 64-byte granule, so at line level
+// every dirty line is read and the search gives up after one run; at byte
+// level only the magic words are read and the search completes.  With
+// lazy_byte_max_runs = 0 (no byte-level repeat) the same points are only
+// sampled: the negative control.
+TEST(LazySearchTest, TheByteLevelRepeatProvesATornLeafMagicTheLineLevelSearchCannot) {
+  if (!AccessDecoderAvailable()) GTEST_SKIP() << "built without the instruction decoder (PMTREE_USE_ZYDIS)";
+  const TreeFactory* f = FindTree("fptree");
+  ASSERT_NE(f, nullptr);
+  ExploreOptions o;
+  o.depth = 1;
+  o.keys = KeyShape::kShort;
+  o.out_of_space = false;
+  o.seed = Seed();
+  o.max_tickets = 1;
+  auto base = Explore(*f, o);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  for (const SiteReport& s : base->store_sites)
+    if (s.function.find("::SetLeafMagic") != std::string::npos) o.split_site = s.name;
+  ASSERT_FALSE(o.split_site.empty()) << "SetLeafMagic's store was not reached";
+  o.lazy_byte_max_runs = 0;
+  auto line_level = Explore(*f, o);
+  ASSERT_TRUE(line_level.ok()) << line_level.status().ToString();
+  EXPECT_EQ(line_level->violations, 0u);
+  EXPECT_LT(line_level->mutant_points_exhaustive, line_level->mutant_points)
+      << "the line-level search proves the mutant now (the negative control is gone)";
+  o.lazy_byte_max_runs = ExploreOptions{}.lazy_byte_max_runs;
+  auto r = Explore(*f, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Print(*r, o);
+  EXPECT_EQ(r->violations, 0u);
+  EXPECT_EQ(r->scenarios, r->scenarios_total);
+  EXPECT_GT(r->mutant_points, 0u);
+  EXPECT_EQ(r->mutant_points_exhaustive, r->mutant_points) << "a differing point was only sampled";
+  EXPECT_GT(r->lazy_bytes_complete, 0u);
+  EXPECT_EQ(r->lazy_abandoned, 0u);
+  EXPECT_EQ(r->lazy_nondeterministic, 0u);
 }
 
 }  // namespace

@@ -87,6 +87,7 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
   if (o.samples != 512) c += " --samples " + std::to_string(o.samples);
   if (o.lazy != LazyMode::kAuto) c += " --lazy " + std::string(LazyModeName(o.lazy));
   if (o.lazy_max_runs != 16384) c += " --lazy-max-runs " + std::to_string(o.lazy_max_runs);
+  if (o.lazy_byte_max_runs != 1024) c += " --lazy-byte-max-runs " + std::to_string(o.lazy_byte_max_runs);
   if (o.pool_size != (4ull << 20)) c += " --pool-size " + std::to_string(o.pool_size);
   if (!o.drop_site.empty()) c += " --drop " + o.drop_site + (o.drop_fence ? "@fence" : "@flush");
   if (!o.split_site.empty()) c += " --split-store " + o.split_site;
@@ -113,8 +114,10 @@ void PrintReport(const ExploreReport& r, std::FILE* out) {
           : "";
   std::fprintf(out,
                "lazy search at %llu crash points (%llu left for the plain plan): %llu runs, %llu faults, %llu "
-               "searches repeated without the fault cap%s\n",
+               "searches repeated without the fault cap, %llu at byte level (%llu complete, %llu runs, %llu "
+               "undecoded faults)%s\n",
                ull{r.lazy_points}, ull{r.lazy_abandoned}, ull{r.lazy_runs}, ull{r.lazy_faults}, ull{r.lazy_precise},
+               ull{r.lazy_bytes}, ull{r.lazy_bytes_complete}, ull{r.lazy_byte_runs}, ull{r.lazy_undecoded},
                nondeterministic.c_str());
 }
 

@@ -111,6 +111,9 @@ struct ExploreOptions {
   // more images than this).
   LazyMode lazy = LazyMode::kAuto;
   uint64_t lazy_max_runs = 16384;
+  // kAuto: the bound on the runs of the byte-level repeat of a search the
+  // line-level one could not complete (lazy.h; 0: no such repeat).
+  uint64_t lazy_byte_max_runs = 1024;
   double budget_seconds = 0;     // 0: no limit
   uint64_t pool_size = 4ull << 20;
   TreeOptions tree_options;
@@ -214,6 +217,14 @@ struct ExploreReport {
   // Searches repeated without the read tracker's per-page fault cap
   // because the capped one could not complete (lazy.h).
   uint64_t lazy_precise = 0;
+  // Searches repeated at byte level because the line-level one could not
+  // complete, those that completed, their runs (counted in lazy_runs too),
+  // and faults whose instruction the decoder did not model (line-sized
+  // over-approximation instead; access.h).
+  uint64_t lazy_bytes = 0;
+  uint64_t lazy_bytes_complete = 0;
+  uint64_t lazy_byte_runs = 0;
+  uint64_t lazy_undecoded = 0;
   uint64_t images_checked = 0;
   uint64_t images_deduplicated = 0;
   uint64_t continuation_runs = 0;

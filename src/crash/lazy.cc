@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
+#include "crash/access.h"
 #include "crash/shadow.h"
 #include "crash/signals.h"
 
@@ -78,11 +80,16 @@ bool ReadTracker::Supported() {
 #endif
 }
 
-void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page) {
+void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page,
+                      const std::vector<uint64_t>* varying) {
   Stop();
   faults_per_page_ = faults_per_page;
   capped_pages_ = 0;
   lines_ = lines;
+  bytes_ = varying != nullptr;
+  if (bytes_) varying_ = *varying;
+  else varying_.assign(lines_.size(), ~uint64_t{0});
+  masks_.assign(lines_.size(), 0);
   read_.assign(lines_.size(), 0);
   line_page_.assign(lines_.size(), 0);
   order_.clear();
@@ -94,12 +101,16 @@ void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint
     line_page_[i] = static_cast<uint32_t>(pages_.size() - 1);
   }
   unread_.assign(pages_.size(), 0);
-  for (uint32_t p : line_page_) unread_[p]++;
+  for (size_t i = 0; i < lines_.size(); i++) {
+    if (varying_[i] == 0) read_[i] = 1;  // byte mode: nothing of it can differ
+    else unread_[line_page_[i]]++;
+  }
   protected_.assign(pages_.size(), 0);
   page_faults_.assign(pages_.size(), 0);
   stepping_.clear();
   stepping_.reserve(pages_.size());
   faults_ = 0;
+  undecoded_ = 0;
   for (size_t i = 0; i < lines_.size() && lines_[i] < preread; i++) Record(lines_[i]);
   Install(SIGSEGV, OnSegv, &g_old_segv);
   Install(SIGTRAP, OnTrap, &g_old_trap);
@@ -126,17 +137,30 @@ void ReadTracker::SetAccess(size_t page, bool accessible) {
   protected_[page] = !accessible;
 }
 
-// Records dirty line `off` (if it is one) as read.
-void ReadTracker::Record(uint64_t off) {
+// Records bytes `mask` of dirty line `off` (if it is one) as read.
+void ReadTracker::Record(uint64_t off, uint64_t mask) {
   auto it = std::lower_bound(lines_.begin(), lines_.end(), off);
   if (it == lines_.end() || *it != off) return;
   const size_t i = static_cast<size_t>(it - lines_.begin());
   if (read_[i]) return;
+  mask &= varying_[i];
+  if (mask == 0) return;
+  if (masks_[i] == 0) order_.push_back(static_cast<uint32_t>(i));
+  masks_[i] |= mask;
+  if (masks_[i] != varying_[i]) return;  // byte mode: bytes that can differ are still unread
   read_[i] = 1;
-  order_.push_back(static_cast<uint32_t>(i));
   const uint32_t p = line_page_[i];
   // A page whose dirty lines were all read needs no more faults.
   if (--unread_[p] == 0 && protected_[p] && active_) SetAccess(p, true);
+}
+
+void ReadTracker::RecordRange(uint64_t off, uint64_t len) {
+  const uint64_t end = std::min(off + len, size_);
+  for (uint64_t l = off & ~(kLineBytes - 1); l < end; l += kLineBytes) {
+    const uint64_t lo = std::max(off, l) - l, hi = std::min(end, l + kLineBytes) - l;
+    const uint64_t bits = hi - lo == 64 ? ~uint64_t{0} : ((uint64_t{1} << (hi - lo)) - 1) << lo;
+    Record(l, bits);
+  }
 }
 
 bool ReadTracker::HandleFault(uint64_t addr, void* ucontext) {
@@ -148,8 +172,28 @@ bool ReadTracker::HandleFault(uint64_t addr, void* ucontext) {
   const size_t p = static_cast<size_t>(it - pages_.begin());
   if (!protected_[p]) return false;
   faults_++;
-  const uint64_t last = std::min(off + kMaxAccess - 1, size_ - 1);
-  for (uint64_t l = off & ~(kLineBytes - 1); l <= last; l += kLineBytes) Record(l);
+  if (bytes_) {
+    // The bytes the instruction reads, when it is decoded and the fault
+    // address is one of its accesses; else every byte an access of up to
+    // kMaxAccess bytes at the fault address can touch.
+    const InstructionAccesses acc = DecodeInterruptedAccesses(ucontext);
+    bool hit = false;
+    for (uint32_t k = 0; k < acc.count; k++) hit = hit || (addr >= acc.access[k].addr && addr - acc.access[k].addr < acc.access[k].size);
+    if (acc.decoded && hit) {
+      for (uint32_t k = 0; k < acc.count; k++) {
+        const MemoryAccess& a = acc.access[k];
+        if (!a.read || a.addr + a.size <= base_ || a.addr >= base_ + size_) continue;
+        const uint64_t from = std::max(a.addr, base_) - base_;
+        RecordRange(from, std::min(a.addr + a.size, base_ + size_) - base_ - from);
+      }
+    } else {
+      undecoded_++;
+      RecordRange(off, kMaxAccess);
+    }
+  } else {
+    const uint64_t last = std::min(off + kMaxAccess - 1, size_ - 1);
+    for (uint64_t l = off & ~(kLineBytes - 1); l <= last; l += kLineBytes) Record(l);
+  }
   if (++page_faults_[p] >= faults_per_page_ && protected_[p]) {  // a hot page: every dirty line of it counts as read
     capped_pages_++;
     for (uint64_t l = pages_[p]; l < pages_[p] + kPage && protected_[p]; l += kLineBytes) Record(l);
@@ -283,6 +327,148 @@ void LazyPlan::Done(const std::vector<uint32_t>& lines_read) {
   for (size_t j = current_prefix_.size(); j < seq->size(); j++) {
     const uint32_t u = (*seq)[j].first;
     for (uint32_t c = 1; c <= pending_[u]; c++) q.push_back(Node{seq, static_cast<uint32_t>(j), c});
+  }
+}
+
+ByteUnits MakeByteUnits(const std::vector<Unit*>& units, const char* p, const LazyUnits& lz) {
+  ByteUnits b;
+  b.varying.assign(lz.lines.size(), 0);
+  uint32_t li = 0;
+  char buf[kLineBytes];
+  for (uint32_t u = 0; u < units.size(); u++) {
+    const Unit& unit = *units[u];
+    const uint64_t line = unit.off & ~(kLineBytes - 1);
+    while (lz.lines[li] != line) li++;  // units come by offset, like lz.lines
+    b.line.push_back(li);
+    b.start.push_back(static_cast<uint8_t>(unit.off - line));
+    b.size.push_back(static_cast<uint8_t>(unit.size));
+    // Replay the unit's pieces on its bytes in P, keeping the bytes of each
+    // alternative.
+    const std::vector<uint32_t>& alts = lz.alts[u];
+    std::vector<uint8_t> contents;
+    contents.reserve(alts.size() * unit.size);
+    std::memcpy(buf, p + unit.off, unit.size);
+    size_t k = 0;
+    for (uint32_t c = 0; k < alts.size(); c++) {
+      if (c > 0) {
+        const Piece& piece = unit.pending[c - 1];
+        std::memcpy(buf + (piece.off - unit.off), piece.data, piece.len);
+      }
+      if (alts[k] == c) {
+        contents.insert(contents.end(), buf, buf + unit.size);
+        k++;
+      }
+    }
+    for (size_t a = 1; a < alts.size(); a++)
+      for (uint32_t i = 0; i < unit.size; i++)
+        if (contents[a * unit.size + i] != contents[i]) b.varying[li] |= uint64_t{1} << (b.start.back() + i);
+    b.contents.push_back(std::move(contents));
+  }
+  return b;
+}
+
+namespace {
+
+// Whether `x` and `y` (`size` bytes) agree on every byte of `mask`.
+bool AgreeOn(const uint8_t* x, const uint8_t* y, uint64_t mask, uint32_t size) {
+  for (uint32_t i = 0; i < size; i++)
+    if (((mask >> i) & 1) && x[i] != y[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+ByteLazyPlan::ByteLazyPlan(const ByteUnits* units, std::vector<std::vector<uint32_t>> unit_lines)
+    : units_(units), unit_lines_(std::move(unit_lines)) {
+  by_depth_.resize(1);
+  by_depth_[0].push_back(Node{});
+}
+
+uint64_t ByteLazyPlan::runs_needed_at_least() const {
+  uint64_t n = runs_;
+  for (const auto& q : by_depth_) n += q.size();
+  return n;
+}
+
+bool ByteLazyPlan::queue_empty() const {
+  for (const auto& q : by_depth_)
+    if (!q.empty()) return false;
+  return true;
+}
+
+ByteLazyPlan::Set ByteLazyPlan::Allowed(uint32_t unit) const {
+  auto it = std::lower_bound(current_.begin(), current_.end(), unit,
+                             [](const Fixed& f, uint32_t u) { return f.unit < u; });
+  if (it != current_.end() && it->unit == unit) return it->allowed;
+  Set all(units_->contents[unit].size() / units_->size[unit]);
+  for (uint32_t a = 0; a < all.size(); a++) all[a] = a;
+  return all;
+}
+
+bool ByteLazyPlan::Next(std::vector<uint32_t>* alt_index) {
+  for (uint32_t d = 0; d < by_depth_.size(); d++) {
+    auto& q = by_depth_[d];
+    if (q.empty()) continue;
+    const Node n = std::move(q.front());
+    q.pop_front();
+    current_depth_ = d;
+    current_.clear();
+    current_prefix_.clear();
+    if (n.run) {
+      // The parent's node, with the units its run read before seq[at]
+      // narrowed to its class and seq[at]'s unit in class n.cls.
+      std::map<uint32_t, Set> fixed;
+      for (const Fixed& f : n.run->node) fixed[f.unit] = f.allowed;
+      for (uint32_t k = 0; k < n.at; k++) {
+        fixed[n.run->seq[k].unit] = n.run->seq[k].allowed;
+        current_prefix_.push_back(n.run->seq[k].unit);
+      }
+      fixed[n.run->seq[n.at].unit] = n.cls;
+      current_prefix_.push_back(n.run->seq[n.at].unit);
+      for (auto& [u, allowed] : fixed) current_.push_back(Fixed{u, std::move(allowed)});
+    }
+    alt_index->assign(units_->line.size(), 0);
+    for (const Fixed& f : current_) (*alt_index)[f.unit] = f.allowed.front();
+    current_alt_ = *alt_index;
+    runs_++;
+    return true;
+  }
+  return false;
+}
+
+void ByteLazyPlan::Done(const std::vector<uint32_t>& lines_read, const std::vector<uint64_t>& masks) {
+  auto run = std::make_shared<Run>();
+  run->node = current_;
+  std::vector<uint32_t> order;
+  for (uint32_t l : lines_read)
+    for (uint32_t u : unit_lines_[l]) order.push_back(u);
+  // The run must have read its parent's lines up to the branching unit
+  // first, in the same order.
+  bool same = order.size() >= current_prefix_.size();
+  for (size_t k = 0; same && k < current_prefix_.size(); k++) same = order[k] == current_prefix_[k];
+  if (!same) nondeterministic_ = true;
+  if (by_depth_.size() <= current_depth_ + 1) by_depth_.resize(current_depth_ + 2);
+  auto& q = by_depth_[current_depth_ + 1];
+  constexpr uint64_t kCap = uint64_t{1} << 62;
+  last_classes_ = 1;
+  for (uint32_t pos = 0; pos < order.size(); pos++) {
+    const uint32_t u = order[pos];
+    const uint32_t size = units_->size[u];
+    uint64_t mask = masks[units_->line[u]] >> units_->start[u];
+    if (size < 64) mask &= (uint64_t{1} << size) - 1;
+    const uint8_t* c = units_->contents[u].data();
+    // The classes of the allowed alternatives by the bytes read; the first
+    // is the run's own (its alternative is the lowest allowed).
+    std::vector<Set> classes;
+    for (uint32_t a : Allowed(u)) {
+      size_t k = 0;
+      while (k < classes.size() && !AgreeOn(c + classes[k][0] * size, c + a * size, mask, size)) k++;
+      if (k == classes.size()) classes.emplace_back();
+      classes[k].push_back(a);
+    }
+    last_classes_ = std::min<uint64_t>(last_classes_ * classes.size(), kCap);
+    for (size_t k = 1; k < classes.size(); k++) q.push_back(Node{run, pos, std::move(classes[k])});
+    run->seq.push_back(Fixed{u, std::move(classes[0])});
   }
 }
 

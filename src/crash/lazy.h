@@ -43,6 +43,20 @@
 // is read with pread() before the mapping exists, so dirty lines of the
 // header page are recorded first, always.  The check must be
 // single-threaded (the explorer recovers with one thread in lazy runs).
+//
+// Byte classes (ByteLazyPlan): where even the uncapped search cannot
+// complete, the explorer repeats it once more at byte level (bounded by
+// its own lazy_byte_max_runs).  The tracker then decodes each faulting
+// instruction (access.h) and records which bytes of each dirty line it
+// reads, among the bytes that differ between the line's choices (its
+// *varying* bytes); a line stays tracked until all of them were read, and a
+// write-only access is not a read.  An instruction the decoder does not
+// model falls back to the line-sized over-approximation above.  A unit's
+// choices that agree on every byte a run read are one class, and the run
+// checked them all; the search branches over the other classes only.  A
+// later run that reads more bytes of a line fixed at one class splits that
+// class again (its other parts are queued), so two images are merged only
+// when they agree on everything the check that stands for both read.
 
 #ifndef PMTREE_CRASH_LAZY_H_
 #define PMTREE_CRASH_LAZY_H_
@@ -69,8 +83,14 @@ class ReadTracker {
   // Prepares a run over dirty lines `lines` (ascending offsets of 64-byte
   // lines).  Lines below `preread` are recorded as read at once; a page that
   // faults `faults_per_page` times has all its dirty lines recorded.
+  // With `varying` (byte mode: per line, a bit per byte that differs between
+  // the line's choices), accesses are decoded and only the varying bytes
+  // they read are recorded; a line is read once one of them is, and tracked
+  // until every one of them is.  Without it a line is read, and no longer
+  // tracked, at its first access.
   // Installs the SIGSEGV (chained to the handler found) and SIGTRAP handlers.
-  void Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page = kCheapFaultsPerPage);
+  void Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page = kCheapFaultsPerPage,
+           const std::vector<uint64_t>* varying = nullptr);
   // The mapping of the image (from PoolOptions::on_map): protects every page
   // that holds an unread dirty line, and starts recording.
   void Protect(char* base, uint64_t size);
@@ -78,7 +98,13 @@ class ReadTracker {
   void Stop();
   // Indexes into the Arm() lines, in the order of first access.
   const std::vector<uint32_t>& order() const { return order_; }
+  // Byte mode: per Arm() line, the varying bytes read (all of them for a
+  // line read by the cap or the pread of the header).
+  const std::vector<uint64_t>& masks() const { return masks_; }
   uint64_t faults() const { return faults_; }
+  // Byte mode: faults whose instruction was not decoded (line-sized
+  // over-approximation instead).
+  uint64_t undecoded() const { return undecoded_; }
   // Pages whose dirty lines were all recorded by the cap in this run.
   uint64_t capped_pages() const { return capped_pages_; }
 
@@ -87,13 +113,19 @@ class ReadTracker {
   bool HandleTrap(void* ucontext);
 
  private:
-  void Record(uint64_t off);
+  void Record(uint64_t off, uint64_t mask = ~uint64_t{0});
+  // Records the bytes [off, off + len) of the mapping (every dirty line they
+  // touch, with the bytes touched).
+  void RecordRange(uint64_t off, uint64_t len);
   void SetAccess(size_t page, bool accessible);
 
   bool active_ = false;
+  bool bytes_ = false;  // byte mode
   uint64_t base_ = 0, size_ = 0;
   std::vector<uint64_t> lines_;
-  std::vector<uint8_t> read_;
+  std::vector<uint64_t> varying_;  // per line: the bytes to record (all in line mode)
+  std::vector<uint64_t> masks_;    // per line: the bytes recorded
+  std::vector<uint8_t> read_;      // per line: no more bytes to record
   std::vector<uint32_t> line_page_;
   std::vector<uint32_t> order_;
   std::vector<uint64_t> pages_;        // page offsets holding dirty lines, ascending
@@ -102,11 +134,26 @@ class ReadTracker {
   std::vector<uint32_t> stepping_;     // pages opened for the instruction being single-stepped
   std::vector<uint32_t> page_faults_;  // per page, this run
   uint64_t faults_ = 0;
+  uint64_t undecoded_ = 0;
   uint64_t capped_pages_ = 0;
   uint32_t faults_per_page_ = kCheapFaultsPerPage;
 };
 
 struct Unit;  // shadow.h
+
+// What the runs of one lazy search record their reads against: the dirty
+// lines and, at byte level, each line's varying bytes (ByteUnits::varying).
+struct TrackContext {
+  std::vector<uint64_t> lines;
+  bool bytes = false;
+  std::vector<uint64_t> varying;  // bytes: one mask per line
+  uint64_t Varying(size_t line) const { return bytes ? varying[line] : ~uint64_t{0}; }
+};
+// What one run read.
+struct LazyReads {
+  std::vector<uint32_t> order;  // indexes into TrackContext::lines, in the order first read
+  std::vector<uint64_t> masks;  // bytes: per line, the varying bytes read
+};
 
 // The dirty units of one crash point as the lazy search sees them.
 struct LazyUnits {
@@ -162,6 +209,82 @@ class LazyPlan {
   std::vector<uint32_t> current_choice_;
   uint32_t current_deviation_ = 0;
   uint64_t runs_ = 0;
+  bool nondeterministic_ = false;
+};
+
+// The bytes each dirty unit holds at each of its alternatives (LazyUnits::
+// alts, in that order): what the byte-level search compares.
+struct ByteUnits {
+  std::vector<uint32_t> line;   // per unit: its index in LazyUnits::lines
+  std::vector<uint8_t> start;   // per unit: its first byte in the line
+  std::vector<uint8_t> size;    // per unit: its bytes (64 or 8)
+  std::vector<std::vector<uint8_t>> contents;  // per unit: size bytes per alternative
+  // Per line: the bytes that differ between two alternatives of a unit of it
+  // (the tracker's `varying` masks).
+  std::vector<uint64_t> varying;
+};
+// `units` and `p` as for MakeLazyUnits; `lz` gives each unit's alternatives
+// (possibly restricted, e.g. to a mutant's fresh contents).
+ByteUnits MakeByteUnits(const std::vector<Unit*>& units, const char* p, const LazyUnits& lz);
+
+// The search of LazyPlan over byte classes (see the header comment).  A
+// node of the search is a set of images given per unit by the alternatives
+// it allows (all, where it says nothing); its run checks the image made of
+// each unit's lowest allowed alternative.  The run's reads partition the
+// node: the images that agree with it on every byte read (checked by the
+// run), and, in the order the lines were read, for each unit u and each
+// class k of u's allowed alternatives other than the run's (by the bytes of
+// u read): the images that agree with the run on every unit read before u,
+// have u in class k, and are anything the node allows elsewhere.  Those are
+// the new nodes, visited by depth.  With a deterministic check a node's run
+// reads first, in the same order, the lines its parent read up to the unit
+// it branched on; one that does not is counted and makes the search
+// incomplete, as in LazyPlan.
+class ByteLazyPlan {
+ public:
+  // `units` must outlive the plan; `unit_lines` as for LazyPlan.
+  ByteLazyPlan(const ByteUnits* units, std::vector<std::vector<uint32_t>> unit_lines);
+
+  // The next run's alternative index per unit, or false when complete.
+  bool Next(std::vector<uint32_t>* alt_index);
+  // What the run just handed out read: line indexes in first-read order,
+  // and per line index the bytes read (ReadTracker::masks()).
+  void Done(const std::vector<uint32_t>& lines_read, const std::vector<uint64_t>& masks);
+  uint64_t runs() const { return runs_; }
+  uint64_t runs_needed_at_least() const;
+  // The number of byte classes of the units the last run read (product,
+  // saturating): what its reads alone leave to search.
+  uint64_t last_classes() const { return last_classes_; }
+  bool complete() const { return queue_empty() && !nondeterministic_; }
+  bool nondeterministic() const { return nondeterministic_; }
+
+ private:
+  using Set = std::vector<uint32_t>;  // alternative indexes, ascending
+  struct Fixed {
+    uint32_t unit;
+    Set allowed;
+  };
+  struct Run {
+    std::vector<Fixed> node;  // the run's node: its fixed units, by unit
+    std::vector<Fixed> seq;   // the units it read, in order, each narrowed to the run's class
+  };
+  struct Node {
+    std::shared_ptr<const Run> run;  // null: the first node (everything allowed)
+    uint32_t at = 0;                 // run->seq[0, at) narrowed, then seq[at]'s unit in class `cls`
+    Set cls;
+  };
+  bool queue_empty() const;
+  Set Allowed(uint32_t unit) const;
+
+  const ByteUnits* units_;
+  std::vector<std::vector<uint32_t>> unit_lines_;
+  std::vector<std::deque<Node>> by_depth_;
+  std::vector<Fixed> current_;          // the current node, by unit
+  std::vector<uint32_t> current_prefix_;  // units the current run must read first, in order
+  std::vector<uint32_t> current_alt_;
+  uint32_t current_depth_ = 0;
+  uint64_t runs_ = 0;
+  uint64_t last_classes_ = 1;
   bool nondeterministic_ = false;
 };
 

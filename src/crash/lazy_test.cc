@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "crash/access.h"
 #include "crash/explorer.h"
 #include "crash/lazy.h"
 #include "pmtree/registry.h"
@@ -106,6 +107,50 @@ TEST(ReadTrackerTest, AnAccessAcrossLinesOrPagesRecordsEveryLineItTouches) {
   (void)sink;
 }
 
+// Byte mode: only the varying bytes an access really reads are recorded, a
+// write-only access records nothing, and a line stays tracked until all of
+// its varying bytes were read.
+TEST(ReadTrackerTest, ByteModeRecordsTheBytesEachAccessReads) {
+  if (!ReadTracker::Supported() || !AccessDecoderAvailable()) GTEST_SKIP() << "needs x86-64 Linux and the decoder";
+  Mapping m(3);
+  ASSERT_NE(m.base(), nullptr);
+  const std::vector<uint64_t> lines = {0x1000, 0x2000};
+  const std::vector<uint64_t> varying = {~uint64_t{0}, 0xffull << 8};
+  ReadTracker& t = ReadTracker::Get();
+  t.Arm(lines, 0, ReadTracker::kPreciseFaultsPerPage, &varying);
+  t.Protect(m.base(), m.size());
+  volatile uint8_t* p = reinterpret_cast<volatile uint8_t*>(m.base());
+  uint8_t b = p[0x1003];  // 1 byte
+  uint32_t w;
+  const char* src = m.base() + 0x1010;
+  asm volatile("movl (%1), %0" : "=r"(w) : "r"(src) : "memory");  // 4 bytes
+  char* dst = m.base() + 0x1020;
+  asm volatile("movq %0, (%1)" : : "r"(uint64_t{5}), "r"(dst) : "memory");  // an 8-byte store: not a read
+  src = m.base() + 0x1030;
+  asm volatile("movdqu (%0), %%xmm0" : : "r"(src) : "xmm0", "memory");  // 16 bytes
+  EXPECT_EQ(t.masks()[0], (uint64_t{1} << 3) | (uint64_t{0xf} << 16) | (uint64_t{0xffff} << 48));
+  EXPECT_EQ(ReadOffsets(lines), (std::vector<uint64_t>{0x1000}));
+  // Line 0x2000 varies in bytes 8..15 only: a read of byte 0 is not a read
+  // of it, a read of bytes 12..15 is, and one of bytes 8..11 completes it.
+  b = b + p[0x2000];
+  EXPECT_EQ(t.masks()[1], 0u);
+  src = m.base() + 0x200c;
+  asm volatile("movl (%1), %0" : "=r"(w) : "r"(src) : "memory");
+  EXPECT_EQ(t.masks()[1], uint64_t{0xf0} << 8);
+  const uint64_t faults = t.faults();
+  src = m.base() + 0x2008;
+  asm volatile("movl (%1), %0" : "=r"(w) : "r"(src) : "memory");
+  EXPECT_EQ(t.masks()[1], uint64_t{0xff} << 8);
+  EXPECT_EQ(t.faults(), faults + 1);
+  b = b + p[0x2000];  // the page holds no unread varying byte now: no fault
+  EXPECT_EQ(t.faults(), faults + 1);
+  EXPECT_EQ(ReadOffsets(lines), (std::vector<uint64_t>{0x1000, 0x2000}));
+  EXPECT_EQ(t.undecoded(), 0u);
+  t.Stop();
+  (void)b;
+  (void)w;
+}
+
 TEST(ReadTrackerTest, LinesBelowThePrereadBoundAreReadFirst) {
   if (!ReadTracker::Supported()) GTEST_SKIP() << "read tracking needs x86-64 Linux";
   Mapping m(2);
@@ -169,6 +214,94 @@ TEST(LazyPlanTest, ARunThatDoesNotReadItsPrefixFirstIsNondeterministic) {
   ASSERT_TRUE(plan.Next(&choice));  // A fixed, then B...
   plan.Done({1, 0});                // ...but this run read B before A
   while (plan.Next(&choice)) plan.Done({0, 1});
+  EXPECT_TRUE(plan.nondeterministic());
+  EXPECT_FALSE(plan.complete());
+}
+
+// A byte-level "check" over two 64-byte units, A (line 0) and B (line 1):
+// it reads byte 0 of A; when that is 1 it also reads byte 5 of A and byte 8
+// of B.  A's alternatives: zeros, byte 0 = 1, bytes 0 = 1 and 5 = 7, byte
+// 5 = 7; B's: zeros, byte 8 = 1, byte 9 = 1.  Of the 12 images the check
+// observes 5 executions: A[0] = 0 (A's first and last alternatives, any B),
+// and A[0] = 1 with each of A[5] in {0, 7} and B[8] in {0, 1}.
+struct ByteProgram {
+  ByteUnits units;
+  ByteProgram() {
+    units.line = {0, 1};
+    units.start = {0, 0};
+    units.size = {64, 64};
+    std::vector<uint8_t> a(4 * 64, 0), b(3 * 64, 0);
+    a[1 * 64 + 0] = 1;
+    a[2 * 64 + 0] = 1;
+    a[2 * 64 + 5] = 7;
+    a[3 * 64 + 5] = 7;
+    b[1 * 64 + 8] = 1;
+    b[2 * 64 + 9] = 1;
+    units.contents = {a, b};
+    units.varying = {(uint64_t{1} << 0) | (uint64_t{1} << 5), (uint64_t{1} << 8) | (uint64_t{1} << 9)};
+  }
+  uint8_t Byte(uint32_t unit, uint32_t alt, uint32_t i) const { return units.contents[unit][alt * 64 + i]; }
+  // The lines read in order, the bytes read per line, and the values seen.
+  void Run(const std::vector<uint32_t>& alt, std::vector<uint32_t>* order, std::vector<uint64_t>* masks,
+           std::vector<int>* seen) const {
+    order->assign({0});
+    masks->assign({uint64_t{1}, 0});
+    seen->assign({Byte(0, alt[0], 0)});
+    if (Byte(0, alt[0], 0) != 1) return;
+    (*masks)[0] |= uint64_t{1} << 5;
+    order->push_back(1);
+    (*masks)[1] = uint64_t{1} << 8;
+    seen->push_back(Byte(0, alt[0], 5));
+    seen->push_back(Byte(1, alt[1], 8));
+  }
+};
+
+TEST(ByteLazyPlanTest, BranchesOverByteClassesAndSplitsAClassWhenALaterRunReadsMore) {
+  ByteProgram prog;
+  ByteLazyPlan plan(&prog.units, {{0}, {1}});
+  std::set<std::vector<int>> executions;
+  std::vector<std::vector<uint32_t>> runs;
+  std::vector<uint32_t> alt, order;
+  std::vector<uint64_t> masks;
+  std::vector<int> seen;
+  while (plan.Next(&alt)) {
+    prog.Run(alt, &order, &masks, &seen);
+    EXPECT_TRUE(executions.insert(seen).second) << "an execution was visited twice";
+    runs.push_back(alt);
+    plan.Done(order, masks);
+  }
+  EXPECT_TRUE(plan.complete());
+  EXPECT_FALSE(plan.nondeterministic());
+  // One run per observable execution: line-level choices would take 8 (A's
+  // two alternatives with A[0] = 0 apart, and B's three under A[0] = 1).
+  EXPECT_EQ(plan.runs(), 5u);
+  EXPECT_EQ(executions.size(), 5u);
+  // Every image agrees, on every byte its own check reads, with some run:
+  // the search is exhaustive.
+  for (uint32_t a = 0; a < 4; a++)
+    for (uint32_t b = 0; b < 3; b++) {
+      prog.Run({a, b}, &order, &masks, &seen);
+      bool covered = false;
+      for (const auto& r : runs) {
+        std::vector<uint32_t> o2;
+        std::vector<uint64_t> m2;
+        std::vector<int> s2;
+        prog.Run(r, &o2, &m2, &s2);
+        covered = covered || s2 == seen;
+      }
+      EXPECT_TRUE(covered) << "image (" << a << ", " << b << ") is checked by no run";
+    }
+}
+
+TEST(ByteLazyPlanTest, ARunThatDoesNotReadItsPrefixFirstIsNondeterministic) {
+  ByteProgram prog;
+  ByteLazyPlan plan(&prog.units, {{0}, {1}});
+  std::vector<uint32_t> alt;
+  ASSERT_TRUE(plan.Next(&alt));
+  plan.Done({0}, {uint64_t{1}, 0});      // A[0] read: A's classes {0, 3} and {1, 2}
+  ASSERT_TRUE(plan.Next(&alt));          // A in {1, 2}: must read A first...
+  plan.Done({1}, {0, uint64_t{1} << 8});  // ...but read only B
+  while (plan.Next(&alt)) plan.Done({0}, {uint64_t{1}, 0});
   EXPECT_TRUE(plan.nondeterministic());
   EXPECT_FALSE(plan.complete());
 }

@@ -13,14 +13,27 @@ add_library(pmtree_crash
   src/crash/supervisor.cc
   src/crash/mutation.cc
   src/crash/lazy.cc
+  src/crash/access.cc
   src/crash/kill.cc
   src/crash/kv_explore.cc)
 target_include_directories(pmtree_crash PUBLIC include src)
 target_link_libraries(pmtree_crash PUBLIC pmtree_trees pmtree_kv PRIVATE nlohmann_json::nlohmann_json)
 list(APPEND PMTREE_TOOL_LIBS pmtree_crash)
+# Byte-precise read tracking decodes each faulting instruction with Zydis
+# (src/crash/access.h); without it the tracker keeps its line-sized
+# over-approximation and the lazy search's byte-level repeat is skipped.
+if(PMTREE_USE_ZYDIS)
+  find_package(zydis CONFIG QUIET)
+  if(TARGET Zydis::Zydis)
+    target_link_libraries(pmtree_crash PRIVATE Zydis::Zydis)
+    target_compile_definitions(pmtree_crash PRIVATE PMTREE_USE_ZYDIS)
+  else()
+    message(STATUS "pmtree: Zydis not found (libzydis-dev): the crash explorer tracks reads per line")
+  endif()
+endif()
 
 pmtree_test(crash_test src/crash/crash_test.cc src/crash/test_trees.cc)
-pmtree_test(lazy_test src/crash/lazy_test.cc)
+pmtree_test(lazy_test src/crash/lazy_test.cc src/crash/access_test.cc)
 # Every registered persistent tree, bounded (a few minutes in all).
 pmtree_test(crash_all_trees_test tests/crash_all_trees_test.cc)
 

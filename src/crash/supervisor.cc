@@ -277,6 +277,10 @@ void CopyCounters(const Shared& sh, ExploreReport* rep) {
   rep->lazy_abandoned = sh.lazy_abandoned.load();
   rep->lazy_faults = sh.lazy_faults.load();
   rep->lazy_precise = sh.lazy_precise.load();
+  rep->lazy_bytes = sh.lazy_bytes.load();
+  rep->lazy_bytes_complete = sh.lazy_bytes_complete.load();
+  rep->lazy_byte_runs = sh.lazy_byte_runs.load();
+  rep->lazy_undecoded = sh.lazy_undecoded.load();
   rep->mutant_points = sh.mutant_points.load();
   rep->mutant_points_exhaustive = sh.mutant_points_exhaustive.load();
   rep->images_checked = sh.images.load();

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "crash/access.h"
 #include "crash/lazy.h"
 #include "crash/shadow.h"
 #include "crash/signals.h"
@@ -295,11 +296,11 @@ class Worker {
   }
 
   // Opens image `file` copy-on-write, recovers and checks it.  With
-  // `lines` (a lazy run, lazy.h): records which of these dirty lines the
-  // check reads (recovery to the space check; not the continuation) into
-  // *read, in the order of first access.
+  // `track` (a lazy run, lazy.h): records which of its dirty lines (at byte
+  // level: which of their varying bytes) the check reads (recovery to the
+  // space check; not the continuation) into *read.
   std::string CheckImage(ImageFile& file, const Expect& e, bool continuation, uint64_t seed,
-                         const std::vector<uint64_t>* lines = nullptr, std::vector<uint32_t>* read = nullptr) {
+                         const TrackContext* track = nullptr, LazyReads* read = nullptr) {
     PoolOptions po;
     po.backend = BackendKind::kDram;
     po.counting = false;
@@ -311,19 +312,22 @@ class Worker {
       ~StopTracking() {
         if (t) t->Stop();
       }
-    } stop_tracking{lines ? &tracker : nullptr};
+    } stop_tracking{track ? &tracker : nullptr};
     ExploreOptions recover_options = o_;
-    if (lines) {
+    if (track) {
       // The pool header is read with pread() before the mapping exists.
-      tracker.Arm(*lines, kPoolHeaderSize, fault_cap_);
+      tracker.Arm(track->lines, kPoolHeaderSize, track->bytes ? ReadTracker::kPreciseFaultsPerPage : fault_cap_,
+                  track->bytes ? &track->varying : nullptr);
       po.on_map = [&tracker](char* base, uint64_t size) { tracker.Protect(base, size); };
       recover_options.tree_options.recovery_threads = 1;  // reads are tracked on this thread only
     }
     auto finish_tracking = [&] {
-      if (!lines) return;
+      if (!track) return;
       tracker.Stop();
-      *read = tracker.order();
+      read->order = tracker.order();
+      if (track->bytes) read->masks = tracker.masks();
       sh_->lazy_faults.fetch_add(tracker.faults());
+      sh_->lazy_undecoded.fetch_add(tracker.undecoded());
       capped_ = capped_ || tracker.capped_pages() > 0;
     };
     auto pool = PoolImpl::OpenAnonymous(file.fd, file.size, f_.name, po, false);
@@ -469,22 +473,45 @@ class Worker {
   }
 
   // Lazy runs of the current operation, by image hash: the dirty lines
-  // (offsets) each check read, in order.  An image met again at a later
-  // crash point is not checked again; its recorded reads, mapped onto this
-  // point's dirty lines, continue the search.
-  bool LazySeen(uint64_t h, const std::vector<uint64_t>& lines, std::vector<uint32_t>* read) const {
+  // (offsets) each check read, in order, with the bytes read.  An image met
+  // again is not checked again; its recorded reads, mapped onto this
+  // search's dirty lines, continue the search.  At byte level only where
+  // they say everything: every line dirty now was tracked then, with the
+  // same varying bytes (a line clean then may have been read unrecorded).
+  // Line-level reads are reused whatever was dirty then, as before the
+  // byte level; that can miss a line clean then and dirty now
+  // (docs/crash_model.md section 11).
+  struct SeenRun {
+    std::shared_ptr<const TrackContext> track;
+    std::vector<std::pair<uint64_t, uint64_t>> reads;  // (line offset, bytes read)
+  };
+  bool LazySeen(uint64_t h, const TrackContext& now, LazyReads* read) const {
     auto it = lazy_seen_.find(h);
     if (it == lazy_seen_.end()) return false;
-    for (uint64_t off : it->second) {
-      auto l = std::lower_bound(lines.begin(), lines.end(), off);
-      if (l != lines.end() && *l == off) read->push_back(static_cast<uint32_t>(l - lines.begin()));
+    const TrackContext& then = *it->second.track;
+    if (&then != &now && (then.bytes || now.bytes)) {
+      for (size_t l = 0; l < now.lines.size(); l++) {
+        auto t = std::lower_bound(then.lines.begin(), then.lines.end(), now.lines[l]);
+        if (t == then.lines.end() || *t != now.lines[l]) return false;
+        if (then.Varying(static_cast<size_t>(t - then.lines.begin())) != now.Varying(l)) return false;
+      }
+    }
+    read->order.clear();
+    if (now.bytes) read->masks.assign(now.lines.size(), 0);
+    for (const auto& [off, mask] : it->second.reads) {
+      auto l = std::lower_bound(now.lines.begin(), now.lines.end(), off);
+      if (l == now.lines.end() || *l != off) continue;
+      const auto i = static_cast<uint32_t>(l - now.lines.begin());
+      read->order.push_back(i);
+      if (now.bytes) read->masks[i] = mask;
     }
     return true;
   }
-  void RememberLazy(uint64_t h, const std::vector<uint64_t>& lines, const std::vector<uint32_t>& read) {
-    std::vector<uint64_t>& offs = lazy_seen_[h];
-    offs.clear();
-    for (uint32_t l : read) offs.push_back(lines[l]);
+  void RememberLazy(uint64_t h, const std::shared_ptr<const TrackContext>& track, const LazyReads& read) {
+    SeenRun& r = lazy_seen_[h];
+    r.track = track;
+    r.reads.clear();
+    for (uint32_t l : read.order) r.reads.emplace_back(track->lines[l], track->bytes ? read.masks[l] : ~uint64_t{0});
   }
 
   bool IsDropped(const TraceLog& log, uint32_t site) const {
@@ -698,12 +725,12 @@ class Worker {
         if (cp.fresh[u].empty()) continue;
         LazyUnits lz = all;
         lz.alts[u] = cp.fresh[u];
-        const LazyOutcome r = RunLazy(sr, cp, plan, lz, &i);
+        const LazyOutcome r = RunLazy(sr, cp, plan, units, lz, &i);
         if (r == LazyOutcome::kStop) return;
         proved = r == LazyOutcome::kComplete;
       }
     } else {
-      const LazyOutcome r = RunLazy(sr, cp, plan, all, &i);
+      const LazyOutcome r = RunLazy(sr, cp, plan, units, all, &i);
       if (r == LazyOutcome::kStop) return;
       proved = r == LazyOutcome::kComplete;
     }
@@ -729,23 +756,29 @@ class Worker {
 
   enum class LazyOutcome { kComplete, kLeft, kStop };
 
-  // One lazy search over `lz`, image indexes from *i on.  First with the
-  // read tracker's cheap per-page fault cap; when that search cannot
-  // complete and the cap recorded lines nobody may have read, once more
-  // without the cap (lazy.h).  kStop: a violation or the end of a replay.
-  LazyOutcome RunLazy(ScenarioReplay& sr, const CrashPoint& cp, ImagePlan& plan, const LazyUnits& lz, uint64_t* i) {
+  // One lazy search over `lz` (the point's dirty `units`), image indexes
+  // from *i on.  First with the read tracker's cheap per-page fault cap;
+  // when that search cannot complete and the cap recorded lines nobody may
+  // have read, once more without the cap; when that cannot complete either
+  // (auto), once more at byte level (lazy.h).  kStop: a violation or the
+  // end of a replay.
+  LazyOutcome RunLazy(ScenarioReplay& sr, const CrashPoint& cp, ImagePlan& plan, const std::vector<Unit*>& units,
+                      const LazyUnits& lz, uint64_t* i) {
+    auto track = std::make_shared<TrackContext>();
+    track->lines = lz.lines;
     for (uint32_t cap : {ReadTracker::kCheapFaultsPerPage, ReadTracker::kPreciseFaultsPerPage}) {
       fault_cap_ = cap;
       capped_ = false;
       LazyPlan search(lz.Alternatives(), lz.unit_lines);
-      std::vector<uint32_t> alt, read, choice;
+      std::vector<uint32_t> alt, choice;
+      LazyReads read;
       bool stop = false;
       for (uint64_t runs = 0; runs < o_.lazy_max_runs && search.Next(&alt); runs++) {
         choice = lz.Choice(alt);
         plan.ApplyChoice(choice);
-        read.clear();
-        const bool go_on = CheckAt(sr, cp, plan, (*i)++, choice, &lz.lines, &read);
-        search.Done(read);
+        const bool go_on = CheckAt(sr, cp, plan, (*i)++, choice, track, &read);
+        const std::vector<uint32_t>& read_lines = read.order;
+        search.Done(read_lines);
         if (!go_on) {
           stop = true;
           break;
@@ -753,7 +786,7 @@ class Worker {
         // auto: the images of the units the first run read already exceed
         // the bound, so the search cannot complete and the structured set is
         // the better sample: leave the lazy search.
-        if (runs == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read) > o_.lazy_max_runs) break;
+        if (runs == 0 && o_.lazy == LazyMode::kAuto && lz.ImagesOf(read_lines) > o_.lazy_max_runs) break;
         // auto: likewise as soon as the queue shows the bound cannot hold.
         if (o_.lazy == LazyMode::kAuto && search.runs_needed_at_least() > o_.lazy_max_runs) break;
       }
@@ -762,11 +795,56 @@ class Worker {
       if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
       if (stop) return LazyOutcome::kStop;
       if (search.complete()) return LazyOutcome::kComplete;
-      if (o_.lazy != LazyMode::kAuto || !capped_) return LazyOutcome::kLeft;
+      if (o_.lazy != LazyMode::kAuto) return LazyOutcome::kLeft;
+      if (!capped_ || cap == ReadTracker::kPreciseFaultsPerPage) break;
       // The cap's over-approximated reads are remembered by image: forget
       // them, or the precise search would reuse them.
       lazy_seen_.clear();
       sh_->lazy_precise.fetch_add(1);
+    }
+    return RunByteLazy(sr, cp, plan, units, lz, i);
+  }
+
+  // The byte-level repeat of a lazy search the line-level one could not
+  // complete (ByteLazyPlan, lazy.h), bounded by lazy_byte_max_runs; skipped
+  // without the instruction decoder (access.h), whose absence would make it
+  // the uncapped line-level search again.
+  LazyOutcome RunByteLazy(ScenarioReplay& sr, const CrashPoint& cp, ImagePlan& plan, const std::vector<Unit*>& units,
+                          const LazyUnits& lz, uint64_t* i) {
+    if (o_.lazy_byte_max_runs == 0 || !AccessDecoderAvailable()) return LazyOutcome::kLeft;
+    plan.Revert();  // P, for the units' contents
+    const ByteUnits bytes = MakeByteUnits(units, img_.map, lz);
+    auto track = std::make_shared<TrackContext>();
+    track->lines = lz.lines;
+    track->bytes = true;
+    track->varying = bytes.varying;
+    // Line-level reads over-approximate: not reused at byte level.
+    lazy_seen_.clear();
+    sh_->lazy_bytes.fetch_add(1);
+    ByteLazyPlan search(&bytes, lz.unit_lines);
+    std::vector<uint32_t> alt, choice;
+    LazyReads read;
+    bool stop = false;
+    for (uint64_t runs = 0; runs < o_.lazy_byte_max_runs && search.Next(&alt); runs++) {
+      choice = lz.Choice(alt);
+      plan.ApplyChoice(choice);
+      const bool go_on = CheckAt(sr, cp, plan, (*i)++, choice, track, &read);
+      search.Done(read.order, read.masks);
+      if (!go_on) {
+        stop = true;
+        break;
+      }
+      // As at line level: leave as soon as the bound cannot hold.
+      if (runs == 0 && search.last_classes() > o_.lazy_byte_max_runs) break;
+      if (search.runs_needed_at_least() > o_.lazy_byte_max_runs) break;
+    }
+    sh_->lazy_runs.fetch_add(search.runs());
+    sh_->lazy_byte_runs.fetch_add(search.runs());
+    if (search.nondeterministic()) sh_->lazy_nondeterministic.fetch_add(1);
+    if (stop) return LazyOutcome::kStop;
+    if (search.complete()) {
+      sh_->lazy_bytes_complete.fetch_add(1);
+      return LazyOutcome::kComplete;
     }
     return LazyOutcome::kLeft;
   }
@@ -774,25 +852,27 @@ class Worker {
   // Checks the image patched into P as image `i` of crash point `cp`; with
   // `lines`, a lazy run that reports what it read.  False: leave the point.
   bool CheckAt(ScenarioReplay& sr, const CrashPoint& cp, const ImagePlan& plan, uint64_t i,
-               const std::vector<uint32_t>& choice, const std::vector<uint64_t>* lines, std::vector<uint32_t>* read) {
+               const std::vector<uint32_t>& choice, const std::shared_ptr<const TrackContext>& track,
+               LazyReads* read) {
     sh_->point.store(cp.p);
     sh_->image.store(i);
     sh_->heartbeat_ms.store(NowMs());
+    if (read) read->order.clear();
     const uint64_t h = plan.ImageHash(sr.shadow.p_hash()) ^ (cp.at_end ? 0x5bd1e995ull : 0);
-    if (!o_.replay && lines && LazySeen(h, *lines, read)) {
+    if (!o_.replay && track && LazySeen(h, *track, read)) {
       sh_->dedup.fetch_add(1);
       return true;
     }
-    if (!o_.replay && !lines && !sr.seen.insert(h).second) {
+    if (!o_.replay && !track && !sr.seen.insert(h).second) {
       sh_->dedup.fetch_add(1);
       return true;
     }
     const bool quiet = o_.replay && i != o_.replay->image;  // a lazy replay re-runs the search up to it
     const bool cont = !quiet && (i == cp.first || (o_.continuation_every > 0 && i % o_.continuation_every == 0));
-    std::string failure = CheckImage(img_, cp.e, cont, cp.seed ^ Mix(i), lines, read);
-    if (lines && !o_.replay) RememberLazy(h, *lines, *read);
+    std::string failure = CheckImage(img_, cp.e, cont, cp.seed ^ Mix(i), track.get(), read);
+    if (track && !o_.replay) RememberLazy(h, track, *read);
     sh_->images.fetch_add(1);
-    const bool recovery_crash = i == 0 || (!lines && i + 1 == plan.planned()) ||
+    const bool recovery_crash = i == 0 || (!track && i + 1 == plan.planned()) ||
                                 (o_.recovery_crash_every > 0 && i % o_.recovery_crash_every == 0);
     if (!quiet && failure.empty() && o_.crash_during_recovery && recovery_crash)
       failure = CrashDuringRecovery(cp.e, std::max(img_.dirty, sr.run.log.high_water), cp.seed ^ Mix(i + 7));
@@ -841,7 +921,7 @@ class Worker {
   int results_fd_;
   double deadline_;
   ImageFile img_, rec_a_, rec_b_;
-  std::unordered_map<uint64_t, std::vector<uint64_t>> lazy_seen_;
+  std::unordered_map<uint64_t, SeenRun> lazy_seen_;
   uint32_t fault_cap_ = ReadTracker::kCheapFaultsPerPage;  // of the lazy runs
   bool capped_ = false;  // a lazy run of the current search hit fault_cap_
 };

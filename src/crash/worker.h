@@ -34,7 +34,8 @@ struct Shared {
   std::atomic<int64_t> heartbeat_ms{0};
   std::atomic<uint64_t> images{0}, points{0}, points_exhaustive{0}, dedup{0}, continuations{0},
       recovery_images{0}, scenarios_done{0}, violations{0}, mutant_points{0}, mutant_points_exhaustive{0},
-      lazy_points{0}, lazy_runs{0}, lazy_nondeterministic{0}, lazy_abandoned{0}, lazy_faults{0}, lazy_precise{0};
+      lazy_points{0}, lazy_runs{0}, lazy_nondeterministic{0}, lazy_abandoned{0}, lazy_faults{0}, lazy_precise{0},
+      lazy_bytes{0}, lazy_bytes_complete{0}, lazy_byte_runs{0}, lazy_undecoded{0};
   std::atomic<uint64_t> fault_addr{0}, fault_pc{0};
   std::atomic<int> fault_in_view{0};
   std::atomic<int> budget_hit{0};

@@ -47,6 +47,7 @@ struct CrashArgs {
   uint64_t samples = 512;
   std::string lazy = "auto";
   uint64_t lazy_max_runs = 16384;
+  uint64_t lazy_byte_max_runs = 1024;
   uint64_t pool_size = 4ull << 20;
   std::string drop;
   std::string split_store;
@@ -242,6 +243,7 @@ std::string RangeError(const CrashArgs& a) {
   if (a.max_images < 1 || a.max_images > (1u << 24)) return out("--max-images", "1..16777216");
   if (a.samples > 1'000'000) return out("--samples", "0..1000000");
   if (a.lazy_max_runs < 1 || a.lazy_max_runs > (1u << 24)) return out("--lazy-max-runs", "1..16777216");
+  if (a.lazy_byte_max_runs > (1u << 24)) return out("--lazy-byte-max-runs", "0..16777216");
   if (a.pool_size < kMinPoolSize || a.pool_size > (4ull << 30) || a.pool_size % 4096 != 0)
     return out("--pool-size", std::to_string(kMinPoolSize) + "..4294967296 bytes, a multiple of 4096");
   if (!(a.budget_seconds >= 0 && a.budget_seconds <= 604800)) return out("--budget-seconds", "0..604800");
@@ -278,6 +280,7 @@ std::string ExploreOptionsOf(const CrashArgs& a, const TreeOptions& to, crash::E
   o.max_images = a.max_images;
   o.samples = a.samples;
   o.lazy_max_runs = a.lazy_max_runs;
+  o.lazy_byte_max_runs = a.lazy_byte_max_runs;
   o.pool_size = a.pool_size;
   o.tree_options = to;
   o.max_tickets = a.max_tickets;
@@ -346,6 +349,10 @@ void PrintJson(const CrashArgs& a, const crash::ExploreReport& rep, const crash:
   j["lazy_abandoned"] = rep.lazy_abandoned;
   j["lazy_faults"] = rep.lazy_faults;
   j["lazy_precise"] = rep.lazy_precise;
+  j["lazy_bytes"] = rep.lazy_bytes;
+  j["lazy_bytes_complete"] = rep.lazy_bytes_complete;
+  j["lazy_byte_runs"] = rep.lazy_byte_runs;
+  j["lazy_undecoded"] = rep.lazy_undecoded;
   j["images_checked"] = rep.images_checked;
   j["images_deduplicated"] = rep.images_deduplicated;
   j["recovery_crash_images"] = rep.recovery_crash_images;
@@ -470,6 +477,10 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
                   "--lazy-max-runs); on: at every crash point, never back; off: the plain plan only")
       ->capture_default_str();
   sub->add_option("--lazy-max-runs", a->lazy_max_runs, "bound on the lazy search's runs per crash point")
+      ->capture_default_str();
+  sub->add_option("--lazy-byte-max-runs", a->lazy_byte_max_runs,
+                  "auto: bound on the runs of the byte-level repeat of a search the line-level one could not "
+                  "complete (0: no such repeat)")
       ->capture_default_str();
   sub->add_option("--pool-size", a->pool_size, "bytes of the explorer's anonymous pool");
   sub->add_option("--drop", a->drop, "explore a mutant: drop SITE@flush or SITE@fence");
