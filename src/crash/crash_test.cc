@@ -14,6 +14,7 @@
 
 #include "crash/explorer.h"
 #include "crash/kill.h"
+#include "crash/lazy.h"
 #include "crash/shadow.h"
 #include "crash/test_trees.h"
 #include "crash/trace.h"
@@ -448,6 +449,30 @@ TEST(ExplorerTest, MutationCatchesWithThePlainPlanBeforeSearchingLazily) {
   EXPECT_GT(searched, 0u);
   EXPECT_EQ(m->redundant, 6u);
   EXPECT_EQ(m->survived, 0u);
+}
+
+// A negative control for the lazy search's memory of checked images
+// (docs/crash_model.md section 11).  kCommitBeforeEntries can make its
+// commit durable before the new array's entries.  The image "no entry
+// persisted, old commit" at the commit's fence is the one the point before
+// (header persisted, meta clean) checked; there the meta line was clean.
+// Reusing that run's reads without the meta line's would prove the commit's
+// point with one run; the search must know the line was read.
+TEST(ExplorerTest, TheLazySearchDoesNotReuseReadsRecordedBeforeALineWasDirty) {
+  if (!ReadTracker::Supported()) GTEST_SKIP() << "read tracking needs x86-64 Linux";
+  ModeGuard g(CowArrayMode::kCommitBeforeEntries);
+  ExploreOptions o = Small(Mode::kAdr);
+  o.depth = 1;
+  auto plain = Explore(CowArrayFactory(), o);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_GT(plain->violations, 0u);
+  o.lazy = LazyMode::kOn;
+  auto lazy = Explore(CowArrayFactory(), o);
+  ASSERT_TRUE(lazy.ok()) << lazy.status().ToString();
+  PrintReport(*lazy, stdout);
+  EXPECT_EQ(lazy->scenarios, lazy->scenarios_total);
+  EXPECT_GT(lazy->lazy_runs, 0u);
+  EXPECT_GT(lazy->violations, 0u);
 }
 
 TEST(KillHarnessTest, EveryAcknowledgedOperationSurvivesSigkill) {

@@ -228,6 +228,34 @@ bool ReadTracker::HandleTrap(void* ucontext) {
 #endif
 }
 
+void TrackContext::Track(std::vector<uint64_t> dirty, const std::vector<uint64_t>& also) {
+  lines = std::move(dirty);
+  armed_.clear();
+  search_index_.clear();
+  bool extra = false;
+  size_t l = 0, a = 0;
+  while (l < lines.size() || a < also.size()) {
+    if (a == also.size() || (l < lines.size() && lines[l] <= also[a])) {
+      if (a < also.size() && lines[l] == also[a]) a++;  // dirty here: one of lines
+      armed_.push_back(lines[l]);
+      search_index_.push_back(static_cast<int64_t>(l++));
+    } else {
+      armed_.push_back(also[a++]);
+      search_index_.push_back(-1);
+      extra = true;
+    }
+  }
+  if (!extra) {
+    armed_.clear();  // lines only
+    search_index_.clear();
+  }
+}
+
+bool TrackContext::Tracks(uint64_t line) const {
+  const std::vector<uint64_t>& a = armed();
+  return std::binary_search(a.begin(), a.end(), line);
+}
+
 LazyUnits MakeLazyUnits(const std::vector<Unit*>& units, const char* p) {
   LazyUnits z;
   char buf[kLineBytes];

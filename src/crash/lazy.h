@@ -143,16 +143,36 @@ struct Unit;  // shadow.h
 
 // What the runs of one lazy search record their reads against: the dirty
 // lines and, at byte level, each line's varying bytes (ByteUnits::varying).
+// At line level also the lines the operation writes that are clean at this
+// point (`also`): their reads do not steer this search, but a later point
+// of the operation where they are dirty may reuse this search's images only
+// knowing whether each was read (the worker's LazySeen).
 struct TrackContext {
   std::vector<uint64_t> lines;
   bool bytes = false;
   std::vector<uint64_t> varying;  // bytes: one mask per line
   uint64_t Varying(size_t line) const { return bytes ? varying[line] : ~uint64_t{0}; }
+
+  // Sets `lines` and the line-level extra lines `also` (both ascending).
+  void Track(std::vector<uint64_t> dirty, const std::vector<uint64_t>& also);
+  // lines and also, ascending: what the tracker arms.
+  const std::vector<uint64_t>& armed() const { return armed_.empty() ? lines : armed_; }
+  // Per armed() line: its index in `lines`, or -1 for one of `also`.
+  int64_t SearchIndex(size_t armed_index) const {
+    return armed_.empty() ? static_cast<int64_t>(armed_index) : search_index_[armed_index];
+  }
+  // Whether a run recorded its reads of `line`.
+  bool Tracks(uint64_t line) const;
+
+ private:
+  std::vector<uint64_t> armed_;  // empty: lines only
+  std::vector<int64_t> search_index_;
 };
 // What one run read.
 struct LazyReads {
-  std::vector<uint32_t> order;  // indexes into TrackContext::lines, in the order first read
-  std::vector<uint64_t> masks;  // bytes: per line, the varying bytes read
+  std::vector<uint32_t> order;    // indexes into TrackContext::lines, in the order first read
+  std::vector<uint64_t> masks;    // bytes: per line, the varying bytes read
+  std::vector<uint64_t> offsets;  // every armed() line read (`also` too), in order
 };
 
 // The dirty units of one crash point as the lazy search sees them.

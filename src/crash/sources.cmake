@@ -33,7 +33,7 @@ if(PMTREE_USE_ZYDIS)
 endif()
 
 pmtree_test(crash_test src/crash/crash_test.cc src/crash/test_trees.cc)
-pmtree_test(lazy_test src/crash/lazy_test.cc src/crash/access_test.cc)
+pmtree_test(lazy_test src/crash/lazy_test.cc src/crash/access_test.cc src/crash/test_trees.cc)
 # Every registered persistent tree, bounded (a few minutes in all).
 pmtree_test(crash_all_trees_test tests/crash_all_trees_test.cc)
 

@@ -170,10 +170,21 @@ class CowArray : public Tree {
         words.push_back(e.first);
         words.push_back(e.second);
       }
-      pool_->Write(pool_->At<char>(block), words.data(), 8 * words.size());
-      // Persist the new array before the meta block names it, so a crash never
-      // exposes a half-written array.
-      if (g_mode != CowArrayMode::kDropArrayPersist) pool_->Persist(pool_->At<char>(block), 8 * words.size());
+      if (g_mode == CowArrayMode::kCommitBeforeEntries) {
+        pool_->Write(pool_->At<char>(block), words.data(), sizeof(ArrayHeader));
+        // Persist the header on its own (kCommitBeforeEntries: the header's
+        // line is clean, then dirty again, as the flaw needs).
+        pool_->Persist(pool_->At<char>(block), sizeof(ArrayHeader));
+        pool_->Write(pool_->At<char>(block) + sizeof(ArrayHeader), words.data() + 2, 8 * (words.size() - 2));
+        // Deliberately no fence (kCommitBeforeEntries): the commit below can
+        // become durable before these lines.
+        pool_->Flush(pool_->At<char>(block) + sizeof(ArrayHeader), 8 * (words.size() - 2));
+      } else {
+        pool_->Write(pool_->At<char>(block), words.data(), 8 * words.size());
+        // Persist the new array before the meta block names it, so a crash
+        // never exposes a half-written array.
+        if (g_mode != CowArrayMode::kDropArrayPersist) pool_->Persist(pool_->At<char>(block), 8 * words.size());
+      }
     }
     if (g_mode == CowArrayMode::kRawStore) m->pad[0] = 1;  // deliberately bypasses the pool: must fault
     pool_->Store64(&m->array, block);

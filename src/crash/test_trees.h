@@ -32,6 +32,11 @@
 //                       persist changes no recovered contents, but leaves a
 //                       store of every update pending at its end (the
 //                       mutation run's pending-store lint must catch it)
+//   kCommitBeforeEntries persists the new block's 16-byte header first, then
+//                       writes and flushes the entries but stores the commit
+//                       before any fence: the commit can be durable before
+//                       the entries (a negative control for the lazy
+//                       search's reuse of reads across crash points)
 
 #ifndef PMTREE_CRASH_TEST_TREES_H_
 #define PMTREE_CRASH_TEST_TREES_H_
@@ -48,7 +53,8 @@ enum class CowArrayMode {
   kCrashInRecovery,
   kFailAfterCommit,
   kLeakOnFailure,
-  kUnreadWord
+  kUnreadWord,
+  kCommitBeforeEntries
 };
 
 // The mode every CowArray created or recovered from now on uses.

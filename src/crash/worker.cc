@@ -96,6 +96,8 @@ struct ScenarioReplay {
   uint64_t point = 0;
   uint64_t last_gen = UINT64_MAX;
   std::unordered_set<uint64_t> seen;
+  // Per operation: the lines its stores touch, ascending (TrackContext::also).
+  std::vector<std::vector<uint64_t>> op_lines;
   bool stop = false;
   bool started = false;  // before the first operation: the pool's own header set-up, not counted
 };
@@ -316,7 +318,7 @@ class Worker {
     ExploreOptions recover_options = o_;
     if (track) {
       // The pool header is read with pread() before the mapping exists.
-      tracker.Arm(track->lines, kPoolHeaderSize, track->bytes ? ReadTracker::kPreciseFaultsPerPage : fault_cap_,
+      tracker.Arm(track->armed(), kPoolHeaderSize, track->bytes ? ReadTracker::kPreciseFaultsPerPage : fault_cap_,
                   track->bytes ? &track->varying : nullptr);
       po.on_map = [&tracker](char* base, uint64_t size) { tracker.Protect(base, size); };
       recover_options.tree_options.recovery_threads = 1;  // reads are tracked on this thread only
@@ -324,8 +326,13 @@ class Worker {
     auto finish_tracking = [&] {
       if (!track) return;
       tracker.Stop();
-      read->order = tracker.order();
-      if (track->bytes) read->masks = tracker.masks();
+      read->order.clear();
+      read->offsets.clear();
+      for (uint32_t a : tracker.order()) {
+        read->offsets.push_back(track->armed()[a]);
+        if (const int64_t l = track->SearchIndex(a); l >= 0) read->order.push_back(static_cast<uint32_t>(l));
+      }
+      if (track->bytes) read->masks = tracker.masks();  // armed() is lines at byte level
       sh_->lazy_faults.fetch_add(tracker.faults());
       sh_->lazy_undecoded.fetch_add(tracker.undecoded());
       capped_ = capped_ || tracker.capped_pages() > 0;
@@ -472,15 +479,14 @@ class Worker {
     return o_.lazy == LazyMode::kOn || (mutant && !plan.exhaustive());
   }
 
-  // Lazy runs of the current operation, by image hash: the dirty lines
-  // (offsets) each check read, in order, with the bytes read.  An image met
-  // again is not checked again; its recorded reads, mapped onto this
-  // search's dirty lines, continue the search.  At byte level only where
-  // they say everything: every line dirty now was tracked then, with the
-  // same varying bytes (a line clean then may have been read unrecorded).
-  // Line-level reads are reused whatever was dirty then, as before the
-  // byte level; that can miss a line clean then and dirty now
-  // (docs/crash_model.md section 11).
+  // Lazy runs of the current operation, by image hash: the lines each check
+  // read, in order, with the bytes read.  An image met again is not checked
+  // again; its recorded reads, mapped onto this search's dirty lines,
+  // continue the search.  Only where they say everything: every line dirty
+  // now was tracked then (a line that was neither dirty nor one of the
+  // operation's `also` lines then may have been read unrecorded;
+  // docs/crash_model.md section 11), at byte level with the same varying
+  // bytes.  Equal hashes are equal images, so the check read the same.
   struct SeenRun {
     std::shared_ptr<const TrackContext> track;
     std::vector<std::pair<uint64_t, uint64_t>> reads;  // (line offset, bytes read)
@@ -489,18 +495,23 @@ class Worker {
     auto it = lazy_seen_.find(h);
     if (it == lazy_seen_.end()) return false;
     const TrackContext& then = *it->second.track;
-    if (&then != &now && (then.bytes || now.bytes)) {
+    if (&then != &now) {
+      if (then.bytes != now.bytes) return false;
       for (size_t l = 0; l < now.lines.size(); l++) {
+        if (!then.Tracks(now.lines[l])) return false;
+        if (!now.bytes) continue;
         auto t = std::lower_bound(then.lines.begin(), then.lines.end(), now.lines[l]);
         if (t == then.lines.end() || *t != now.lines[l]) return false;
         if (then.Varying(static_cast<size_t>(t - then.lines.begin())) != now.Varying(l)) return false;
       }
     }
     read->order.clear();
+    read->offsets.clear();
     if (now.bytes) read->masks.assign(now.lines.size(), 0);
     for (const auto& [off, mask] : it->second.reads) {
+      read->offsets.push_back(off);
       auto l = std::lower_bound(now.lines.begin(), now.lines.end(), off);
-      if (l == now.lines.end() || *l != off) continue;
+      if (l == now.lines.end() || *l != off) continue;  // clean now: the same bytes as then
       const auto i = static_cast<uint32_t>(l - now.lines.begin());
       read->order.push_back(i);
       if (now.bytes) read->masks[i] = mask;
@@ -511,7 +522,14 @@ class Worker {
     SeenRun& r = lazy_seen_[h];
     r.track = track;
     r.reads.clear();
-    for (uint32_t l : read.order) r.reads.emplace_back(track->lines[l], track->bytes ? read.masks[l] : ~uint64_t{0});
+    for (uint64_t off : read.offsets) {
+      uint64_t mask = ~uint64_t{0};
+      if (track->bytes) {
+        const auto l = std::lower_bound(track->lines.begin(), track->lines.end(), off) - track->lines.begin();
+        mask = read.masks[static_cast<size_t>(l)];
+      }
+      r.reads.emplace_back(off, mask);
+    }
   }
 
   bool IsDropped(const TraceLog& log, uint32_t site) const {
@@ -556,6 +574,17 @@ class Worker {
       sr.base = std::make_unique<Shadow>(sr.base_img.data(), sr.base_img.size(), o_.mode);
     }
     lazy_seen_.clear();
+    sr.op_lines.assign(sc.ops.size(), {});
+    for (uint64_t op = 0; const Event& ev : log.events) {
+      if (ev.kind == EventKind::kOpBegin) op = ev.off;
+      if ((ev.kind == EventKind::kStore || ev.kind == EventKind::kNtStore) && ev.len > 0 && op < sc.ops.size())
+        for (uint64_t line = ev.off & ~(kLine - 1); line < ev.off + ev.len; line += kLine)
+          sr.op_lines[op].push_back(line);
+    }
+    for (auto& lines : sr.op_lines) {
+      std::sort(lines.begin(), lines.end());
+      lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
+    }
     for (const Event& ev : log.events) {
       if (sr.stop) break;
       switch (ev.kind) {
@@ -765,7 +794,7 @@ class Worker {
   LazyOutcome RunLazy(ScenarioReplay& sr, const CrashPoint& cp, ImagePlan& plan, const std::vector<Unit*>& units,
                       const LazyUnits& lz, uint64_t* i) {
     auto track = std::make_shared<TrackContext>();
-    track->lines = lz.lines;
+    track->Track(lz.lines, sr.op_lines[sr.op]);
     for (uint32_t cap : {ReadTracker::kCheapFaultsPerPage, ReadTracker::kPreciseFaultsPerPage}) {
       fault_cap_ = cap;
       capped_ = false;
