@@ -91,6 +91,9 @@ void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint
   else varying_.assign(lines_.size(), ~uint64_t{0});
   masks_.assign(lines_.size(), 0);
   read_.assign(lines_.size(), 0);
+  listed_.assign(lines_.size(), 0);
+  observed_.clear();
+  observed_.reserve(bytes_ ? 8 * lines_.size() : 0);
   line_page_.assign(lines_.size(), 0);
   order_.clear();
   order_.reserve(lines_.size());  // the handlers append without allocating
@@ -145,13 +148,32 @@ void ReadTracker::Record(uint64_t off, uint64_t mask) {
   if (read_[i]) return;
   mask &= varying_[i];
   if (mask == 0) return;
-  if (masks_[i] == 0) order_.push_back(static_cast<uint32_t>(i));
+  List(i);
   masks_[i] |= mask;
   if (masks_[i] != varying_[i]) return;  // byte mode: bytes that can differ are still unread
   read_[i] = 1;
   const uint32_t p = line_page_[i];
   // A page whose dirty lines were all read needs no more faults.
   if (--unread_[p] == 0 && protected_[p] && active_) SetAccess(p, true);
+}
+
+void ReadTracker::List(size_t i) {
+  if (listed_[i]) return;
+  listed_[i] = 1;
+  order_.push_back(static_cast<uint32_t>(i));
+}
+
+bool ReadTracker::RecordObserved(uint64_t off, const WordObservation& obs) {
+  if (off != reinterpret_cast<uint64_t>(obs.addr) - base_ || (off & 7) != 0) return false;
+  auto it = std::lower_bound(lines_.begin(), lines_.end(), off & ~(kLineBytes - 1));
+  if (it == lines_.end() || *it != (off & ~(kLineBytes - 1))) return true;  // not a dirty line: nothing varies
+  const size_t i = static_cast<size_t>(it - lines_.begin());
+  const auto byte = static_cast<uint8_t>(off & (kLineBytes - 1));
+  if (read_[i] || ((varying_[i] >> byte) & 0xff) == 0) return true;  // read whole, or the word cannot differ
+  if (observed_.size() == observed_.capacity()) return false;  // no room: the bytes instead
+  List(i);
+  observed_.push_back(ObservedWord{static_cast<uint32_t>(i), byte, obs.classify, obs.a, obs.b});
+  return true;
 }
 
 void ReadTracker::RecordRange(uint64_t off, uint64_t len) {
@@ -179,7 +201,13 @@ bool ReadTracker::HandleFault(uint64_t addr, void* ucontext) {
     const InstructionAccesses acc = DecodeInterruptedAccesses(ucontext);
     bool hit = false;
     for (uint32_t k = 0; k < acc.count; k++) hit = hit || (addr >= acc.access[k].addr && addr - acc.access[k].addr < acc.access[k].size);
-    if (acc.decoded && hit) {
+    // An observed word's load (pm/observe.h): its class, not its bytes.
+    const WordObservation* obs = t_word_observation;
+    const bool as_class = acc.decoded && hit && obs != nullptr && acc.count == 1 && acc.access[0].read &&
+                          acc.access[0].size == 8 && acc.access[0].addr == addr && RecordObserved(off, *obs);
+    if (as_class) {
+      // recorded by RecordObserved
+    } else if (acc.decoded && hit) {
       for (uint32_t k = 0; k < acc.count; k++) {
         const MemoryAccess& a = acc.access[k];
         if (!a.read || a.addr + a.size <= base_ || a.addr >= base_ + size_) continue;
@@ -464,7 +492,8 @@ bool ByteLazyPlan::Next(std::vector<uint32_t>* alt_index) {
   return false;
 }
 
-void ByteLazyPlan::Done(const std::vector<uint32_t>& lines_read, const std::vector<uint64_t>& masks) {
+void ByteLazyPlan::Done(const std::vector<uint32_t>& lines_read, const std::vector<uint64_t>& masks,
+                        const std::vector<ObservedWord>& observed) {
   auto run = std::make_shared<Run>();
   run->node = current_;
   std::vector<uint32_t> order;
@@ -482,15 +511,37 @@ void ByteLazyPlan::Done(const std::vector<uint32_t>& lines_read, const std::vect
   for (uint32_t pos = 0; pos < order.size(); pos++) {
     const uint32_t u = order[pos];
     const uint32_t size = units_->size[u];
-    uint64_t mask = masks[units_->line[u]] >> units_->start[u];
+    uint64_t line_mask = masks[units_->line[u]];
+    // The observed words of the unit (an 8-byte unit is the word itself; one
+    // that straddles units counts as read whole).
+    std::vector<const ObservedWord*> words;
+    const uint32_t from = units_->start[u], to = from + size;  // the unit's bytes in its line
+    for (const ObservedWord& w : observed) {
+      const uint32_t lo = w.byte, hi = lo + 8u;
+      if (w.line != units_->line[u] || hi <= from || lo >= to) continue;
+      if (lo >= from && hi <= to) words.push_back(&w);
+      else line_mask |= uint64_t{0xff} << lo;
+    }
+    uint64_t mask = line_mask >> units_->start[u];
     if (size < 64) mask &= (uint64_t{1} << size) - 1;
     const uint8_t* c = units_->contents[u].data();
-    // The classes of the allowed alternatives by the bytes read; the first
-    // is the run's own (its alternative is the lowest allowed).
+    auto agree = [&](uint32_t x, uint32_t y) {
+      if (!AgreeOn(c + x * size, c + y * size, mask, size)) return false;
+      for (const ObservedWord* w : words) {
+        uint64_t wx, wy;
+        std::memcpy(&wx, c + x * size + (w->byte - from), 8);
+        std::memcpy(&wy, c + y * size + (w->byte - from), 8);
+        if (w->classify(wx, w->a, w->b) != w->classify(wy, w->a, w->b)) return false;
+      }
+      return true;
+    };
+    // The classes of the allowed alternatives by the bytes read and the
+    // observed words' classes; the first is the run's own (its alternative
+    // is the lowest allowed).
     std::vector<Set> classes;
     for (uint32_t a : Allowed(u)) {
       size_t k = 0;
-      while (k < classes.size() && !AgreeOn(c + classes[k][0] * size, c + a * size, mask, size)) k++;
+      while (k < classes.size() && !agree(classes[k][0], a)) k++;
       if (k == classes.size()) classes.emplace_back();
       classes[k].push_back(a);
     }

@@ -67,10 +67,21 @@
 #include <utility>
 #include <vector>
 
+#include "pm/observe.h"
+
 namespace pmtree::crash {
 
 // Records the first accesses to dirty lines of one mapping.  One per
 // process (the signal handlers reach it); used by one thread at a time.
+// An observed word (pm/observe.h) a byte-level run read: the caller learnt
+// only classify(word, a, b) of the 8 bytes at `byte` of dirty line `line`.
+struct ObservedWord {
+  uint32_t line;  // index into the run's lines
+  uint8_t byte;   // offset in the line, 8-aligned
+  WordClassifier classify;
+  uint64_t a, b;
+};
+
 class ReadTracker {
  public:
   static ReadTracker& Get();
@@ -101,6 +112,9 @@ class ReadTracker {
   // Byte mode: per Arm() line, the varying bytes read (all of them for a
   // line read by the cap or the pread of the header).
   const std::vector<uint64_t>& masks() const { return masks_; }
+  // Byte mode: the observed words read (pm/observe.h), in order; their bytes
+  // are not in masks() unless also read otherwise.
+  const std::vector<ObservedWord>& observed() const { return observed_; }
   uint64_t faults() const { return faults_; }
   // Byte mode: faults whose instruction was not decoded (line-sized
   // over-approximation instead).
@@ -114,6 +128,11 @@ class ReadTracker {
 
  private:
   void Record(uint64_t off, uint64_t mask = ~uint64_t{0});
+  // Byte mode: records the access of a decoded fault as the observed word
+  // `obs` when it is exactly that word's load.  False: not that load.
+  bool RecordObserved(uint64_t off, const WordObservation& obs);
+  // Appends line `i` to order_ at its first read.
+  void List(size_t i);
   // Records the bytes [off, off + len) of the mapping (every dirty line they
   // touch, with the bytes touched).
   void RecordRange(uint64_t off, uint64_t len);
@@ -126,6 +145,8 @@ class ReadTracker {
   std::vector<uint64_t> varying_;  // per line: the bytes to record (all in line mode)
   std::vector<uint64_t> masks_;    // per line: the bytes recorded
   std::vector<uint8_t> read_;      // per line: no more bytes to record
+  std::vector<uint8_t> listed_;    // per line: in order_
+  std::vector<ObservedWord> observed_;  // capacity reserved by Arm (the handler does not allocate)
   std::vector<uint32_t> line_page_;
   std::vector<uint32_t> order_;
   std::vector<uint64_t> pages_;        // page offsets holding dirty lines, ascending
@@ -173,6 +194,7 @@ struct LazyReads {
   std::vector<uint32_t> order;    // indexes into TrackContext::lines, in the order first read
   std::vector<uint64_t> masks;    // bytes: per line, the varying bytes read
   std::vector<uint64_t> offsets;  // every armed() line read (`also` too), in order
+  std::vector<ObservedWord> observed;  // bytes: the observed words read
 };
 
 // The dirty units of one crash point as the lazy search sees them.
@@ -269,7 +291,10 @@ class ByteLazyPlan {
   bool Next(std::vector<uint32_t>* alt_index);
   // What the run just handed out read: line indexes in first-read order,
   // and per line index the bytes read (ReadTracker::masks()).
-  void Done(const std::vector<uint32_t>& lines_read, const std::vector<uint64_t>& masks);
+  // `observed`: the observed words read (ReadTracker::observed()); images
+  // whose word has the same class agree on it.
+  void Done(const std::vector<uint32_t>& lines_read, const std::vector<uint64_t>& masks,
+            const std::vector<ObservedWord>& observed = {});
   uint64_t runs() const { return runs_; }
   uint64_t runs_needed_at_least() const;
   // The number of byte classes of the units the last run read (product,

@@ -153,6 +153,36 @@ TEST(ReadTrackerTest, ByteModeRecordsTheBytesEachAccessReads) {
   (void)w;
 }
 
+// An observed word (pm/observe.h) in byte mode: recorded as its class (the
+// classifier and its arguments), not as bytes; the line stays tracked, so a
+// later plain read of the same bytes is recorded as bytes.
+TEST(ReadTrackerTest, AnObservedWordIsRecordedAsItsClassNotItsBytes) {
+  if (!ReadTracker::Supported() || !AccessDecoderAvailable()) GTEST_SKIP() << "needs x86-64 Linux and the decoder";
+  Mapping m(2);
+  ASSERT_NE(m.base(), nullptr);
+  const std::vector<uint64_t> lines = {0x1000};
+  const std::vector<uint64_t> varying = {~uint64_t{0}};
+  ReadTracker& t = ReadTracker::Get();
+  t.Arm(lines, 0, ReadTracker::kPreciseFaultsPerPage, &varying);
+  t.Protect(m.base(), m.size());
+  EXPECT_EQ(ObserveWord(m.base() + 0x1008, &MaskedEquals, ~uint64_t{0}, 7), 0u);
+  ASSERT_EQ(t.observed().size(), 1u);
+  EXPECT_EQ(t.observed()[0].line, 0u);
+  EXPECT_EQ(t.observed()[0].byte, 8u);
+  EXPECT_EQ(t.observed()[0].classify, &MaskedEquals);
+  EXPECT_EQ(t.observed()[0].a, ~uint64_t{0});
+  EXPECT_EQ(t.observed()[0].b, 7u);
+  EXPECT_EQ(t.masks()[0], 0u);
+  EXPECT_EQ(ReadOffsets(lines), (std::vector<uint64_t>{0x1000}));
+  uint64_t w;
+  const char* src = m.base() + 0x1008;
+  asm volatile("movq (%1), %0" : "=r"(w) : "r"(src) : "memory");
+  EXPECT_EQ(t.masks()[0], uint64_t{0xff} << 8);
+  EXPECT_EQ(t.observed().size(), 1u);
+  t.Stop();
+  (void)w;
+}
+
 TEST(ReadTrackerTest, LinesBelowThePrereadBoundAreReadFirst) {
   if (!ReadTracker::Supported()) GTEST_SKIP() << "read tracking needs x86-64 Linux";
   Mapping m(2);
@@ -293,6 +323,38 @@ TEST(ByteLazyPlanTest, BranchesOverByteClassesAndSplitsAClassWhenALaterRunReadsM
       }
       EXPECT_TRUE(covered) << "image (" << a << ", " << b << ") is checked by no run";
     }
+}
+
+// One unit whose three alternatives differ only in the word at byte 8 (0,
+// 5 and the "magic" 7).  A check that only asks "is it the magic" (an
+// observed word) has two executions, and the search takes two runs; read
+// as bytes, the word gives three classes and three runs.
+TEST(ByteLazyPlanTest, AnObservedWordSplitsTheAlternativesByItsClassOnly) {
+  ByteUnits units;
+  units.line = {0};
+  units.start = {0};
+  units.size = {64};
+  std::vector<uint8_t> c(3 * 64, 0);
+  c[1 * 64 + 8] = 5;
+  c[2 * 64 + 8] = 7;
+  units.contents = {c};
+  units.varying = {uint64_t{1} << 8};
+  const std::vector<ObservedWord> magic = {ObservedWord{0, 8, &MaskedEquals, ~uint64_t{0}, 7}};
+  auto runs = [&](bool observed) {
+    ByteLazyPlan plan(&units, {{0}});
+    std::vector<uint32_t> alt;
+    std::set<uint32_t> ran;
+    while (plan.Next(&alt)) {
+      ran.insert(alt[0]);
+      if (observed) plan.Done({0}, {0}, magic);
+      else plan.Done({0}, {uint64_t{0xff} << 8});
+    }
+    EXPECT_TRUE(plan.complete());
+    EXPECT_TRUE(ran.count(2)) << "the magic's image was not run";
+    return plan.runs();
+  };
+  EXPECT_EQ(runs(true), 2u);
+  EXPECT_EQ(runs(false), 3u);
 }
 
 TEST(ByteLazyPlanTest, ARunThatDoesNotReadItsPrefixFirstIsNondeterministic) {

@@ -332,7 +332,10 @@ class Worker {
         read->offsets.push_back(track->armed()[a]);
         if (const int64_t l = track->SearchIndex(a); l >= 0) read->order.push_back(static_cast<uint32_t>(l));
       }
-      if (track->bytes) read->masks = tracker.masks();  // armed() is lines at byte level
+      if (track->bytes) {  // armed() is lines at byte level
+        read->masks = tracker.masks();
+        read->observed = tracker.observed();
+      }
       sh_->lazy_faults.fetch_add(tracker.faults());
       sh_->lazy_undecoded.fetch_add(tracker.undecoded());
       capped_ = capped_ || tracker.capped_pages() > 0;
@@ -519,6 +522,10 @@ class Worker {
     return true;
   }
   void RememberLazy(uint64_t h, const std::shared_ptr<const TrackContext>& track, const LazyReads& read) {
+    if (!read.observed.empty()) {  // observed words' classes are not kept: checked again if met again
+      lazy_seen_.erase(h);
+      return;
+    }
     SeenRun& r = lazy_seen_[h];
     r.track = track;
     r.reads.clear();
@@ -858,7 +865,7 @@ class Worker {
       choice = lz.Choice(alt);
       plan.ApplyChoice(choice);
       const bool go_on = CheckAt(sr, cp, plan, (*i)++, choice, track, &read);
-      search.Done(read.order, read.masks);
+      search.Done(read.order, read.masks, read.observed);
       if (!go_on) {
         stop = true;
         break;

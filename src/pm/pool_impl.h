@@ -39,6 +39,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "pm/observe.h"
 #include "pmtree/allocator.h"
 #include "pmtree/backend.h"
 #include "pmtree/pool.h"
@@ -144,6 +145,12 @@ class PoolImpl : public Pool {
   // (acquire ordering, no torn read, no data race for TSan).
   static uint64_t Load64(const void* src) {
     return __atomic_load_n(static_cast<const uint64_t*>(src), __ATOMIC_ACQUIRE);
+  }
+  // Whether the bits `mask` of the 8-byte word at `src` equal `value`, as
+  // an observed word (pm/observe.h): the crash explorer's lazy search tells
+  // images apart by the answer only.
+  static bool Load64Matches(const void* src, uint64_t mask, uint64_t value) {
+    return ObserveWord(src, &MaskedEquals, mask, value) != 0;
   }
 
   // ---- root slots ------------------------------------------------------------

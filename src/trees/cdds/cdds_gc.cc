@@ -149,7 +149,7 @@ Status CddsTree<KP>::ScanForLostNodes() const {
   for (const auto& [begin, size] : pool_->allocator().FreeExtents()) {
     const uint64_t end = std::min(begin + size, limit);
     for (uint64_t off = begin; off + node_size_ <= end; off += kAllocGranule)
-      if (PoolImpl::Load64(&node(off)->magic) == node_magic_)
+      if (PoolImpl::Load64Matches(&node(off)->magic, ~uint64_t{0}, node_magic_))  // an observed word (pm/observe.h)
         return Status::Corruption("cdds: node at offset " + Hex(off) +
                                   " unreachable (it carries this pool's node magic but no root path reaches it: a "
                                   "cut subtree?) (N4)");

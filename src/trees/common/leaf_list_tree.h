@@ -717,7 +717,8 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     for (const auto& [begin, size] : pool_->allocator().FreeExtents()) {
       const uint64_t end = std::min(begin + size, limit);
       for (uint64_t off = begin; off + node_size_ <= end; off += 64) {
-        if ((PoolImpl::Load64(pool_->At<char>(off) + magic_off_) & magic_mask_) == leaf_magic_)
+        // Only "holds the magic or not" of the word (an observed word, pm/observe.h).
+        if (PoolImpl::Load64Matches(pool_->At<char>(off) + magic_off_, magic_mask_, leaf_magic_))
           return Status::Corruption(std::string(Derived::kTraits.name) + ": leaf at offset " + HexOffset(off) +
                                     " unreachable (it carries this pool's leaf magic but no list reaches it: a cut "
                                     "leaf list?)");
