@@ -2,9 +2,9 @@
 //
 // The crash-state explorer's names, tickets and replay commands, and the
 // node-size probe.  The explorer itself is split by role: scenarios.cc (what
-// runs), worker.cc (tracing, images, checks), supervisor.cc (Explore: the
-// forked worker and the report) and mutation.cc (Mutate).  See explorer.h and
-// docs/crash_model.md.
+// runs), worker.cc (tracing, images, checks) with worker_lazy.cc (the lazy
+// search), supervisor.cc (Explore: the forked worker and the report) and
+// mutation.cc (Mutate).  See explorer.h and docs/crash_model.md.
 
 #include "crash/explorer.h"
 

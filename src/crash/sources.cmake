@@ -10,6 +10,7 @@ add_library(pmtree_crash
   src/crash/explorer.cc
   src/crash/scenarios.cc
   src/crash/worker.cc
+  src/crash/worker_lazy.cc
   src/crash/supervisor.cc
   src/crash/mutation.cc
   src/crash/lazy.cc
