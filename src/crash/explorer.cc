@@ -88,6 +88,7 @@ std::string ReplayCommand(const TreeFactory& f, const ExploreOptions& o, const I
   if (o.lazy != LazyMode::kAuto) c += " --lazy " + std::string(LazyModeName(o.lazy));
   if (o.lazy_max_runs != 16384) c += " --lazy-max-runs " + std::to_string(o.lazy_max_runs);
   if (o.lazy_byte_max_runs != 1024) c += " --lazy-byte-max-runs " + std::to_string(o.lazy_byte_max_runs);
+  if (!o.observed_words) c += " --no-observed-words";
   if (o.pool_size != (4ull << 20)) c += " --pool-size " + std::to_string(o.pool_size);
   if (!o.drop_site.empty()) c += " --drop " + o.drop_site + (o.drop_fence ? "@fence" : "@flush");
   if (!o.split_site.empty()) c += " --split-store " + o.split_site;

@@ -114,6 +114,9 @@ struct ExploreOptions {
   // kAuto: the bound on the runs of the byte-level repeat of a search the
   // line-level one could not complete (lazy.h; 0: no such repeat).
   uint64_t lazy_byte_max_runs = 1024;
+  // Byte level: an observed word's load (pm/observe.h) counts as its class,
+  // not its bytes (false: as its bytes, the negative control).
+  bool observed_words = true;
   double budget_seconds = 0;     // 0: no limit
   uint64_t pool_size = 4ull << 20;
   TreeOptions tree_options;

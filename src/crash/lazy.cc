@@ -81,8 +81,9 @@ bool ReadTracker::Supported() {
 }
 
 void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page,
-                      const std::vector<uint64_t>* varying) {
+                      const std::vector<uint64_t>* varying, bool observed_words) {
   Stop();
+  observed_words_ = observed_words;
   faults_per_page_ = faults_per_page;
   capped_pages_ = 0;
   lines_ = lines;
@@ -202,7 +203,7 @@ bool ReadTracker::HandleFault(uint64_t addr, void* ucontext) {
     bool hit = false;
     for (uint32_t k = 0; k < acc.count; k++) hit = hit || (addr >= acc.access[k].addr && addr - acc.access[k].addr < acc.access[k].size);
     // An observed word's load (pm/observe.h): its class, not its bytes.
-    const WordObservation* obs = t_word_observation;
+    const WordObservation* obs = observed_words_ ? t_word_observation : nullptr;
     const bool as_class = acc.decoded && hit && obs != nullptr && acc.count == 1 && acc.access[0].read &&
                           acc.access[0].size == 8 && acc.access[0].addr == addr && RecordObserved(off, *obs);
     if (as_class) {

@@ -99,9 +99,11 @@ class ReadTracker {
   // they read are recorded; a line is read once one of them is, and tracked
   // until every one of them is.  Without it a line is read, and no longer
   // tracked, at its first access.
+  // In byte mode, an observed word's load (pm/observe.h) is recorded as its
+  // class unless `observed_words` is false (then as the bytes it reads).
   // Installs the SIGSEGV (chained to the handler found) and SIGTRAP handlers.
   void Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page = kCheapFaultsPerPage,
-           const std::vector<uint64_t>* varying = nullptr);
+           const std::vector<uint64_t>* varying = nullptr, bool observed_words = true);
   // The mapping of the image (from PoolOptions::on_map): protects every page
   // that holds an unread dirty line, and starts recording.
   void Protect(char* base, uint64_t size);
@@ -140,6 +142,7 @@ class ReadTracker {
 
   bool active_ = false;
   bool bytes_ = false;  // byte mode
+  bool observed_words_ = true;
   uint64_t base_ = 0, size_ = 0;
   std::vector<uint64_t> lines_;
   std::vector<uint64_t> varying_;  // per line: the bytes to record (all in line mode)

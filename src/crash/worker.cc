@@ -256,7 +256,7 @@ std::string Worker::CheckImage(ImageFile& file, const Expect& e, bool continuati
   if (track) {
     // The pool header is read with pread() before the mapping exists.
     tracker.Arm(track->armed(), kPoolHeaderSize, track->bytes ? ReadTracker::kPreciseFaultsPerPage : fault_cap_,
-                track->bytes ? &track->varying : nullptr);
+                track->bytes ? &track->varying : nullptr, o_.observed_words);
     po.on_map = [&tracker](char* base, uint64_t size) { tracker.Protect(base, size); };
     recover_options.tree_options.recovery_threads = 1;  // reads are tracked on this thread only
   }

@@ -48,6 +48,7 @@ struct CrashArgs {
   std::string lazy = "auto";
   uint64_t lazy_max_runs = 16384;
   uint64_t lazy_byte_max_runs = 1024;
+  bool no_observed_words = false;
   uint64_t pool_size = 4ull << 20;
   std::string drop;
   std::string split_store;
@@ -281,6 +282,7 @@ std::string ExploreOptionsOf(const CrashArgs& a, const TreeOptions& to, crash::E
   o.samples = a.samples;
   o.lazy_max_runs = a.lazy_max_runs;
   o.lazy_byte_max_runs = a.lazy_byte_max_runs;
+  o.observed_words = !a.no_observed_words;
   o.pool_size = a.pool_size;
   o.tree_options = to;
   o.max_tickets = a.max_tickets;
@@ -482,6 +484,9 @@ void AddCrashCommand(CLI::App& app, int* exit_code) {
                   "auto: bound on the runs of the byte-level repeat of a search the line-level one could not "
                   "complete (0: no such repeat)")
       ->capture_default_str();
+  sub->add_flag("--no-observed-words", a->no_observed_words,
+                "byte level: record an observed word's load (a recovery scan's magic compare, pm/observe.h) as the "
+                "bytes it reads, not as its class");
   sub->add_option("--pool-size", a->pool_size, "bytes of the explorer's anonymous pool");
   sub->add_option("--drop", a->drop, "explore a mutant: drop SITE@flush or SITE@fence");
   sub->add_option("--split-store", a->split_store, "explore a mutant: 8-byte stores at SITE reach memory as two 4-byte halves");
