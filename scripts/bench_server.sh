@@ -15,6 +15,7 @@
 #             used_memory, every server's RSS and its anonymous part (heap),
 #             and the pmtree pool file's allocated size
 #   SET, GET  redis-benchmark -P 16 -c 50 -r 100000, once per --sizes value
+#   INCR      the same, once (a read-modify-write of one counter per key)
 #   YCSB      workloads --workloads through our binding (scripts/ycsb.sh)
 # and writes a Markdown table and a JSON file beside the seeds' claims.
 # Exits 1 (after writing the report) when a row failed to start or measure.
@@ -115,19 +116,22 @@ measure_memory() {
   record mem "$row" "$mem_keys" "${used:--}" "$rss0" "$rss1" "$anon" "$pool_bytes"
 }
 
-# redis-benchmark SET and GET, pipelined, for each value size.
+# redis-benchmark SET and GET, pipelined, for each value size; INCR (no
+# value size: reported as size 0) with the first.
 measure_set_get() {
-  local row=$1 port=$2 size csv
+  local row=$1 port=$2 size csv tests=set,get,incr
   for size in "${size_list[@]}"; do
     redis-cli -p "$port" flushall >/dev/null
-    csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -P 16 -c 50 -r 100000 \
+    csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -t "$tests" -P 16 -c 50 -r 100000 \
               -n "$requests" -d "$size" --csv 2>/dev/null) || {
       echo "bench_server.sh: $row: redis-benchmark -d $size failed" >&2
       return 1
     }
     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
     tr -d '"' <<<"$csv" | awk -F, -v row="$row" -v size="$size" -v OFS='\t' \
-        '$1 == "SET" || $1 == "GET" { print "rb", row, $1, size, $2, $5 * 1000, $7 * 1000 }' >>"$results"
+        '$1 == "SET" || $1 == "GET" { print "rb", row, $1, size, $2, $5 * 1000, $7 * 1000 }
+         $1 == "INCR" { print "rb", row, $1, 0, $2, $5 * 1000, $7 * 1000 }' >>"$results"
+    tests=set,get
   done
 }
 

@@ -24,6 +24,8 @@ CLAIMS = {
             "B-Tree\"; slower than hashtable Redis at 256 B, \"almost equivalent for 1 KB values "
             "and is 15% faster for 4 KB values\" (1M inserts per client, Redis AOF on tmpfs)."),
     "GET": "No seed claim for reads alone (the Tembo comparison is inserts).",
+    "INCR": ("No seed claim. A read-modify-write of one key: each reply waits for its own write's "
+             "persist, so it shows the durability path without value copies."),
     "a": ("NV-Tree paper (Yang et al.), Sec. 6.6, Fig. 9c: NV-Store \"can improve the throughput "
           "by up to 7.3X over Redis\" on SessionStore (YCSB A; Redis 2.8.13, AOF on an NVDIMM "
           "RAMDisk). Circ-Tree paper, Sec. 6.6, Figs. 10-11: YCSB A p99 latencies of KV stores "
@@ -121,7 +123,8 @@ def markdown(data, meta):
             for name in order:
                 if name in sel:
                     r = sel[name]
-                    lines.append(f"| {size} B | {name} | {r['durability']} | "
+                    size_text = f"{size} B" if size else "-"
+                    lines.append(f"| {size_text} | {name} | {r['durability']} | "
                                  f"{fmt(r['ops_per_s'])} | {fmt(r['p50_us'])} | "
                                  f"{fmt(r['p99_us'])} | {ratio(r['ops_per_s'], base)} |")
         lines += ["", f"Seed claim: {CLAIMS[test]}"]
