@@ -66,6 +66,32 @@ void ExpectMutantProvedAtEveryPoint(const ExploreReport& r) {
   EXPECT_EQ(r.mutant_points_exhaustive, r.mutant_points) << "a differing point was only sampled";
 }
 
+// The lazy-search tests' set-up: `tree` at depth 1 with short byte-string
+// keys, explored once unmutated; the name of the first of that run's sites
+// (`sites` picks the list) that `match` accepts, "" when none.
+struct MutantBase {
+  const TreeFactory* f = nullptr;
+  ExploreOptions o;
+  ExploreReport base;
+};
+template <class Sites, class Match>
+std::string PickSite(const ExploreReport& r, Sites sites, Match match) {
+  for (const SiteReport& s : r.*sites)
+    if (match(s)) return s.name;
+  return "";
+}
+void ExploreUnmutated(const char* tree, MutantBase* m) {
+  m->f = FindTree(tree);
+  ASSERT_NE(m->f, nullptr);
+  m->o.depth = 1;
+  m->o.keys = KeyShape::kShort;
+  m->o.seed = Seed();
+  m->o.max_tickets = 1;
+  auto base = Explore(*m->f, m->o);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  m->base = std::move(*base);
+}
+
 void Print(const ExploreReport& r, const ExploreOptions& o) {
   PrintReport(r, stdout);
   std::printf("(keys %s, node %u, depth %u: %llu continuations, %.1f CPU s, %llu violations, sites %llu/%llu covered)\n",
@@ -417,20 +443,15 @@ TEST(LbTreeCrashCoverageTest, SmallWorkloadCoversEveryLeafWritePathAt256And512By
 // lines and cannot complete (the mutant "survived"); the uncapped repeat
 // proves every point where the mutant differs.
 TEST(LazySearchTest, TheUncappedRepeatProvesAMutantTheCappedSearchCannot) {
-  const TreeFactory* f = FindTree("nvtree");
-  ASSERT_NE(f, nullptr);
-  ExploreOptions o;
-  o.depth = 1;
-  o.keys = KeyShape::kShort;
-  o.seed = Seed();
-  o.max_tickets = 1;
-  auto base = Explore(*f, o);
-  ASSERT_TRUE(base.ok()) << base.status().ToString();
-  for (const SiteReport& s : base->sites)
-    if (s.kind == "fence" && s.function == "pmtree::BytesKeys::MakeSlot") o.drop_site = s.name;
+  MutantBase m;
+  ASSERT_NO_FATAL_FAILURE(ExploreUnmutated("nvtree", &m));
+  ExploreOptions& o = m.o;
+  o.drop_site = PickSite(m.base, &ExploreReport::sites, [](const SiteReport& s) {
+    return s.kind == "fence" && s.function == "pmtree::BytesKeys::MakeSlot";
+  });
   ASSERT_FALSE(o.drop_site.empty()) << "MakeSlot's fence was not reached";
   o.drop_fence = true;
-  auto r = Explore(*f, o);
+  auto r = Explore(*m.f, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   Print(*r, o);
   ExpectMutantProvedAtEveryPoint(*r);
@@ -449,18 +470,13 @@ TEST(LazySearchTest, TheUncappedRepeatProvesAMutantTheCappedSearchCannot) {
 // sampled: the negative control.
 TEST(LazySearchTest, TheByteLevelRepeatProvesATornLeafMagicTheLineLevelSearchCannot) {
   if (!AccessDecoderAvailable()) GTEST_SKIP() << "built without the instruction decoder (PMTREE_USE_ZYDIS)";
-  const TreeFactory* f = FindTree("fptree");
-  ASSERT_NE(f, nullptr);
-  ExploreOptions o;
-  o.depth = 1;
-  o.keys = KeyShape::kShort;
-  o.out_of_space = false;
-  o.seed = Seed();
-  o.max_tickets = 1;
-  auto base = Explore(*f, o);
-  ASSERT_TRUE(base.ok()) << base.status().ToString();
-  for (const SiteReport& s : base->store_sites)
-    if (s.function.find("::SetLeafMagic") != std::string::npos) o.split_site = s.name;
+  MutantBase m;
+  m.o.out_of_space = false;
+  ASSERT_NO_FATAL_FAILURE(ExploreUnmutated("fptree", &m));
+  ExploreOptions& o = m.o;
+  const TreeFactory* f = m.f;
+  o.split_site = PickSite(m.base, &ExploreReport::store_sites,
+                          [](const SiteReport& s) { return s.function.find("::SetLeafMagic") != std::string::npos; });
   ASSERT_FALSE(o.split_site.empty()) << "SetLeafMagic's store was not reached";
   o.lazy_byte_max_runs = 0;
   auto line_level = Explore(*f, o);
@@ -487,17 +503,12 @@ TEST(LazySearchTest, TheByteLevelRepeatProvesATornLeafMagicTheLineLevelSearchCan
 // some differing points are only sampled.
 TEST(LazySearchTest, AnObservedWordProvesATornLeafMagicClearTheByteLevelCannot) {
   if (!AccessDecoderAvailable()) GTEST_SKIP() << "built without the instruction decoder (PMTREE_USE_ZYDIS)";
-  const TreeFactory* f = FindTree("fptree");
-  ASSERT_NE(f, nullptr);
-  ExploreOptions o;
-  o.depth = 1;
-  o.keys = KeyShape::kShort;
-  o.seed = Seed();
-  o.max_tickets = 1;
-  auto base = Explore(*f, o);
-  ASSERT_TRUE(base.ok()) << base.status().ToString();
-  for (const SiteReport& s : base->store_sites)
-    if (s.function.find("::ClearLeafMagic") != std::string::npos) o.split_site = s.name;
+  MutantBase m;
+  ASSERT_NO_FATAL_FAILURE(ExploreUnmutated("fptree", &m));
+  ExploreOptions& o = m.o;
+  const TreeFactory* f = m.f;
+  o.split_site = PickSite(m.base, &ExploreReport::store_sites,
+                          [](const SiteReport& s) { return s.function.find("::ClearLeafMagic") != std::string::npos; });
   ASSERT_FALSE(o.split_site.empty()) << "ClearLeafMagic's store was not reached";
   o.observed_words = false;
   auto bytes = Explore(*f, o);
