@@ -97,6 +97,15 @@ Status CircTree<KP>::RecoverFromPool(bool clean) {
     pool_->Persist(&meta_->leaves, sizeof(uint64_t));
   }
   PMTREE_RETURN_IF_ERROR(RebuildAllocator(levels));
+  // Linking allocates (a new root, a split parent, a separator's key blob).
+  // A key-value store above holds the rebuild until it has reported its own
+  // blocks (HoldRebuild), and allocates nothing before: link once it has.
+  // Readers meanwhile reach an unlinked node through its left sibling.
+  Allocator& a = pool_->allocator();
+  if (a.rebuild_end_pending()) {
+    a.DeferRebuildCheck([this, levels = std::move(levels)]() mutable { return LinkChildren(&levels); });
+    return Status::Ok();
+  }
   return LinkChildren(&levels);
 }
 

@@ -796,11 +796,23 @@ Status FastFairTree<KP>::RecoverFromPool(bool clean) {
                                             : ": leaves unreachable (a cut leaf chain?)") +
                               " (invariant 11)");
   PMTREE_RETURN_IF_ERROR(RebuildAllocator(levels));
-  PMTREE_RETURN_IF_ERROR(Repair(&levels));
-  // The exact count (a split's count may have lagged; repairs split no leaf).
-  leaf_count_.store(levels[0].size());
-  if (levels[0].size() != counted) StoreLeafCount(levels[0].size(), /*fence=*/true);
-  return Status::Ok();
+  auto repair = [this, counted, levels = std::move(levels)]() mutable -> Status {
+    PMTREE_RETURN_IF_ERROR(Repair(&levels));
+    // The exact count (a split's count may have lagged; repairs split no leaf).
+    leaf_count_.store(levels[0].size());
+    if (levels[0].size() != counted) StoreLeafCount(levels[0].size(), /*fence=*/true);
+    return Status::Ok();
+  };
+  // Repairs allocate (R4's new root, a parent split by a linked child).  A
+  // key-value store above holds the rebuild until it has reported its own
+  // blocks (HoldRebuild), and allocates nothing before: repair once it has.
+  // Readers meanwhile move right through the sibling chain (FAIR).
+  Allocator& a = pool_->allocator();
+  if (a.rebuild_end_pending()) {
+    a.DeferRebuildCheck(std::move(repair));
+    return Status::Ok();
+  }
+  return repair();
 }
 
 template <KeyPolicy KP>

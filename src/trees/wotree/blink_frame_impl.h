@@ -478,30 +478,42 @@ Status BlinkFrame<KP, L>::RecoverImpl() {
     }
   }
   for (uint64_t off : levels[0]) PMTREE_RETURN_IF_ERROR(leaf_.Repair(off, &report_.leaves_repaired));  // R4
-  PMTREE_RETURN_IF_ERROR(RebuildAllocator(levels));                                                    // R5
-  for (size_t l = 0; l < levels.size(); l++) {                                                         // R6
-    std::set<uint64_t> indexed;
-    if (l + 1 < levels.size()) {
-      for (uint64_t p : levels[l + 1]) {
-        indexed.insert(I(p)->leftmost);
-        for (uint64_t i = 0; i < I(p)->count; i++) indexed.insert(I(p)->records[i].child);
+  PMTREE_RETURN_IF_ERROR(RebuildAllocator(levels));  // R5
+  auto link = [this, walked, counted, levels = std::move(levels)]() mutable -> Status {
+    for (size_t l = 0; l < levels.size(); l++) {  // R6
+      std::set<uint64_t> indexed;
+      if (l + 1 < levels.size()) {
+        for (uint64_t p : levels[l + 1]) {
+          indexed.insert(I(p)->leftmost);
+          for (uint64_t i = 0; i < I(p)->count; i++) indexed.insert(I(p)->records[i].child);
+        }
       }
+      bool changed = false;
+      for (size_t i = 1; i < levels[l].size(); i++) {
+        if (indexed.count(levels[l][i])) continue;
+        NodeReserve none(pool_->allocator(), node_size_);  // recovery allocates as it goes
+        PMTREE_RETURN_IF_ERROR(
+            InsertSeparator(static_cast<uint32_t>(l + 1), P(levels[l][i])->low_key, levels[l][i], &none));
+        report_.separators_inserted++;
+        changed = true;
+      }
+      if (changed) PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
     }
-    bool changed = false;
-    for (size_t i = 1; i < levels[l].size(); i++) {
-      if (indexed.count(levels[l][i])) continue;
-      NodeReserve none(pool_->allocator(), node_size_);  // recovery allocates as it goes
-      PMTREE_RETURN_IF_ERROR(
-          InsertSeparator(static_cast<uint32_t>(l + 1), P(levels[l][i])->low_key, levels[l][i], &none));
-      report_.separators_inserted++;
-      changed = true;
-    }
-    if (changed) PMTREE_RETURN_IF_ERROR(CollectLevels(&levels));
+    // The exact count (a split's count may have lagged; R6 splits no leaf).
+    leaf_count_.store(walked);
+    if (walked != counted) StoreLeafCount(walked, /*fence=*/true);
+    return Status::Ok();
+  };
+  // R6 allocates (a new root, a split parent).  A key-value store above
+  // holds the rebuild until it has reported its own blocks (HoldRebuild),
+  // and allocates nothing before: link once it has.  Readers meanwhile
+  // reach an unindexed node through its left sibling (B-link move-right).
+  Allocator& a = pool_->allocator();
+  if (a.rebuild_end_pending()) {
+    a.DeferRebuildCheck(std::move(link));
+    return Status::Ok();
   }
-  // The exact count (a split's count may have lagged; R6 splits no leaf).
-  leaf_count_.store(walked);
-  if (walked != counted) StoreLeafCount(walked, /*fence=*/true);
-  return Status::Ok();
+  return link();
 }
 
 template <KeyPolicy KP, class L>
