@@ -146,10 +146,14 @@ class Allocator {
   bool rebuild_end_pending() const;
   void ReleaseRebuild();
   // A check a tree's recovery can make only once the free space is final
-  // (fptree's and wbtree's scan for lost leaves, docs/pool_format.md): while
-  // the rebuild is held, the tree defers it here; the store runs the
-  // deferred checks after ReleaseRebuild (the first failure is returned) and
-  // they are dropped, run or not, by the next BeginRebuild.
+  // (fptree's and wbtree's scan for lost leaves, docs/pool_format.md), or a
+  // repair that allocates (completing a root split, linking a child into a
+  // parent that splits: circtree, fastfair, wotree, sortedtree; Allocate
+  // returns Busy while the rebuild is held): while the rebuild is held, the
+  // tree defers it here; the store runs the deferred work after
+  // ReleaseRebuild (the first failure is returned) and it is dropped, run or
+  // not, by the next BeginRebuild.  Nothing before it may need the repair
+  // done: readers of those trees move right through sibling links.
   void DeferRebuildCheck(std::function<Status()> check);
   Status RunDeferredRebuildChecks();
   // After a restore from saved extents (clean shutdown) the allocator cannot
