@@ -155,6 +155,9 @@ class Allocator {
   // not, by the next BeginRebuild.  Nothing before it may need the repair
   // done: readers of those trees move right through sibling links.
   void DeferRebuildCheck(std::function<Status()> check);
+  // `work` now, or deferred as above while the rebuild is held: for a
+  // recovery repair that allocates.
+  Status RunOnceRebuilt(std::function<Status()> work);
   Status RunDeferredRebuildChecks();
   // After a restore from saved extents (clean shutdown) the allocator cannot
   // tell owners apart: the store declares how many of the bytes in use are

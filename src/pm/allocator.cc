@@ -462,6 +462,12 @@ void Allocator::DeferRebuildCheck(std::function<Status()> check) {
   impl_->deferred_checks.push_back(std::move(check));
 }
 
+Status Allocator::RunOnceRebuilt(std::function<Status()> work) {
+  if (!rebuild_end_pending()) return work();
+  DeferRebuildCheck(std::move(work));
+  return Status::Ok();
+}
+
 Status Allocator::RunDeferredRebuildChecks() {
   std::vector<std::function<Status()>> checks;
   {

@@ -101,12 +101,8 @@ Status CircTree<KP>::RecoverFromPool(bool clean) {
   // A key-value store above holds the rebuild until it has reported its own
   // blocks (HoldRebuild), and allocates nothing before: link once it has.
   // Readers meanwhile reach an unlinked node through its left sibling.
-  Allocator& a = pool_->allocator();
-  if (a.rebuild_end_pending()) {
-    a.DeferRebuildCheck([this, levels = std::move(levels)]() mutable { return LinkChildren(&levels); });
-    return Status::Ok();
-  }
-  return LinkChildren(&levels);
+  return pool_->allocator().RunOnceRebuilt(
+      [this, levels = std::move(levels)]() mutable { return LinkChildren(&levels); });
 }
 
 template <KeyPolicy KP>

@@ -807,12 +807,7 @@ Status FastFairTree<KP>::RecoverFromPool(bool clean) {
   // key-value store above holds the rebuild until it has reported its own
   // blocks (HoldRebuild), and allocates nothing before: repair once it has.
   // Readers meanwhile move right through the sibling chain (FAIR).
-  Allocator& a = pool_->allocator();
-  if (a.rebuild_end_pending()) {
-    a.DeferRebuildCheck(std::move(repair));
-    return Status::Ok();
-  }
-  return repair();
+  return pool_->allocator().RunOnceRebuilt(std::move(repair));
 }
 
 template <KeyPolicy KP>

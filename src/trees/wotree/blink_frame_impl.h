@@ -508,12 +508,7 @@ Status BlinkFrame<KP, L>::RecoverImpl() {
   // holds the rebuild until it has reported its own blocks (HoldRebuild),
   // and allocates nothing before: link once it has.  Readers meanwhile
   // reach an unindexed node through its left sibling (B-link move-right).
-  Allocator& a = pool_->allocator();
-  if (a.rebuild_end_pending()) {
-    a.DeferRebuildCheck(std::move(link));
-    return Status::Ok();
-  }
-  return link();
+  return pool_->allocator().RunOnceRebuilt(std::move(link));
 }
 
 template <KeyPolicy KP, class L>
