@@ -64,6 +64,12 @@ InstructionAccesses DecodeAccesses(const uint8_t* code, size_t len, const Genera
       (insn.attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE)))
     return out;
   if (insn.address_width != 64) return out;
+  // Stores that may leave some of their operand's bytes unwritten.
+  const bool masked_store =
+      (insn.avx.mask.mode != ZYDIS_MASK_MODE_INVALID && insn.avx.mask.mode != ZYDIS_MASK_MODE_DISABLED) ||
+      insn.mnemonic == ZYDIS_MNEMONIC_MASKMOVDQU || insn.mnemonic == ZYDIS_MNEMONIC_MASKMOVQ ||
+      insn.mnemonic == ZYDIS_MNEMONIC_VMASKMOVPS || insn.mnemonic == ZYDIS_MNEMONIC_VMASKMOVPD ||
+      insn.mnemonic == ZYDIS_MNEMONIC_VPMASKMOVD || insn.mnemonic == ZYDIS_MNEMONIC_VPMASKMOVQ;
   for (uint32_t i = 0; i < insn.operand_count; i++) {
     const ZydisDecodedOperand& op = ops[i];
     if (op.type != ZYDIS_OPERAND_TYPE_MEMORY) continue;
@@ -89,6 +95,8 @@ InstructionAccesses DecodeAccesses(const uint8_t* code, size_t len, const Genera
     a.size = op.size / 8;
     a.read = (op.actions & ZYDIS_OPERAND_ACTION_MASK_READ) != 0;
     a.write = (op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) != 0;
+    a.overwrite = (op.actions & ZYDIS_OPERAND_ACTION_WRITE) != 0 && (op.actions & ZYDIS_OPERAND_ACTION_CONDWRITE) == 0 &&
+                  !masked_store;
   }
   out.decoded = true;
 #else

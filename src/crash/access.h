@@ -37,6 +37,10 @@ struct MemoryAccess {
   uint32_t size = 0;
   bool read = false;   // read, read-modify-written or conditionally read
   bool write = false;  // written or conditionally written
+  // Every byte written, unconditionally: no condition, no write mask
+  // (AVX-512 opmask, vmaskmov, maskmovdqu).  What the tracker may treat as
+  // overwritten before a later read (lazy.h).
+  bool overwrite = false;
 };
 
 struct InstructionAccesses {

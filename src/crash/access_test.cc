@@ -108,6 +108,18 @@ TEST_F(AccessTest, StoresAreWritesNotReadsAndReadModifyWritesAreBoth) {
   EXPECT_FALSE(a.write);
 }
 
+// Only a store that writes every byte of its operand, whatever the data,
+// overwrites: the tracker may then forget what the image held there.
+TEST_F(AccessTest, OnlyUnconditionalUnmaskedStoresOverwrite) {
+  EXPECT_TRUE(Only({0x48, 0x89, 0x03}).overwrite);  // mov [rbx], rax
+  EXPECT_TRUE(Only({0x83, 0x03, 0x01}).overwrite);  // add dword [rbx], 1 (read first, then written)
+  EXPECT_FALSE(Only({0x48, 0x8b, 0x03}).overwrite);  // mov rax, [rbx]
+  EXPECT_FALSE(Only({0xf0, 0x48, 0x0f, 0xb1, 0x0b}).overwrite);  // lock cmpxchg [rbx], rcx
+  EXPECT_TRUE(Only({0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x06}).overwrite);  // vmovdqu64 [rsi], zmm0
+  EXPECT_FALSE(Only({0x62, 0xf1, 0xfe, 0x49, 0x7f, 0x06}).overwrite);  // vmovdqu64 [rsi]{k1}, zmm0
+  EXPECT_FALSE(Only({0xc4, 0xe2, 0x75, 0x2e, 0x06}).overwrite);  // vmaskmovps [rsi], ymm1, ymm0
+}
+
 TEST_F(AccessTest, AddressComputationsAreNotAccesses) {
   InstructionAccesses a = Decode({0x48, 0x8d, 0x44, 0xcb, 0x08});  // lea rax, [rbx + rcx*8 + 8]
   EXPECT_TRUE(a.decoded);

@@ -91,6 +91,7 @@ void ReadTracker::Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint
   if (bytes_) varying_ = *varying;
   else varying_.assign(lines_.size(), ~uint64_t{0});
   masks_.assign(lines_.size(), 0);
+  killed_.assign(lines_.size(), 0);
   read_.assign(lines_.size(), 0);
   listed_.assign(lines_.size(), 0);
   observed_.clear();
@@ -152,10 +153,30 @@ void ReadTracker::Record(uint64_t off, uint64_t mask) {
   List(i);
   masks_[i] |= mask;
   if (masks_[i] != varying_[i]) return;  // byte mode: bytes that can differ are still unread
+  Finish(i);
+}
+
+void ReadTracker::Finish(size_t i) {
   read_[i] = 1;
   const uint32_t p = line_page_[i];
   // A page whose dirty lines were all read needs no more faults.
   if (--unread_[p] == 0 && protected_[p] && active_) SetAccess(p, true);
+}
+
+void ReadTracker::KillRange(uint64_t off, uint64_t len) {
+  const uint64_t end = std::min(off + len, size_);
+  for (uint64_t l = off & ~(kLineBytes - 1); l < end; l += kLineBytes) {
+    auto it = std::lower_bound(lines_.begin(), lines_.end(), l);
+    if (it == lines_.end() || *it != l) continue;
+    const size_t i = static_cast<size_t>(it - lines_.begin());
+    if (read_[i]) continue;
+    const uint64_t lo = std::max(off, l) - l, hi = std::min(end, l + kLineBytes) - l;
+    const uint64_t bits = hi - lo == 64 ? ~uint64_t{0} : ((uint64_t{1} << (hi - lo)) - 1) << lo;
+    const uint64_t kill = bits & varying_[i] & ~masks_[i];  // bytes already read stay recorded
+    varying_[i] &= ~kill;
+    killed_[i] |= kill;
+    if (masks_[i] == varying_[i]) Finish(i);
+  }
 }
 
 void ReadTracker::List(size_t i) {
@@ -171,6 +192,9 @@ bool ReadTracker::RecordObserved(uint64_t off, const WordObservation& obs) {
   const size_t i = static_cast<size_t>(it - lines_.begin());
   const auto byte = static_cast<uint8_t>(off & (kLineBytes - 1));
   if (read_[i] || ((varying_[i] >> byte) & 0xff) == 0) return true;  // read whole, or the word cannot differ
+  // Partly overwritten: the word is not the image's, its class says nothing
+  // about the image; its bytes instead.
+  if (((killed_[i] >> byte) & 0xff) != 0) return false;
   if (observed_.size() == observed_.capacity()) return false;  // no room: the bytes instead
   List(i);
   observed_.push_back(ObservedWord{static_cast<uint32_t>(i), byte, obs.classify, obs.a, obs.b});
@@ -209,12 +233,16 @@ bool ReadTracker::HandleFault(uint64_t addr, void* ucontext) {
     if (as_class) {
       // recorded by RecordObserved
     } else if (acc.decoded && hit) {
-      for (uint32_t k = 0; k < acc.count; k++) {
-        const MemoryAccess& a = acc.access[k];
-        if (!a.read || a.addr + a.size <= base_ || a.addr >= base_ + size_) continue;
-        const uint64_t from = std::max(a.addr, base_) - base_;
-        RecordRange(from, std::min(a.addr + a.size, base_ + size_) - base_ - from);
-      }
+      // The instruction's reads happen before its writes.
+      for (bool writes : {false, true})
+        for (uint32_t k = 0; k < acc.count; k++) {
+          const MemoryAccess& a = acc.access[k];
+          if (!(writes ? a.overwrite : a.read) || a.addr + a.size <= base_ || a.addr >= base_ + size_) continue;
+          const uint64_t from = std::max(a.addr, base_) - base_;
+          const uint64_t len = std::min(a.addr + a.size, base_ + size_) - base_ - from;
+          if (writes) KillRange(from, len);
+          else RecordRange(from, len);
+        }
     } else {
       undecoded_++;
       RecordRange(off, kMaxAccess);

@@ -101,6 +101,11 @@ class ReadTracker {
   // tracked, at its first access.
   // In byte mode, an observed word's load (pm/observe.h) is recorded as its
   // class unless `observed_words` is false (then as the bytes it reads).
+  // Also in byte mode, a varying byte the run overwrites before reading it
+  // (a decoded store that writes it unconditionally, access.h) is no longer
+  // recorded: what the run reads there later is what it wrote, a function
+  // of what it read before (the run is deterministic and the only thread
+  // touching the image).
   // Installs the SIGSEGV (chained to the handler found) and SIGTRAP handlers.
   void Arm(const std::vector<uint64_t>& lines, uint64_t preread, uint32_t faults_per_page = kCheapFaultsPerPage,
            const std::vector<uint64_t>* varying = nullptr, bool observed_words = true);
@@ -138,6 +143,11 @@ class ReadTracker {
   // Records the bytes [off, off + len) of the mapping (every dirty line they
   // touch, with the bytes touched).
   void RecordRange(uint64_t off, uint64_t len);
+  // Byte mode: the bytes [off, off + len) of the mapping are overwritten
+  // before being read; they leave the bytes still to record.
+  void KillRange(uint64_t off, uint64_t len);
+  // Line `i` has no bytes left to record: stop tracking it.
+  void Finish(size_t i);
   void SetAccess(size_t page, bool accessible);
 
   bool active_ = false;
@@ -145,8 +155,9 @@ class ReadTracker {
   bool observed_words_ = true;
   uint64_t base_ = 0, size_ = 0;
   std::vector<uint64_t> lines_;
-  std::vector<uint64_t> varying_;  // per line: the bytes to record (all in line mode)
+  std::vector<uint64_t> varying_;  // per line: the bytes to record (all in line mode), less the overwritten
   std::vector<uint64_t> masks_;    // per line: the bytes recorded
+  std::vector<uint64_t> killed_;   // per line, byte mode: the varying bytes overwritten before any read
   std::vector<uint8_t> read_;      // per line: no more bytes to record
   std::vector<uint8_t> listed_;    // per line: in order_
   std::vector<ObservedWord> observed_;  // capacity reserved by Arm (the handler does not allocate)

@@ -183,6 +183,57 @@ TEST(ReadTrackerTest, AnObservedWordIsRecordedAsItsClassNotItsBytes) {
   (void)w;
 }
 
+// Byte mode: a varying byte the run stores to before reading it is not a
+// read of the image, whatever the run reads there later; a store after a
+// read changes nothing recorded; a store over part of an observed word makes
+// the word's load a read of its remaining bytes; a conditional store (lock
+// cmpxchg) overwrites nothing.  A line whose varying bytes are all
+// overwritten is never read, and its page stops faulting.
+TEST(ReadTrackerTest, ByteModeDoesNotRecordBytesTheRunOverwroteBeforeReadingThem) {
+  if (!ReadTracker::Supported() || !AccessDecoderAvailable()) GTEST_SKIP() << "needs x86-64 Linux and the decoder";
+  Mapping m(3);
+  ASSERT_NE(m.base(), nullptr);
+  const std::vector<uint64_t> lines = {0x1000, 0x1040, 0x2000};
+  const std::vector<uint64_t> varying = {~uint64_t{0}, ~uint64_t{0}, 0x1ull};
+  ReadTracker& t = ReadTracker::Get();
+  t.Arm(lines, 0, ReadTracker::kPreciseFaultsPerPage, &varying);
+  t.Protect(m.base(), m.size());
+  uint64_t w;
+  char* at = m.base() + 0x1000;
+  asm volatile("movq %0, (%1)" : : "r"(uint64_t{5}), "r"(at) : "memory");  // bytes 0..7 overwritten
+  asm volatile("movq (%1), %0" : "=r"(w) : "r"(at) : "memory");
+  EXPECT_EQ(w, 5u);
+  EXPECT_EQ(t.masks()[0], 0u);
+  at = m.base() + 0x1008;
+  asm volatile("movq (%1), %0" : "=r"(w) : "r"(at) : "memory");  // read first: recorded
+  asm volatile("movq %0, (%1)" : : "r"(uint64_t{6}), "r"(at) : "memory");
+  asm volatile("movq (%1), %0" : "=r"(w) : "r"(at) : "memory");
+  EXPECT_EQ(t.masks()[0], uint64_t{0xff} << 8);
+  at = m.base() + 0x1010;
+  asm volatile("movl %0, (%1)" : : "r"(7u), "r"(at) : "memory");  // half of the word at 0x1010
+  EXPECT_EQ(ObserveWord(at, &MaskedEquals, ~uint64_t{0}, 7), 1u);
+  EXPECT_TRUE(t.observed().empty());
+  EXPECT_EQ(t.masks()[0], (uint64_t{0xff} << 8) | (uint64_t{0xf0} << 16));
+  at = m.base() + 0x1018;
+  uint64_t expected = 0;
+  asm volatile("lock cmpxchgq %2, (%1)" : "+a"(expected) : "r"(at), "r"(uint64_t{9}) : "memory");
+  EXPECT_EQ(t.masks()[0], (uint64_t{0xff} << 8) | (uint64_t{0xf0} << 16) | (uint64_t{0xff} << 24));
+  // Line 0x1040 overwritten whole (four 16-byte stores), then read: never read.
+  at = m.base() + 0x1040;
+  for (int k = 0; k < 4; k++) asm volatile("pxor %%xmm0, %%xmm0\n\tmovdqu %%xmm0, (%0)" : : "r"(at + 16 * k) : "xmm0", "memory");
+  asm volatile("movq (%1), %0" : "=r"(w) : "r"(at + 8) : "memory");
+  EXPECT_EQ(w, 0u);
+  EXPECT_EQ(t.masks()[1], 0u);
+  // Line 0x2000 varies in byte 0 only: overwritten, its page is open again.
+  at = m.base() + 0x2000;
+  asm volatile("movb %0, (%1)" : : "r"(uint8_t{1}), "r"(at) : "memory");
+  const uint64_t faults = t.faults();
+  asm volatile("movq (%1), %0" : "=r"(w) : "r"(at) : "memory");
+  EXPECT_EQ(t.faults(), faults);
+  EXPECT_EQ(ReadOffsets(lines), (std::vector<uint64_t>{0x1000}));
+  t.Stop();
+}
+
 TEST(ReadTrackerTest, LinesBelowThePrereadBoundAreReadFirst) {
   if (!ReadTracker::Supported()) GTEST_SKIP() << "read tracking needs x86-64 Linux";
   Mapping m(2);

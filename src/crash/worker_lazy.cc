@@ -202,8 +202,12 @@ Worker::LazyOutcome Worker::RunByteLazy(ScenarioReplay& sr, const CrashPoint& cp
       stop = true;
       break;
     }
-    // As at line level: leave as soon as the bound cannot hold.
-    if (runs == 0 && search.last_classes() > o_.lazy_byte_max_runs) break;
+    // As at line level: leave as soon as the bound cannot hold.  The first
+    // run's classes multiplied say so only without observed words: a
+    // classifier's arguments may come from earlier reads (cdds's recovery
+    // merges an end's classes once its node is rewritten), so later runs
+    // can split a unit into fewer classes than the first one did.
+    if (runs == 0 && read.observed.empty() && search.last_classes() > o_.lazy_byte_max_runs) break;
     if (search.runs_needed_at_least() > o_.lazy_byte_max_runs) break;
   }
   sh_->lazy_runs.fetch_add(search.runs());

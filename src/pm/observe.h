@@ -10,9 +10,9 @@
 // then costs one class split per line ("is the magic" or "is not"), not one
 // per content of the line.
 //
-// Soundness rests on the caller: it must use nothing of the word but the
-// returned class, and `classify` must be a pure function of its arguments.
-// ObserveWord enforces the first by construction (the word never leaves it).
+// Soundness rests on the caller: it uses nothing of the word but the class,
+// `classify` is pure, and `a`, `b` are constants or come from earlier reads
+// (never from this word).  ObserveWord enforces the first (the word stays in).
 //
 // The load is announced in a thread-local slot for the duration of the one
 // instruction that reads it; the explorer's fault handler, on the same
