@@ -78,7 +78,7 @@ struct CddsCounts {
   uint64_t aborted_operations = 0;  // rolled back in process (out of space)
   // The last recovery (forward GC, Alg. 6).
   uint64_t recovery_entries_discarded = 0;
-  uint64_t recovery_ends_reverted = 0;
+  uint64_t recovery_nodes_reverted = 0;  // nodes with an end set after cv (reverted to 0)
   uint64_t recovery_duplicates_removed = 0;
 };
 }  // namespace cdds
@@ -231,7 +231,10 @@ class CddsTree final : public BasicTree<typename KP::Arg>, public VersionedTree<
   void MaybeGc();
   bool GcStep();
   void CompactNode(uint64_t off, uint64_t before, Released* released);
-  void RewriteEntries(uint64_t off, const std::vector<cdds::NodeEntry>& keep, const std::vector<uint32_t>& from);
+  // `every_end`: store every kept entry's end, even one equal to its slot's
+  // (recovery: the slot's end was read only as its class, see RecoverNode).
+  void RewriteEntries(uint64_t off, const std::vector<cdds::NodeEntry>& keep, const std::vector<uint32_t>& from,
+                      bool every_end = false);
   void FreeOwned(Released& released);
   void FreeSubtree(uint64_t off);
   void TryPromoteRoot(Released* released, uint64_t before);

@@ -21,6 +21,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "pm/observe.h"
 #include "trees/cdds/cdds.h"
 #include "trees/cdds/cdds_internal.h"
 
@@ -168,12 +169,12 @@ Status CddsTree<KP>::ScanForLostNodes() const {
 // debris (duplicates, invalid starts), which recovery removes again.
 template <KeyPolicy KP>
 void CddsTree<KP>::RewriteEntries(uint64_t off, const std::vector<NodeEntry>& keep,
-                                    const std::vector<uint32_t>& from) {
+                                    const std::vector<uint32_t>& from, bool every_end) {
   NodeEntry* es = entries(off);
   const NodeEntry* dirty = nullptr;
   for (uint32_t j = 0; j < keep.size(); j++) {
     const bool move = from[j] != j;
-    if (!move && es[j].end == keep[j].end) continue;
+    if (!move && !every_end && es[j].end == keep[j].end) continue;
     if (dirty != nullptr && cdds::LineOf(dirty) != cdds::LineOf(&es[j])) {
       // The moved entries of the previous line are durable before this
       // line's slots (whose entries moved there) are overwritten (C4).
@@ -206,6 +207,45 @@ void CddsTree<KP>::RewriteEntries(uint64_t off, const std::vector<NodeEntry>& ke
 // the stale entries there (§4.4.5).  Such debris always shows as an exact
 // duplicate or a start > cv, so clean nodes -- including dead ones whose
 // moved entries may name freed key blobs (C6) -- are never compared by key.
+//
+// Each end word is read as an observed word (pm/observe.h), so the crash
+// explorer learns only what Alg. 6 does with it: 0, "set after cv" (to be
+// reverted), or its exact value; and once one end of the node is to be
+// reverted, 0 and "set after cv" are one class, because the node is then
+// rewritten with every end stored (both become 0).  A copy-on-write leaves
+// its old node's ends set after cv on up to eight lines; read raw, every
+// combination of their pending stores was a different run (docs/trees/
+// cdds.md, "Observed ends").  The counter therefore counts nodes, which the
+// classes tell exactly.
+namespace {
+// Versions below this fit a class (pm/observe.h classes are 32-bit); above
+// it the ends are read raw.
+constexpr uint64_t kObservedEndVersions = uint64_t{1} << 30;
+
+uint32_t RecoveryEndClass(uint64_t end, uint64_t cv, uint64_t reverting) {
+  if (end == 0) return 0;
+  if (EndVersion(end) > cv) return reverting != 0 ? 0 : 1;
+  return 2 + static_cast<uint32_t>(EndVersion(end) << 1 | (Moved(end) ? 1 : 0));
+}
+
+// The end Alg. 6 keeps for the word at `end` (0 for one set after cv);
+// *revert: it was set after cv (told only while !reverting).
+uint64_t RecoveredEnd(const uint64_t* end, uint64_t cv, bool reverting, bool* revert) {
+  *revert = false;
+  if (cv >= kObservedEndVersions) {
+    const uint64_t e = *end;
+    *revert = e != 0 && EndVersion(e) > cv;
+    return *revert ? 0 : e;
+  }
+  const uint32_t c = ObserveWord(end, &RecoveryEndClass, cv, reverting ? 1 : 0);
+  if (c < 2) {
+    *revert = c == 1;
+    return 0;
+  }
+  return uint64_t{(c - 2) >> 1} | ((c - 2) & 1 ? cdds::kMovedBit : 0);
+}
+}  // namespace
+
 template <KeyPolicy KP>
 Status CddsTree<KP>::RecoverNode(uint64_t off, uint64_t cv) {
   const NodeEntry* es = entries(off);
@@ -218,8 +258,12 @@ Status CddsTree<KP>::RecoverNode(uint64_t off, uint64_t cv) {
   std::vector<NodeEntry> keep;
   std::vector<uint32_t> from;
   bool change = false;
+  bool reverting = false;
   for (uint32_t i = 0; i < n; i++) {
-    NodeEntry e = es[i];
+    NodeEntry e;
+    e.start = es[i].start;
+    e.key = es[i].key;
+    e.value = es[i].value;
     if (e.start > cv) {
       counts_.recovery_entries_discarded++;
       change = true;
@@ -237,9 +281,11 @@ Status CddsTree<KP>::RecoverNode(uint64_t off, uint64_t cv) {
         continue;
       }
     }
-    if (e.end != 0 && EndVersion(e.end) > cv) {
-      e.end = 0;
-      counts_.recovery_ends_reverted++;
+    bool revert;
+    e.end = RecoveredEnd(&es[i].end, cv, reverting, &revert);
+    if (revert) {
+      counts_.recovery_nodes_reverted++;
+      reverting = true;
       change = true;
     }
     keep.push_back(e);
@@ -248,7 +294,7 @@ Status CddsTree<KP>::RecoverNode(uint64_t off, uint64_t cv) {
   if (!change) return Status::Ok();
   VersionLock& lk = locks_.For(off);
   lk.lock();
-  RewriteEntries(off, keep, from);
+  RewriteEntries(off, keep, from, reverting);
   lk.unlock();
   return Status::Ok();
 }
@@ -612,7 +658,7 @@ TreeStats CddsTree<KP>::Stats() {
       {"root_promotions", d(counts_.root_promotions)},
       {"aborted_operations", d(counts_.aborted_operations)},
       {"recovery_entries_discarded", d(counts_.recovery_entries_discarded)},
-      {"recovery_ends_reverted", d(counts_.recovery_ends_reverted)},
+      {"recovery_nodes_reverted", d(counts_.recovery_nodes_reverted)},
       {"recovery_duplicates_removed", d(counts_.recovery_duplicates_removed)},
   };
   return s;
@@ -621,7 +667,7 @@ TreeStats CddsTree<KP>::Stats() {
 #define PMTREE_CDDS_INSTANTIATE(K)                                                            \
   template Status CddsTree<K>::RecoverNode(uint64_t, uint64_t);                               \
   template void CddsTree<K>::RewriteEntries(uint64_t, const std::vector<NodeEntry>&,          \
-                                            const std::vector<uint32_t>&);                    \
+                                            const std::vector<uint32_t>&, bool);              \
   template void CddsTree<K>::CompactNode(uint64_t, uint64_t, Released*);                      \
   template void CddsTree<K>::FreeSubtree(uint64_t);                                           \
   template void CddsTree<K>::FreeOwned(Released&);                                            \

@@ -675,7 +675,7 @@ TEST(CddsTreeTest, CleanCloseRestartsWithoutRecoveryWork) {
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_TRUE(h->pool->clean_shutdown());
   TreeStats st = h->tree->Stats();
-  EXPECT_EQ(Extra(st, "recovery_entries_discarded") + Extra(st, "recovery_ends_reverted"), 0);
+  EXPECT_EQ(Extra(st, "recovery_entries_discarded") + Extra(st, "recovery_nodes_reverted"), 0);
   EXPECT_EQ(st.entries, m.size());
   EXPECT_TRUE(h->tree->Verify().ok()) << h->tree->Verify().ToString();
 }
