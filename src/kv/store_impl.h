@@ -145,9 +145,11 @@ class Store::Impl {
   Result<std::optional<VersionView>> Visible(std::string_view key, const ReadOptions& ro);
   Status WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
                   bool update_only, bool* found);
-  // Store::PutMany for checked, distinct keys (store.cc).
-  Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
-                 const Store::PutAdmit& admit);
+  // Store::PutMany and Store::UpdateMany for checked, distinct keys
+  // (store.cc): key i's value comes from compute, shown its current head
+  // when read_current (else always as absent, without reading the head).
+  Status PutMany(const std::vector<std::string_view>& keys, size_t* applied, const Store::PutCompute& compute,
+                 bool read_current);
   // Removes key from the tree and retires its whole chain.  Key lock held.
   Status RemoveKey(std::string_view key, uint64_t head);
   // Trims key's chain to what the GC horizon needs; removes a collectable
