@@ -111,6 +111,9 @@ void Store::Impl::DeferCollect(uint64_t ts, std::string_view key) {
 }
 
 void Store::Impl::CollectPublished(size_t max) {
+  // Keys a snapshot's release may have missed (CollectKeys); the caller
+  // holds no key lock here.
+  if (recollect_.load(std::memory_order_acquire) && recollect_.exchange(false)) CollectPending();
   for (size_t n = 0; n < max && deferred_gc_count_.load(std::memory_order_relaxed) != 0; n++) {
     std::string key;
     {
@@ -625,13 +628,23 @@ Status Store::Impl::CollectKeys(const std::vector<std::string_view>& keys, uint6
       for (size_t i = c.keep_to + 1; i < c.chain.size(); i++) DropVersion(c.chain[i].off, &keep, true);
     }
   }
-  std::lock_guard<std::mutex> g(gc_mu_);
-  for (auto [key, keeps_old] : pending) {
-    if (keeps_old)
-      gc_pending_.emplace(key);
-    else if (auto it = gc_pending_.find(key); it != gc_pending_.end())
-      gc_pending_.erase(it);
+  bool kept = false;
+  {
+    std::lock_guard<std::mutex> g(gc_mu_);
+    for (auto [key, keeps_old] : pending) {
+      kept = kept || keeps_old;
+      if (keeps_old)
+        gc_pending_.emplace(key);
+      else if (auto it = gc_pending_.find(key); it != gc_pending_.end())
+        gc_pending_.erase(it);
+    }
   }
+  // The oldest snapshot may have been released since `horizon` was read,
+  // and its CollectPending may have copied gc_pending_ before the keys
+  // above were in it: they would keep their old versions until some later
+  // release.  The release erases the snapshot before it copies, so seeing
+  // the horizon unmoved here (after the insert) means its copy has them.
+  if (kept && Horizon() != horizon) recollect_.store(true, std::memory_order_release);
   return first;
 }
 

@@ -256,6 +256,9 @@ class Store::Impl {
   std::multiset<uint64_t> snapshots_;
   std::mutex gc_mu_;
   std::set<std::string, std::less<>> gc_pending_;  // keys whose chains still hold old versions
+  // A writer added keys to gc_pending_ after the horizon it used had moved
+  // (CollectKeys): the next CollectPublished collects the pending keys.
+  std::atomic<bool> recollect_{false};
 
   // Commit log slots (K3): which of meta_->log_slot are taken.
   std::mutex slot_mu_;
