@@ -289,6 +289,26 @@ class Store {
   using PutAdmit = std::function<bool(std::optional<std::string_view> current)>;
   Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
                  const PutAdmit& admit = nullptr);
+  // What a key holds when UpdateMany shows it: nothing (absent, or deleted),
+  // a plain value (`value`, valid only during the call that shows it), or a
+  // field record.
+  struct Current {
+    enum class Kind { kAbsent, kValue, kFields };
+    Kind kind = Kind::kAbsent;
+    std::string_view value;
+  };
+  // Sets *value to key i's new plain value, given what it holds now (under
+  // its lock), or returns false to stop the group before key i.  *value must
+  // stay valid until the callback is called again or UpdateMany returns.
+  using PutCompute = std::function<bool(size_t i, const Current& current, std::string_view* value)>;
+  // Group commit of read-modify-writes (a server's pipelined INCRs): PutMany
+  // whose values are computed from the keys' current values, each under its
+  // key's lock, in order, so no other writer comes between the read and the
+  // write.  Same durability, timestamp and stopping rules as PutMany; a value
+  // beyond kMaxValueBytes stops the group with InvalidArgument (the earlier
+  // keys applied).  Under deferred visibility, the timestamp the caller takes
+  // (TakeThreadTimestamp) covers the values read as well as the writes.
+  Status UpdateMany(const std::vector<std::string_view>& keys, size_t* applied, const PutCompute& compute);
 
   // ---- field records ---------------------------------------------------------
   // Replaces key's record with these fields (a new field record).

@@ -19,7 +19,8 @@ pmtree_test(kv_test
   src/kv/kv_concurrent_test.cc
   src/kv/kv_publication_test.cc
   src/kv/kv_example_test.cc
-  src/kv/kv_fence_crash_test.cc)
+  src/kv/kv_fence_crash_test.cc
+  src/kv/kv_update_many_test.cc)
 if(BUILD_TESTING)
   target_compile_definitions(kv_test PRIVATE
     PMTREE_KV_EXAMPLE_SOURCE="${CMAKE_SOURCE_DIR}/src/kv/kv_example_test.cc"

@@ -111,6 +111,9 @@ void Store::Impl::DeferCollect(uint64_t ts, std::string_view key) {
 }
 
 void Store::Impl::CollectPublished(size_t max) {
+  // Keys a snapshot's release may have missed (CollectKeys); the caller
+  // holds no key lock here.
+  if (recollect_.load(std::memory_order_acquire) && recollect_.exchange(false)) CollectPending();
   for (size_t n = 0; n < max && deferred_gc_count_.load(std::memory_order_relaxed) != 0; n++) {
     std::string key;
     {
@@ -442,8 +445,8 @@ Status Store::Impl::WriteOne(std::string_view key, VersionKind kind, std::string
   return CollectKeys({key}, Horizon(), &head_now);
 }
 
-Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
-                            const Store::PutAdmit& admit) {
+Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* applied,
+                            const Store::PutCompute& compute, bool read_current) {
   // Group commit: WriteOne's steps for every key at once, under all their
   // stripe locks (K5), so the barriers that order one put's steps order
   // them all.  One timestamp for the group: its versions appear together.
@@ -454,52 +457,63 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
   // It only delays reclamation of what is retired meanwhile (K4).
   auto guard = pool().epochs().Protect();
   std::vector<size_t> stripes;
-  stripes.reserve(puts.size());
-  for (const auto& p : puts) stripes.push_back(StripeOf(p.first));
+  stripes.reserve(keys.size());
+  for (std::string_view key : keys) stripes.push_back(StripeOf(key));
   StripeLocks locks(*this, std::move(stripes));
   struct Slot {
     uint64_t head;     // the old head, 0 = a new key
     uint64_t version;  // the new version
+    uint64_t length;   // its value's bytes
   };
   std::vector<Slot> slots;
-  slots.reserve(puts.size());
+  slots.reserve(keys.size());
   Status st;
-  for (const auto& [key, value] : puts) {
+  for (size_t i = 0; i < keys.size(); i++) {
     uint64_t head = 0;
-    if (!tree().Lookup(key, &head)) head = 0;
-    if (admit) {
-      std::optional<std::string_view> current;
-      if (head != 0) {
-        Result<VersionView> hv = ReadVersion(head);
-        if (!hv.ok()) {
-          st = hv.status();
-          break;
-        }
-        if (hv->kind == VersionKind::kValue)
-          current.emplace(pool().base() + head + sizeof(VersionHeader), hv->length);
+    if (!tree().Lookup(keys[i], &head)) head = 0;
+    // The head is the newest installed version: its writer held this key's
+    // lock until it was in the tree, and this group's timestamp, taken
+    // below, is later than its, so holding the group's acknowledgement for
+    // that timestamp (deferred visibility) also covers what is read here.
+    Store::Current current;
+    if (read_current && head != 0) {
+      Result<VersionView> hv = ReadVersion(head);
+      if (!hv.ok()) {
+        st = hv.status();
+        break;
       }
-      if (!admit(current)) break;
+      if (hv->kind == VersionKind::kValue) {
+        current.kind = Store::Current::Kind::kValue;
+        current.value = std::string_view(pool().base() + head + sizeof(VersionHeader), hv->length);
+      } else if (hv->kind == VersionKind::kFields) {
+        current.kind = Store::Current::Kind::kFields;
+      }
+    }
+    std::string_view value;
+    if (!compute(i, current, &value)) break;
+    if (Status v = CheckValue(value.size(), "value"); !v.ok()) {
+      st = v;
+      break;
     }
     Result<uint64_t> off = NewValueVersion(value);
     if (!off.ok()) {
       st = off.status();  // a full pool: the puts before this one go ahead
       break;
     }
-    slots.push_back({head, *off});
+    slots.push_back({head, *off, value.size()});
   }
   if (slots.empty()) return st;
   InstallScope scope(*this);
   const uint64_t ts = NextTs();
-  for (size_t i = 0; i < slots.size(); i++)
-    SealVersion(slots[i].version, VersionKind::kValue, puts[i].second.size(), ts, ChainPrev(slots[i].head),
-                /*fence=*/false);
+  for (const Slot& sl : slots)
+    SealVersion(sl.version, VersionKind::kValue, sl.length, ts, ChainPrev(sl.head), /*fence=*/false);
   // One fence for every record of the group: each is durable before any
   // tree entry names it (K1).
   pool().Fence();
   size_t installed = 0;
   for (; installed < slots.size(); installed++) {
     const Slot& sl = slots[installed];
-    std::string_view key = puts[installed].first;
+    std::string_view key = keys[installed];
     Result<bool> r = sl.head ? tree().Update(key, sl.version) : tree().Insert(key, sl.version);
     if (!r.ok() || !*r) {
       st = r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
@@ -521,18 +535,14 @@ Status Store::Impl::PutMany(const std::vector<std::pair<std::string_view, std::s
   }
   scope.Publish(ts);
   if (pub_.visible() < ts) {  // deferred (K4)
-    for (size_t i = 0; i < installed; i++) DeferCollect(ts, puts[i].first);
+    for (size_t i = 0; i < installed; i++) DeferCollect(ts, keys[i]);
     return st;
   }
-  std::vector<std::string_view> keys;
+  const std::vector<std::string_view> done(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(installed));
   std::vector<uint64_t> heads;
-  keys.reserve(installed);
   heads.reserve(installed);
-  for (size_t i = 0; i < installed; i++) {
-    keys.push_back(puts[i].first);
-    heads.push_back(slots[i].version);
-  }
-  Status gc = CollectKeys(keys, Horizon(), &heads);
+  for (size_t i = 0; i < installed; i++) heads.push_back(slots[i].version);
+  Status gc = CollectKeys(done, Horizon(), &heads);
   return st.ok() ? gc : st;
 }
 
@@ -618,13 +628,23 @@ Status Store::Impl::CollectKeys(const std::vector<std::string_view>& keys, uint6
       for (size_t i = c.keep_to + 1; i < c.chain.size(); i++) DropVersion(c.chain[i].off, &keep, true);
     }
   }
-  std::lock_guard<std::mutex> g(gc_mu_);
-  for (auto [key, keeps_old] : pending) {
-    if (keeps_old)
-      gc_pending_.emplace(key);
-    else if (auto it = gc_pending_.find(key); it != gc_pending_.end())
-      gc_pending_.erase(it);
+  bool kept = false;
+  {
+    std::lock_guard<std::mutex> g(gc_mu_);
+    for (auto [key, keeps_old] : pending) {
+      kept = kept || keeps_old;
+      if (keeps_old)
+        gc_pending_.emplace(key);
+      else if (auto it = gc_pending_.find(key); it != gc_pending_.end())
+        gc_pending_.erase(it);
+    }
   }
+  // The oldest snapshot may have been released since `horizon` was read,
+  // and its CollectPending may have copied gc_pending_ before the keys
+  // above were in it: they would keep their old versions until some later
+  // release.  The release erases the snapshot before it copies, so seeing
+  // the horizon unmoved here (after the insert) means its copy has them.
+  if (kept && Horizon() != horizon) recollect_.store(true, std::memory_order_release);
   return first;
 }
 
@@ -659,6 +679,19 @@ Status Store::Put(std::string_view key, std::string_view value) {
   return st;
 }
 
+namespace {
+
+// A repeated key: PutMany and UpdateMany refuse it (one version per key and
+// timestamp).
+Status CheckDistinct(std::vector<std::string_view> keys) {
+  std::sort(keys.begin(), keys.end());
+  if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end())
+    return Status::InvalidArgument("kv: PutMany names key '" + std::string(*dup) + "' twice");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Store::PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
                       const PutAdmit& admit) {
   *applied = 0;
@@ -669,11 +702,28 @@ Status Store::PutMany(const std::vector<std::pair<std::string_view, std::string_
     PMTREE_RETURN_IF_ERROR(CheckValue(value.size(), "value"));
     keys.push_back(key);
   }
-  std::sort(keys.begin(), keys.end());
-  if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end())
-    return Status::InvalidArgument("kv: PutMany names key '" + std::string(*dup) + "' twice");
+  PMTREE_RETURN_IF_ERROR(CheckDistinct(keys));
   if (puts.empty()) return Status::Ok();
-  Status st = impl_->PutMany(puts, applied, admit);
+  auto compute = [&](size_t i, const Current& current, std::string_view* value) {
+    if (admit) {
+      std::optional<std::string_view> plain;
+      if (current.kind == Current::Kind::kValue) plain = current.value;
+      if (!admit(plain)) return false;
+    }
+    *value = puts[i].second;
+    return true;
+  };
+  Status st = impl_->PutMany(keys, applied, compute, static_cast<bool>(admit));
+  impl_->CollectPublished(kCollectPerWrite + *applied);
+  return st;
+}
+
+Status Store::UpdateMany(const std::vector<std::string_view>& keys, size_t* applied, const PutCompute& compute) {
+  *applied = 0;
+  for (std::string_view key : keys) PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  PMTREE_RETURN_IF_ERROR(CheckDistinct(keys));
+  if (keys.empty()) return Status::Ok();
+  Status st = impl_->PutMany(keys, applied, compute, /*read_current=*/true);
   impl_->CollectPublished(kCollectPerWrite + *applied);
   return st;
 }

@@ -145,9 +145,11 @@ class Store::Impl {
   Result<std::optional<VersionView>> Visible(std::string_view key, const ReadOptions& ro);
   Status WriteOne(std::string_view key, VersionKind kind, std::string_view value, const FieldMap* fields,
                   bool update_only, bool* found);
-  // Store::PutMany for checked, distinct keys (store.cc).
-  Status PutMany(const std::vector<std::pair<std::string_view, std::string_view>>& puts, size_t* applied,
-                 const Store::PutAdmit& admit);
+  // Store::PutMany and Store::UpdateMany for checked, distinct keys
+  // (store.cc): key i's value comes from compute, shown its current head
+  // when read_current (else always as absent, without reading the head).
+  Status PutMany(const std::vector<std::string_view>& keys, size_t* applied, const Store::PutCompute& compute,
+                 bool read_current);
   // Removes key from the tree and retires its whole chain.  Key lock held.
   Status RemoveKey(std::string_view key, uint64_t head);
   // Trims key's chain to what the GC horizon needs; removes a collectable
@@ -254,6 +256,9 @@ class Store::Impl {
   std::multiset<uint64_t> snapshots_;
   std::mutex gc_mu_;
   std::set<std::string, std::less<>> gc_pending_;  // keys whose chains still hold old versions
+  // A writer added keys to gc_pending_ after the horizon it used had moved
+  // (CollectKeys): the next CollectPublished collects the pending keys.
+  std::atomic<bool> recollect_{false};
 
   // Commit log slots (K3): which of meta_->log_slot are taken.
   std::mutex slot_mu_;

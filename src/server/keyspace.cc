@@ -402,40 +402,62 @@ Status Keyspace::Set(std::string_view key, std::string_view value, SetCondition 
   return Commit(txn, batch);
 }
 
-Status Keyspace::SetMany(const std::vector<std::pair<std::string_view, std::string_view>>& sets, size_t* applied) {
+Status Keyspace::WriteMany(std::span<GroupWrite> writes, size_t* applied) {
   *applied = 0;
   std::vector<std::string_view> keys;
-  keys.reserve(sets.size());
-  for (const auto& kv : sets) keys.push_back(kv.first);
+  keys.reserve(writes.size());
+  for (const GroupWrite& w : writes) keys.push_back(w.key);
   KeyLocks lock(this, keys);
-  // Head keys and tagged values, owned here while the store reads them: one
-  // buffer for all of them (not two strings per SET), sized first so that
-  // the views into it stay valid.
+  // Head keys and SETs' tagged values, owned here while the store reads
+  // them: one buffer for all of them (not two strings per SET), sized first
+  // so that the views into it stay valid.
   size_t bytes = 0;
-  for (const auto& [key, value] : sets) bytes += key.size() + value.size() + 2;
+  for (const GroupWrite& w : writes) bytes += w.key.size() + 1 + (w.incr ? 0 : w.value.size() + 1);
   std::string buf;
   buf.reserve(bytes);
-  std::vector<std::pair<std::string_view, std::string_view>> puts;
-  puts.reserve(sets.size());
-  for (const auto& [key, value] : sets) {
+  std::vector<std::string_view> heads;
+  std::vector<std::string_view> tagged;  // a SET's stored value
+  heads.reserve(writes.size());
+  tagged.reserve(writes.size());
+  for (const GroupWrite& w : writes) {
     const size_t head = buf.size();
     buf.push_back(kUserPrefix);
-    buf.append(key);
-    const size_t tagged = buf.size();
-    buf.push_back(kStringTag);
-    buf.append(value);
-    puts.emplace_back(std::string_view(buf).substr(head, tagged - head),
-                      std::string_view(buf).substr(tagged, buf.size() - tagged));
+    buf.append(w.key);
+    heads.push_back(std::string_view(buf).substr(head));
+    const size_t value = buf.size();
+    if (!w.incr) {
+      buf.push_back(kStringTag);
+      buf.append(w.value);
+    }
+    tagged.push_back(std::string_view(buf).substr(value));
   }
-  // The store shows each head's value under its lock, without a copy: an
-  // absent key, a small hash (a field record) or a string is replaced as is;
+  std::string counter;  // an INCRBY's stored value, until the store copied it
+  // The store shows each head under its lock, without a copy.  A SET
+  // replaces an absent key, a small hash (a field record) or a string as is;
   // any other head (a sorted set's or a large hash's, whose members Set must
-  // delete too, or a corrupt one Set reports) stops the group.
-  auto plain_replace = [](std::optional<std::string_view> current) {
-    return !current || (!current->empty() && (*current)[0] == kStringTag);
+  // delete too) stops the group.  An INCRBY goes ahead only where IncrBy
+  // would succeed.
+  auto compute = [&](size_t i, const kv::Store::Current& current, std::string_view* value) {
+    using Kind = kv::Store::Current::Kind;
+    const bool string = current.kind == Kind::kValue && !current.value.empty() && current.value[0] == kStringTag;
+    GroupWrite& w = writes[i];
+    if (!w.incr) {
+      if (current.kind == Kind::kValue && !string) return false;
+      *value = tagged[i];
+      return true;
+    }
+    int64_t v = 0;
+    if (current.kind == Kind::kFields || (current.kind == Kind::kValue && !string)) return false;
+    if (string && !ParseStrictInt64(current.value.substr(1), &v)) return false;
+    if (__builtin_add_overflow(v, w.delta, &v)) return false;
+    w.result = v;
+    counter.assign(1, kStringTag);
+    counter += std::to_string(v);
+    *value = counter;
+    return true;
   };
-  Status s = store_->PutMany(puts, applied, plain_replace);
-  // A full pool is the caller's to report, per command, through Set.
+  Status s = store_->UpdateMany(heads, applied, compute);
+  // A full pool is the caller's to report, per command, through Set/IncrBy.
   return s.code() == Status::Code::kOutOfSpace ? Status::Ok() : s;
 }
 

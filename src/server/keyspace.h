@@ -59,6 +59,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -157,13 +158,25 @@ class Keyspace {
   // old requested a non-string is WRONGTYPE.
   Status Set(std::string_view key, std::string_view value, SetCondition cond, bool* applied,
              std::optional<std::string>* old = nullptr, Txn* txn = nullptr);
-  // Plain SETs (no condition, no GET) of distinct keys, made durable together
-  // (kv::Store::PutMany, one fence for all records): the first *applied took
-  // effect, each exactly as Set would.  It stops before the first key whose
-  // SET must also delete members (a sorted set or a large hash) or whose head
-  // is corrupt, and at a full pool; the caller runs the rest through Set,
-  // which answers for each.
-  Status SetMany(const std::vector<std::pair<std::string_view, std::string_view>>& sets, size_t* applied);
+  // One command of a group commit (WriteMany): a plain SET of `value` (no
+  // condition, no GET), or with `incr` an INCRBY of `delta` (INCR, DECR,
+  // INCRBY, DECRBY), whose new value WriteMany stores in `result`.
+  struct GroupWrite {
+    std::string_view key;
+    std::string_view value;  // SET
+    bool incr = false;
+    int64_t delta = 0;   // INCRBY
+    int64_t result = 0;  // INCRBY: the counter after it (set when applied)
+  };
+  // Group commit of writes to distinct keys (kv::Store::UpdateMany: one
+  // fence for all records): the first *applied took effect, each exactly as
+  // Set or IncrBy would, in order.  It stops before the first write that
+  // Set or IncrBy must do otherwise or refuse -- a SET onto a sorted set or
+  // large hash (whose members it must delete too), an INCRBY of a
+  // non-integer, a non-string or past int64, a corrupt head -- and at a full
+  // pool; the caller runs the rest through Set or IncrBy, which answer for
+  // each.
+  Status WriteMany(std::span<GroupWrite> writes, size_t* applied);
   Status GetDel(std::string_view key, std::optional<std::string>* old, Txn* txn = nullptr);
   Status IncrBy(std::string_view key, int64_t delta, int64_t* result, Txn* txn = nullptr);
   Status Append(std::string_view key, std::string_view suffix, int64_t* new_length, Txn* txn = nullptr);

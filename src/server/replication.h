@@ -141,10 +141,12 @@ class Replication {
   // Runs a write command's handler under R1/R2 and streams it (R3).
   // `spec` is the command's table entry; EXEC streams its queued writes.
   void ExecuteWrite(const CommandSpec& spec, Call& call);
-  // The group commit of pipelined plain SETs (server.cc, GROUP COMMIT):
-  // `commit` applies a prefix of `sets` (each {"SET", key, value}, distinct
-  // keys) and returns its length; it runs under R1/R2 like any write, and
-  // the applied SETs are streamed in order.  Returns what `commit` did.
+  // The group commit of pipelined plain SETs and counter commands
+  // (server.cc, GROUP COMMIT): `commit` applies a prefix of `sets` (each
+  // {"SET", key, value} or an INCR, DECR, INCRBY or DECRBY; distinct keys)
+  // and returns its length; it runs under R1/R2 like any write, and the
+  // applied commands are streamed in order, as they are (their effect).
+  // Returns what `commit` did.
   size_t ExecuteSetGroup(std::span<const std::vector<std::string>> sets, const std::function<size_t()>& commit);
 
   // PSYNC replid offset: writes +FULLRESYNC/+CONTINUE (and, later, the RDB

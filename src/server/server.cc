@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -29,7 +31,7 @@ constexpr int kMaxEvents = 128;
 // is consumed (not after every command: that would be quadratic).
 constexpr size_t kCompactBytes = 64 * 1024;
 
-// At most this many pipelined SETs share one group commit.
+// At most this many pipelined writes share one group commit.
 constexpr size_t kMaxGroup = 64;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -65,34 +67,75 @@ struct Connection {
   RespParser parser;
   ClientState client;
   std::vector<std::string> args;
-  // Pipelined SETs awaiting their group commit: group[0, grouped); the
-  // slots past it keep earlier SETs' strings for the parser to reuse.
+  // Pipelined SETs and counter commands awaiting their group commit:
+  // group[0, grouped); the slots past it keep earlier commands' strings for
+  // the parser to reuse.
   std::vector<std::vector<std::string>> group;
   size_t grouped = 0;
   uint32_t events = 0;  // the epoll interest now registered
 };
 
-// GROUP COMMIT.  The plain SETs a client pipelines back to back (`SET k v`
-// with nothing else, to distinct keys) are not run one by one: they are
-// held in Connection::group and made durable together by Keyspace::SetMany
-// (one fence for all their records instead of one each), then answered in
-// order.  Held SETs always run before the next command of the connection
-// and before its replies are sent, so replies keep their order and none
-// leaves before its write is durable.  A SET that SetMany did not apply (a
-// sorted set or large hash to replace, a full pool) runs through Execute,
-// which gives its own reply.  This is the one path around Execute: a
-// per-command hook there must also run for each applied SET in RunGroup, in
-// order, before the replies go out -- as replication's does
+// Whether `name` is `lower` (a lower-case command name), ignoring case.
+bool IsCommand(std::string_view name, std::string_view lower) {
+  if (name.size() != lower.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i)
+    if ((name[i] | 0x20) != lower[i]) return false;
+  return true;
+}
+
+// GROUP COMMIT.  The plain SETs and the counter commands (INCR, DECR,
+// INCRBY, DECRBY) a client pipelines back to back, to distinct keys, are
+// not run one by one: they are held in Connection::group and made durable
+// together by Keyspace::WriteMany (one fence for all their records instead
+// of one each; a counter is read and written under its key's lock in the
+// same pass), then answered in order.  Held commands always run before the
+// next command of the connection and before its replies are sent, so
+// replies keep their order and none leaves before its write is durable.  A
+// command that WriteMany did not apply (a sorted set or large hash to
+// replace, a counter that is not one, an overflow, a full pool) runs
+// through Execute, which gives its own reply.  This is the one path around
+// Execute: a per-command hook there must also run for each applied command
+// in RunGroup, in order, before the replies go out -- as replication's does
 // (Replication::ExecuteSetGroup).
-bool Groupable(const ServerState& server, const ClientState& client, const std::vector<std::string>& args) {
-  if (args.size() != 3 || client.in_multi || (!server.requirepass.empty() && !client.authenticated)) return false;
+//
+// GroupWriteOf says whether args is such a command and, if so, what it
+// writes (*w's key and value view args).
+bool GroupWriteOf(const std::vector<std::string>& args, Keyspace::GroupWrite* w) {
+  if (args.size() < 2 || args.size() > 3 || args[1].size() > Keyspace::kMaxUserKeyBytes) return false;
+  const std::string& name = args[0];
+  w->key = args[1];
+  if (args.size() == 3 && IsCommand(name, "set")) {
+    // Anything Execute would refuse goes through Execute for its error reply.
+    if (args[2].size() >= kv::kMaxValueBytes) return false;
+    w->incr = false;
+    w->value = args[2];
+    return true;
+  }
+  w->incr = true;
+  if (args.size() == 2) {
+    if (IsCommand(name, "incr")) w->delta = 1;
+    else if (IsCommand(name, "decr")) w->delta = -1;
+    else return false;
+    return true;
+  }
+  const bool incrby = IsCommand(name, "incrby");
+  if (!incrby && !IsCommand(name, "decrby")) return false;
+  int64_t d = 0;
+  const std::string& a = args[2];
+  auto [p, ec] = std::from_chars(a.data(), a.data() + a.size(), d);
+  // Execute answers a bad delta (DECRBY's INT64_MIN too, whose negation overflows).
+  if (a.empty() || ec != std::errc() || p != a.data() + a.size() || (!incrby && d == INT64_MIN)) return false;
+  w->delta = incrby ? d : -d;
+  return true;
+}
+
+bool Groupable(const ServerState& server, const ClientState& client, const std::vector<std::string>& args,
+               Keyspace::GroupWrite* w) {
+  if (client.in_multi || (!server.requirepass.empty() && !client.authenticated)) return false;
   // A replica refuses clients' writes (-READONLY, from Execute).  (Its
   // master's stream is applied by the link thread, never through here.)
   if (server.replication && server.replication->is_replica()) return false;
-  const std::string& name = args[0];
-  if (name.size() != 3 || (name[0] | 0x20) != 's' || (name[1] | 0x20) != 'e' || (name[2] | 0x20) != 't') return false;
-  // Anything Execute would refuse goes through Execute for its error reply.
-  return args[1].size() <= Keyspace::kMaxUserKeyBytes && args[2].size() < kv::kMaxValueBytes;
+  return GroupWriteOf(args, w);
 }
 
 class Server::Loop {
@@ -261,7 +304,8 @@ class Server::Loop {
         Reject(c, c.parser.error());
         break;
       }
-      if (Groupable(server_->state_, c.client, c.args)) {
+      Keyspace::GroupWrite w;
+      if (Groupable(server_->state_, c.client, c.args, &w)) {
         bool repeated = false;
         for (size_t i = 0; i < c.grouped; ++i) repeated = repeated || c.group[i][1] == c.args[1];
         if (repeated || c.grouped == kMaxGroup) RunGroup(c);
@@ -380,21 +424,25 @@ class Server::Loop {
       if (conns_.count(fd)) Close(fd);
   }
 
-  // Commits the held SETs (see GROUP COMMIT) and appends their replies.
+  // Commits the held commands (see GROUP COMMIT) and appends their replies.
   void RunGroup(Connection& c) {
     if (c.grouped == 0) return;
     const std::span<const std::vector<std::string>> group(c.group.data(), c.grouped);
-    std::vector<std::pair<std::string_view, std::string_view>> sets;
-    sets.reserve(group.size());
-    for (const auto& g : group) sets.emplace_back(g[1], g[2]);
+    std::vector<Keyspace::GroupWrite>& writes = group_writes_;
+    writes.resize(group.size());
+    for (size_t i = 0; i < group.size(); ++i) {
+      const bool groupable = GroupWriteOf(group[i], &writes[i]);
+      (void)groupable;
+      assert(groupable);  // held only when it was
+    }
     size_t applied = 0;
-    // Its status needs no reply of its own: every SET not applied runs
-    // below through Execute, which reports that SET's error.
+    // Its status needs no reply of its own: every command not applied runs
+    // below through Execute, which reports that command's error.
     auto commit = [&] {
-      (void)server_->keyspace_.SetMany(sets, &applied);
+      (void)server_->keyspace_.WriteMany(std::span(writes.data(), writes.size()), &applied);
       return applied;
     };
-    // A master streams the applied SETs to its replicas under the same
+    // A master streams the applied commands to its replicas under the same
     // ordering rules as any write (replication.h, R1-R3).
     if (server_->replication_) {
       server_->replication_->ExecuteSetGroup(group, commit);
@@ -402,7 +450,12 @@ class Server::Loop {
       commit();
     }
     server_->state_.total_commands.fetch_add(applied, std::memory_order_relaxed);
-    for (size_t i = 0; i < applied; ++i) AppendSimple(&c.out, "OK");
+    for (size_t i = 0; i < applied; ++i) {
+      if (writes[i].incr)
+        AppendInt(&c.out, writes[i].result);
+      else
+        AppendSimple(&c.out, "OK");
+    }
     for (size_t i = applied; i < c.grouped; ++i) Execute(server_->state_, c.client, c.group[i], &c.out);
     c.grouped = 0;
   }
@@ -469,6 +522,7 @@ class Server::Loop {
   std::unordered_set<int> replica_fds_;
   std::unordered_set<int> blocked_fds_;  // clients whose ClientState::unblock is set
   std::unordered_set<int> held_fds_;     // connections with held replies (hold_ts != 0)
+  std::vector<Keyspace::GroupWrite> group_writes_;  // RunGroup's, kept for its capacity
   std::atomic<uint64_t> wait_ts_{0};     // the smallest hold_ts, while the loop sleeps on it; 0 = none
   std::mutex inbox_mu_;
   std::vector<std::pair<int, sockaddr_storage>> inbox_;  // handed off by loop 0 (Handoff)
