@@ -494,6 +494,29 @@ TEST(LazySearchTest, TheByteLevelRepeatProvesATornLeafMagicTheLineLevelSearchCan
   EXPECT_EQ(r->lazy_nondeterministic, 0u);
 }
 
+// The torn store of the first store site of a function named `function`
+// (m explored unmutated): without observed words (the negative control)
+// some differing points are only sampled; with them every one is proved.
+void ExpectProvedOnlyWithObservedWords(MutantBase* m, const std::string& function) {
+  ExploreOptions& o = m->o;
+  o.split_site = PickSite(m->base, &ExploreReport::store_sites,
+                          [&](const SiteReport& s) { return s.function.find(function) != std::string::npos; });
+  ASSERT_FALSE(o.split_site.empty()) << function << "'s stores were not reached";
+  o.observed_words = false;
+  auto bytes = Explore(*m->f, o);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ(bytes->violations, 0u);
+  EXPECT_LT(bytes->mutant_points_exhaustive, bytes->mutant_points)
+      << "the byte level proves the mutant without observed words now (the negative control is gone)";
+  o.observed_words = true;
+  auto r = Explore(*m->f, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Print(*r, o);
+  ExpectMutantProvedAtEveryPoint(*r);
+  EXPECT_GT(r->lazy_bytes_complete, 0u);
+  EXPECT_EQ(r->lazy_nondeterministic, 0u);
+}
+
 // Observed words (pm/observe.h, docs/crash_model.md section 1).  fptree's
 // leaf magic cleared by a torn store (ClearLeafMagic's store split) is
 // equivalent: a torn magic is "no magic", as after the clear.  At a bulk
@@ -505,24 +528,7 @@ TEST(LazySearchTest, AnObservedWordProvesATornLeafMagicClearTheByteLevelCannot) 
   if (!AccessDecoderAvailable()) GTEST_SKIP() << "built without the instruction decoder (PMTREE_USE_ZYDIS)";
   MutantBase m;
   ASSERT_NO_FATAL_FAILURE(ExploreUnmutated("fptree", &m));
-  ExploreOptions& o = m.o;
-  const TreeFactory* f = m.f;
-  o.split_site = PickSite(m.base, &ExploreReport::store_sites,
-                          [](const SiteReport& s) { return s.function.find("::ClearLeafMagic") != std::string::npos; });
-  ASSERT_FALSE(o.split_site.empty()) << "ClearLeafMagic's store was not reached";
-  o.observed_words = false;
-  auto bytes = Explore(*f, o);
-  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  EXPECT_EQ(bytes->violations, 0u);
-  EXPECT_LT(bytes->mutant_points_exhaustive, bytes->mutant_points)
-      << "the byte level proves the mutant without observed words now (the negative control is gone)";
-  o.observed_words = true;
-  auto r = Explore(*f, o);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  Print(*r, o);
-  ExpectMutantProvedAtEveryPoint(*r);
-  EXPECT_GT(r->lazy_bytes_complete, 0u);
-  EXPECT_EQ(r->lazy_nondeterministic, 0u);
+  ExpectProvedOnlyWithObservedWords(&m, "::ClearLeafMagic");
 }
 
 // cdds's copy-on-write copies entries with a start of kInvalidVersion first
@@ -539,24 +545,7 @@ TEST(LazySearchTest, ObservedEndsProveATornCddsCopyTheByteLevelCannot) {
   if (!AccessDecoderAvailable()) GTEST_SKIP() << "built without the instruction decoder (PMTREE_USE_ZYDIS)";
   MutantBase m;
   ASSERT_NO_FATAL_FAILURE(ExploreUnmutated("cdds", &m, KeyShape::kU64));
-  ExploreOptions& o = m.o;
-  const TreeFactory* f = m.f;
-  o.split_site = PickSite(m.base, &ExploreReport::store_sites,
-                          [](const SiteReport& s) { return s.function.find("::CopyEntry") != std::string::npos; });
-  ASSERT_FALSE(o.split_site.empty()) << "CopyEntry's stores were not reached";
-  o.observed_words = false;
-  auto bytes = Explore(*f, o);
-  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  EXPECT_EQ(bytes->violations, 0u);
-  EXPECT_LT(bytes->mutant_points_exhaustive, bytes->mutant_points)
-      << "the byte level proves the mutant without observed words now (the negative control is gone)";
-  o.observed_words = true;
-  auto r = Explore(*f, o);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  Print(*r, o);
-  ExpectMutantProvedAtEveryPoint(*r);
-  EXPECT_GT(r->lazy_bytes_complete, 0u);
-  EXPECT_EQ(r->lazy_nondeterministic, 0u);
+  ExpectProvedOnlyWithObservedWords(&m, "::CopyEntry");
 }
 
 }  // namespace
