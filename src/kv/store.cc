@@ -686,7 +686,7 @@ namespace {
 Status CheckDistinct(std::vector<std::string_view> keys) {
   std::sort(keys.begin(), keys.end());
   if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end())
-    return Status::InvalidArgument("kv: PutMany names key '" + std::string(*dup) + "' twice");
+    return Status::InvalidArgument("kv: a group write names key '" + std::string(*dup) + "' twice");
   return Status::Ok();
 }
 

@@ -284,7 +284,7 @@ Status CddsTree<KP>::RecoverNode(uint64_t off, uint64_t cv) {
     bool revert;
     e.end = RecoveredEnd(&es[i].end, cv, reverting, &revert);
     if (revert) {
-      counts_.recovery_nodes_reverted++;
+      if (!reverting) counts_.recovery_nodes_reverted++;  // once per node (the raw path tells every end)
       reverting = true;
       change = true;
     }
