@@ -196,12 +196,16 @@ class Server::Loop {
         auto it = conns_.find(fd);
         if (it == conns_.end()) continue;
         Connection& c = *it->second;
-        bool alive = true;
-        if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) alive = OnReadable(c);
+        bool alive = true, read = false;
+        if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read = alive = OnReadable(c);
         if (alive && (events[i].events & EPOLLOUT)) alive = Flush(c);
-        if (alive) alive = UpdateInterest(c);
+        if (read)
+          unsent_.push_back(fd);
+        else if (alive)
+          alive = UpdateInterest(c);
         if (!alive) Close(fd);
       }
+      SendReplies();
       ArmHolds();
     }
   }
@@ -275,15 +279,30 @@ class Server::Loop {
     conns_.emplace(fd, std::move(c));
   }
 
-  // Reads once, runs every complete command, writes the replies.  False
-  // when the connection is to be closed now.
+  // Reads once and runs every complete command; the replies wait for
+  // SendReplies.  False when the connection is to be closed now.
   bool OnReadable(Connection& c) {
     // Into the loop's buffer, then appended: growing c.in by a whole chunk
     // would zero 64 KiB per read however little arrived.
     ssize_t n = read(c.fd, read_buf_.get(), kReadChunk);
     if (n <= 0) return n < 0 && (errno == EAGAIN || errno == EINTR);
     c.in.append(read_buf_.get(), static_cast<size_t>(n));
-    return ProcessInput(c) && Flush(c);
+    return ProcessInput(c);
+  }
+
+  // REPLIES AFTER THE PASS.  The replies of every connection read in one
+  // epoll pass are sent after the pass, not after each read (as Redis
+  // does before it sleeps).  A client that sent to several connections
+  // then wakes once for their replies, not once per connection: on
+  // loopback each wake-up of a sleeping reader cost the sending loop
+  // several microseconds inside send (docs/server_bench.md).
+  void SendReplies() {
+    for (int fd : unsent_) {
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) continue;  // closed in the pass
+      if (!(Flush(*it->second) && UpdateInterest(*it->second))) Close(fd);
+    }
+    unsent_.clear();
   }
 
   // Runs every complete command of c's input, unless a command blocked the
@@ -523,6 +542,7 @@ class Server::Loop {
   std::unordered_set<int> blocked_fds_;  // clients whose ClientState::unblock is set
   std::unordered_set<int> held_fds_;     // connections with held replies (hold_ts != 0)
   std::vector<Keyspace::GroupWrite> group_writes_;  // RunGroup's, kept for its capacity
+  std::vector<int> unsent_;              // read in this pass, replies not yet sent (SendReplies)
   std::atomic<uint64_t> wait_ts_{0};     // the smallest hold_ts, while the loop sleeps on it; 0 = none
   std::mutex inbox_mu_;
   std::vector<std::pair<int, sockaddr_storage>> inbox_;  // handed off by loop 0 (Handoff)
