@@ -366,6 +366,105 @@ TEST_P(ConformanceTest, ByteStringKeysOfZeroTo1024BytesMatchTheModel) {
   ExpectEqualsModel(*h->tree, model);
 }
 
+// Keys that share long prefixes (longer than lbtree's 24 common bytes per
+// inner node), keys that are prefixes of others, and keys that differ only
+// in zero bytes or trailing zeros: inner nodes that compare a few bytes
+// past a shared prefix (lbtree's heads) must still route every one.
+TEST_P(ConformanceTest, ByteKeysSharingLongPrefixesAndZeroBytesMatchTheModel) {
+  if (!factory_->create_bytes) GTEST_SKIP() << GetParam() << " has no byte-string keys";
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  std::mt19937_64 rng(seed_);
+  const std::string shared = "tenant:0000000000:bucket:000000:";  // 32 bytes
+  std::vector<std::string> pool_of_keys;
+  for (size_t len = 0; len <= shared.size(); len += 3) pool_of_keys.push_back(shared.substr(0, len));
+  for (int i = 0; i < 4000; i++) {
+    std::string k = shared.substr(0, rng() % 4 == 0 ? 8 + rng() % 24 : shared.size());
+    const size_t tail = rng() % 12;
+    for (size_t j = 0; j < tail; j++) k.push_back(rng() % 3 == 0 ? '\0' : static_cast<char>('0' + rng() % 4));
+    pool_of_keys.push_back(k);
+  }
+  for (int i = 0; i < 40; i++) pool_of_keys.push_back(pool_of_keys[rng() % pool_of_keys.size()] + std::string(1 + i % 3, '\0'));
+  auto h = CreateBytesTree(*factory_, "", kPoolSize, {}, pool_opts_);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::map<std::string, uint64_t> model;
+  ASSERT_NO_FATAL_FAILURE(RandomOps(*h->tree, model, rng, 20000,
+            [&](std::mt19937_64& r) { return pool_of_keys[r() % pool_of_keys.size()]; }, 4000));
+  ExpectEqualsModel(*h->tree, model);
+}
+
+// Groups of LookupForUpdate then UpdateHinted (pmtree/tree.h), as the KV
+// store's group commit uses them: up to 16 keys looked up, then inserts and
+// removes of any keys (group members included) that move, split or empty
+// the hinted leaves, sometimes two hints exchanged (each then names another
+// key), then every key updated with its hint.  Each result must be
+// Update's: true exactly when the key is present, and only that key's value
+// changed.
+template <class T, class M, class KeyGen>
+void HintedUpdateGroups(T& tree, M& model, std::mt19937_64& rng, int groups, KeyGen key_of) {
+  using Owned = typename M::key_type;
+  for (int g = 0; g < groups; g++) {
+    std::vector<Owned> keys;
+    std::vector<typename T::Hint> hints;
+    for (int i = 0; i < 16; i++) {
+      Owned k = key_of(rng);
+      if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
+      uint64_t got = 0;
+      typename T::Hint hint;
+      const bool found = tree.LookupForUpdate(k, &got, &hint);
+      ASSERT_EQ(found, model.count(k) == 1) << "group " << g;
+      if (found) {
+        ASSERT_EQ(got, model[k]);
+      }
+      keys.push_back(k);
+      hints.push_back(hint);
+    }
+    const int between = rng() % 3 == 0 ? static_cast<int>(rng() % 48) : 0;
+    for (int i = 0; i < between; i++) {
+      Owned k = i % 4 == 0 ? keys[rng() % keys.size()] : key_of(rng);
+      if (rng() % 2) {
+        const uint64_t v = rng();
+        auto r = tree.Insert(k, v);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        if (*r) model[k] = v;
+      } else {
+        auto r = tree.Remove(k);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        model.erase(k);
+      }
+    }
+    if (keys.size() >= 2 && rng() % 4 == 0) std::swap(hints[0], hints[1]);
+    for (size_t i = 0; i < keys.size(); i++) {
+      const uint64_t v = rng();
+      auto r = tree.UpdateHinted(keys[i], v, hints[i]);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      auto it = model.find(keys[i]);
+      ASSERT_EQ(*r, it != model.end()) << "group " << g << ", key " << i;
+      if (it != model.end()) it->second = v;
+    }
+  }
+}
+
+TEST_P(ConformanceTest, HintedUpdatesAfterStaleOrExchangedHintsMatchTheModel) {
+  SCOPED_TRACE("PMTREE_SEED=" + std::to_string(seed_));
+  {
+    auto h = Make();
+    std::map<uint64_t, uint64_t> model;
+    std::mt19937_64 rng(seed_);
+    ASSERT_NO_FATAL_FAILURE(HintedUpdateGroups(*h.tree, model, rng, 600, [](std::mt19937_64& r) { return r() % 3000; }));
+    ExpectEqualsModel(*h.tree, model);
+  }
+  if (!factory_->create_bytes) return;
+  auto h = CreateBytesTree(*factory_, "", kPoolSize, {}, pool_opts_);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::map<std::string, uint64_t> model;
+  std::mt19937_64 rng(seed_ + 1);
+  std::vector<std::string> pool_of_keys;
+  for (int i = 0; i < 3000; i++) pool_of_keys.push_back("user:" + RandomKey(rng, 24));
+  ASSERT_NO_FATAL_FAILURE(HintedUpdateGroups(*h->tree, model, rng, 600,
+            [&](std::mt19937_64& r) { return pool_of_keys[r() % pool_of_keys.size()]; }));
+  ExpectEqualsModel(*h->tree, model);
+}
+
 // The rule of pmtree/tree.h: a bound longer than kMaxKeyBytes orders like
 // any other string; no stored key equals it.
 TEST_P(ConformanceTest, ScanBoundsLongerThanTheKeyLimitOrderLikeAnyString) {

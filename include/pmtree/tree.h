@@ -185,6 +185,26 @@ class BasicTree {
   // Removes key; false when it was absent.
   virtual Result<bool> Remove(K key) = 0;
 
+  // ---- a lookup, then an update of the same key ------------------------------------
+  // Where a lookup found its key, for a caller that updates that key next
+  // (the KV store's group commit looks every key up, makes the new records
+  // durable, then updates them).  Opaque; a design may leave it empty.
+  struct Hint {
+    uint64_t word[2] = {0, 0};
+  };
+  // Lookup that also fills *hint.
+  virtual bool LookupForUpdate(K key, uint64_t* value, Hint* hint) {
+    *hint = Hint{};
+    return Lookup(key, value);
+  }
+  // Update(key, value), with the hint of a LookupForUpdate of the same key:
+  // the same result in every case (a hint made stale by other writes
+  // included); a design may skip its descent while the hint holds.
+  virtual Result<bool> UpdateHinted(K key, uint64_t value, const Hint& hint) {
+    (void)hint;
+    return Update(key, value);
+  }
+
   // ---- range scan ----------------------------------------------------------------
   // Fills `out` with the entries whose key is >= start (and <= *end when end
   // is not null) in ascending key order, at most out.size() of them; returns

@@ -464,13 +464,15 @@ Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* a
     uint64_t head;     // the old head, 0 = a new key
     uint64_t version;  // the new version
     uint64_t length;   // its value's bytes
+    BytesTree::Hint hint;  // where the lookup found the old head
   };
   std::vector<Slot> slots;
   slots.reserve(keys.size());
   Status st;
   for (size_t i = 0; i < keys.size(); i++) {
     uint64_t head = 0;
-    if (!tree().Lookup(keys[i], &head)) head = 0;
+    BytesTree::Hint hint;
+    if (!tree().LookupForUpdate(keys[i], &head, &hint)) head = 0;
     // The head is the newest installed version: its writer held this key's
     // lock until it was in the tree, and this group's timestamp, taken
     // below, is later than its, so holding the group's acknowledgement for
@@ -500,7 +502,7 @@ Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* a
       st = off.status();  // a full pool: the puts before this one go ahead
       break;
     }
-    slots.push_back({head, *off, value.size()});
+    slots.push_back({head, *off, value.size(), hint});
   }
   if (slots.empty()) return st;
   InstallScope scope(*this);
@@ -514,7 +516,7 @@ Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* a
   for (; installed < slots.size(); installed++) {
     const Slot& sl = slots[installed];
     std::string_view key = keys[installed];
-    Result<bool> r = sl.head ? tree().Update(key, sl.version) : tree().Insert(key, sl.version);
+    Result<bool> r = sl.head ? tree().UpdateHinted(key, sl.version, sl.hint) : tree().Insert(key, sl.version);
     if (!r.ok() || !*r) {
       st = r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
       break;

@@ -15,7 +15,9 @@
 //       every key of the next leaf in the list.
 //   L6. DRAM inner nodes: 0 <= count <= capacity, keys ascending (equal only
 //       never), children of a level-l node are level l-1 nodes (level-1
-//       nodes' children are leaves), every version even when idle.
+//       nodes' children are leaves), every version even when idle; with byte
+//       keys every separator starts with the node's common bytes and its
+//       head is its next 8 bytes (Inner, HEADS).
 //   L7. An in-order walk of the inner nodes yields leaves in list order; each
 //       such leaf's keys lie in the range its separators route to it; a list
 //       leaf that no inner node references is empty (recovery drops empty
@@ -121,19 +123,45 @@ struct Sep<BytesKeys> {
 };
 
 inline constexpr int kMaxInnerKeys = 63;  // 1 KiB nodes: 64 children
+inline constexpr uint32_t kMaxSkip = 24;   // Inner::common's bytes
+
+// Bytes [off, off + 8) of s as a big-endian word, zero past the end: two
+// such words that differ order as the strings do (see Inner, HEADS).
+inline uint64_t HeadOf(std::string_view s, size_t off) {
+  uint64_t w = 0;
+  if (s.size() > off) std::memcpy(&w, s.data() + off, std::min<size_t>(8, s.size() - off));
+  return __builtin_bswap64(w);
+}
 
 // A DRAM inner node.  Every field a reader may load concurrently is atomic.
+//
+// HEADS (byte keys only; unused for u64 keys).  A separator is a pointer to
+// a std::string, so a binary search that compared the strings paid two
+// dependent cache misses per step.  The node also keeps `skip` (at most
+// kMaxSkip): a count of leading bytes every one of its separators shares,
+// those bytes in `common`, and for each separator heads[i] = HeadOf(sep,
+// skip).  A descent compares the key's first skip bytes with common once,
+// then compares heads; only equal heads (a key that equals a separator up
+// to its 8 bytes past skip) dereference the separator.  Writers change
+// them under the node's lock with its keys (RefreshHeads), so a reader's
+// validation covers them as it covers the keys.
 struct Inner {
   VersionLock version;  // odd while write-locked (version_lock.h V1-V3)
   std::atomic<uint32_t> count{0};    // number of keys; children = count + 1
   uint32_t level = 1;                // 1: children are leaf offsets
+  std::atomic<uint32_t> skip{0};
+  std::atomic<uint64_t> common[kMaxSkip / 8];
   std::atomic<uint64_t> keys[kMaxInnerKeys];
   std::atomic<uint64_t> child[kMaxInnerKeys + 1];
+  std::atomic<uint64_t> heads[kMaxInnerKeys];
   Inner() {
+    for (auto& w : common) w.store(0, std::memory_order_relaxed);
     for (auto& k : keys) k.store(0, std::memory_order_relaxed);
     for (auto& c : child) c.store(0, std::memory_order_relaxed);
+    for (auto& h : heads) h.store(0, std::memory_order_relaxed);
   }
 };
+static_assert(offsetof(Inner, keys) <= 64, "an inner node's header, skip and common share its first line");
 
 // Readers load count relaxed, hence the fenced validation.
 inline bool Validate(const Inner* n, uint64_t v) { return n->version.ValidateFenced(v); }
@@ -184,7 +212,13 @@ class LbTree final : public BasicTree<K> {
   Status RecoverFrom(uint64_t meta_off, uint32_t threads);
 
   // ---- point operations ------------------------------------------------------------
-  bool Lookup(K key, uint64_t* value) override;
+  bool Lookup(K key, uint64_t* value) override { return Find(key, value, nullptr); }
+  // The hint: the leaf, (slot + 1) << 48, and the leaf version the lookup
+  // validated.  While the version holds, nothing in the leaf has moved.
+  bool LookupForUpdate(K key, uint64_t* value, typename BasicTree<K>::Hint* hint) override {
+    return Find(key, value, hint);
+  }
+  Result<bool> UpdateHinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint) override;
   Result<bool> Insert(K key, uint64_t value) override { return Put(key, value, true, false); }
   Result<bool> Update(K key, uint64_t value) override { return Put(key, value, false, true); }
   Result<bool> Upsert(K key, uint64_t value) override { return Put(key, value, true, true); }
@@ -210,12 +244,17 @@ class LbTree final : public BasicTree<K> {
   VersionLock& LeafVer(uint64_t off) const { return ver_[off / kBlockSize]; }
   // Prefetches the lines of an inner node a descent can read: the header and
   // keys[0, inner_keys_), and child[0, inner_keys_] (a separate run of lines).
+  // Byte keys: the heads instead of the keys (HEADS), which a descent
+  // reads only on a tie.
   void PrefetchInner(const Inner* n) const {
     const char* base = reinterpret_cast<const char*>(n);
-    const size_t keys_end = offsetof(Inner, keys) + sizeof(uint64_t) * inner_keys_;
-    for (size_t off = 0; off < keys_end; off += kLineSize) __builtin_prefetch(base + off);
-    const size_t child0 = offsetof(Inner, child), child_end = child0 + sizeof(uint64_t) * (inner_keys_ + 1);
-    for (size_t off = child0 & ~size_t{kLineSize - 1}; off < child_end; off += kLineSize) __builtin_prefetch(base + off);
+    auto run = [&](size_t begin, size_t end) {
+      for (size_t off = begin & ~size_t{kLineSize - 1}; off < end; off += kLineSize) __builtin_prefetch(base + off);
+    };
+    run(0, offsetof(Inner, keys));
+    const size_t sep0 = KP::kInline ? offsetof(Inner, keys) : offsetof(Inner, heads);
+    run(sep0, sep0 + sizeof(uint64_t) * inner_keys_);
+    run(offsetof(Inner, child), offsetof(Inner, child) + sizeof(uint64_t) * (inner_keys_ + 1));
   }
   Meta* meta() const { return pool_->At<Meta>(meta_off_); }
 
@@ -263,17 +302,69 @@ class LbTree final : public BasicTree<K> {
   }
   // Index of the child of `n` that `key` routes to: the number of
   // separators <= key (separator = smallest key of its right subtree).
+  // Byte keys compare the node's heads first (HEADS).  A reader racing a
+  // writer may see skip, common and heads of different moments; it then
+  // fails validation, and every index here stays in bounds meanwhile.
   int ChildIndex(const Inner* n, typename KP::Arg key) const {
     int cnt = static_cast<int>(std::min<uint32_t>(n->count.load(std::memory_order_relaxed), inner_keys_));
     int lo = 0, hi = cnt;
-    while (lo < hi) {
-      int mid = (lo + hi) / 2;
-      if (S::Cmp(key, n->keys[mid].load(std::memory_order_acquire)) >= 0)
-        lo = mid + 1;
-      else
-        hi = mid;
+    if constexpr (KP::kInline) {
+      while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (S::Cmp(key, n->keys[mid].load(std::memory_order_acquire)) >= 0)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+    } else {
+      const uint32_t skip = std::min(n->skip.load(std::memory_order_acquire), kMaxSkip);
+      if (skip > 0) {
+        char common[kMaxSkip];
+        for (uint32_t w = 0; w < kMaxSkip / 8; w++) {
+          const uint64_t x = n->common[w].load(std::memory_order_acquire);
+          std::memcpy(common + 8 * w, &x, 8);
+        }
+        const int c = std::memcmp(key.data(), common, std::min<size_t>(key.size(), skip));
+        if (c < 0 || (c == 0 && key.size() < skip)) return 0;  // below every separator
+        if (c > 0) return cnt;                                   // above every separator
+      }
+      const uint64_t kh = HeadOf(key, skip);
+      while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        const uint64_t h = n->heads[mid].load(std::memory_order_acquire);
+        const bool ge = kh != h ? kh > h : S::Cmp(key, n->keys[mid].load(std::memory_order_acquire)) >= 0;
+        if (ge)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
     }
     return lo;
+  }
+  // Recomputes n's skip, common and heads from its keys (HEADS); the
+  // caller holds n's lock or owns n.  Sorted keys share what the first and
+  // the last share.
+  void RefreshHeads(Inner* n) {
+    if constexpr (!KP::kInline) {
+      const int cnt = static_cast<int>(n->count.load(std::memory_order_relaxed));
+      uint32_t skip = 0;
+      char common[kMaxSkip] = {};
+      if (cnt > 0) {
+        const std::string& first = *S::Ptr(n->keys[0].load(std::memory_order_relaxed));
+        const std::string& last = *S::Ptr(n->keys[cnt - 1].load(std::memory_order_relaxed));
+        const size_t limit = std::min({first.size(), last.size(), size_t{kMaxSkip}});
+        while (skip < limit && first[skip] == last[skip]) skip++;
+        std::memcpy(common, first.data(), skip);
+      }
+      n->skip.store(skip, std::memory_order_release);
+      for (uint32_t w = 0; w < kMaxSkip / 8; w++) {
+        uint64_t x;
+        std::memcpy(&x, common + 8 * w, 8);
+        n->common[w].store(x, std::memory_order_release);
+      }
+      for (int i = 0; i < cnt; i++)
+        n->heads[i].store(HeadOf(*S::Ptr(n->keys[i].load(std::memory_order_relaxed)), skip), std::memory_order_release);
+    }
   }
   int ChildIndexSep(const Inner* n, uint64_t sep) const {
     if constexpr (KP::kInline) {
@@ -294,6 +385,21 @@ class LbTree final : public BasicTree<K> {
     n->keys[pos].store(sep, std::memory_order_release);
     n->child[pos + 1].store(child, std::memory_order_release);
     n->count.store(count + 1, std::memory_order_relaxed);
+    if constexpr (!KP::kInline) {
+      // A new first or last separator may shorten what they all share.
+      const uint32_t skip = n->skip.load(std::memory_order_relaxed);
+      const std::string& s = *S::Ptr(sep);
+      const std::string& other = *S::Ptr(n->keys[pos == 0 ? count : 0].load(std::memory_order_relaxed));
+      const bool shares = count == 0 || (s.size() >= skip && other.size() >= skip &&
+                                         std::memcmp(s.data(), other.data(), skip) == 0);
+      if (count == 0 || !shares) {
+        RefreshHeads(n);
+        return;
+      }
+      for (int i = count; i > pos; i--)
+        n->heads[i].store(n->heads[i - 1].load(std::memory_order_relaxed), std::memory_order_release);
+      n->heads[pos].store(HeadOf(s, skip), std::memory_order_release);
+    }
   }
 
   struct LeafRef {
@@ -323,6 +429,16 @@ class LbTree final : public BasicTree<K> {
     int slot = -1;
   };
   SlotPos FindInLeaf(uint64_t leaf, const Headers& h, typename KP::Arg key, uint8_t fp) const;
+  bool Find(K key, uint64_t* value, typename BasicTree<K>::Hint* hint);
+  // Persists a new value into the found slot (the leaf is locked).
+  void StoreValue(uint64_t leaf, int block, int slot, uint64_t value) {
+    uint64_t* vp = &Blk(leaf, block)->entry[slot].value;
+    pool_->Store64(vp, value);
+    // Persist the new value (one failure-atomic word) before the leaf is
+    // unlocked and the call returns.
+    pool_->Persist(vp, 8);
+    updates_.Add();
+  }
   void LeafInsert(uint64_t leaf, uint64_t key_slot, uint64_t value, uint8_t fp);
   Status SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t key_slot, uint64_t value, uint8_t fp);
   bool LeafFull(const Headers& h) const {
@@ -493,6 +609,8 @@ void LbTree<K>::SplitInner(Inner* node, Inner* parent) {
     right->child[i].store(node->child[mid + 1 + i].load(std::memory_order_relaxed), std::memory_order_release);
   right->count.store(rn, std::memory_order_relaxed);
   node->count.store(mid, std::memory_order_relaxed);
+  RefreshHeads(right);
+  RefreshHeads(node);  // its keys may now share more
   if (parent != nullptr) {
     InsertIntoInner(parent, midkey, reinterpret_cast<uint64_t>(right));
   } else {
@@ -501,6 +619,7 @@ void LbTree<K>::SplitInner(Inner* node, Inner* parent) {
     nr->child[0].store(reinterpret_cast<uint64_t>(node), std::memory_order_release);
     nr->child[1].store(reinterpret_cast<uint64_t>(right), std::memory_order_release);
     nr->count.store(1, std::memory_order_relaxed);
+    RefreshHeads(nr);
     root_.store(nr, std::memory_order_release);
   }
 }
@@ -792,12 +911,7 @@ Result<bool> LbTree<K>::Put(K key, uint64_t value, bool insert, bool update) {
       UnlockLeaf(leaf);
       return false;
     }
-    uint64_t* vp = &Blk(leaf, pos.block)->entry[pos.slot].value;
-    pool_->Store64(vp, value);
-    // Persist the new value (one failure-atomic word) before the leaf is
-    // unlocked and the call returns.
-    pool_->Persist(vp, 8);
-    updates_.Add();
+    StoreValue(leaf, pos.block, pos.slot, value);
     UnlockLeaf(leaf);
     return !insert;  // Update: true; Upsert: false (the key was not new)
   }
@@ -831,8 +945,32 @@ Result<bool> LbTree<K>::Put(K key, uint64_t value, bool insert, bool update) {
   return true;
 }
 
+// The leaf version unchanged (TryLockLeaf at the hint's version) means no
+// writer has held the leaf since the lookup validated it: the update skips
+// the descent, the fingerprint and the search.  Under the lock the slot is
+// checked anyway (valid in the bitmap and holding this key), so a hint of
+// another key cannot write the wrong slot.  Anything else -- no hint, a
+// leaf changed meanwhile, a slot that fails the check -- takes Put's path.
 template <class K>
-bool LbTree<K>::Lookup(K key, uint64_t* value) {
+Result<bool> LbTree<K>::UpdateHinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint) {
+  const uint64_t leaf = hint.word[0] & ((1ull << 48) - 1);
+  const int bit = static_cast<int>(hint.word[0] >> 48) - 1;
+  const int block = bit / 16, slot = bit % 16;
+  if (bit < 0 || block >= m_ || slot >= kSlotsPerBlock || !KP::CheckArg(key).ok()) return Update(key, value);
+  auto guard = pool_->epochs().Protect();
+  if (!TryLockLeaf(leaf, hint.word[1])) return Update(key, value);
+  if (!(ReadHeaders(leaf).w[2 * block] & (1ull << slot)) || !keys_.Equal(Blk(leaf, block)->entry[slot].key, key)) {
+    UnlockLeaf(leaf);
+    return Update(key, value);
+  }
+  StoreValue(leaf, block, slot, value);
+  UnlockLeaf(leaf);
+  return true;
+}
+
+template <class K>
+bool LbTree<K>::Find(K key, uint64_t* value, typename BasicTree<K>::Hint* hint) {
+  if (hint != nullptr) *hint = {};
   if (!KP::CheckArg(key).ok()) return false;
   auto guard = pool_->epochs().Protect();
   const uint8_t fp = KP::Fingerprint(key);
@@ -850,6 +988,7 @@ bool LbTree<K>::Lookup(K key, uint64_t* value) {
     }
     uint64_t match = match_(h.w, m_, fp);
     uint64_t cand_key[kSlotsPerBlock * kMaxBlocks], cand_val[kSlotsPerBlock * kMaxBlocks];
+    int cand_bit[kSlotsPerBlock * kMaxBlocks];
     int n = 0;
     while (match != 0) {
       int bit = std::countr_zero(match);
@@ -857,6 +996,7 @@ bool LbTree<K>::Lookup(K key, uint64_t* value) {
       const ::pmtree::lbtree::Entry& e = Blk(leaf, bit / 16)->entry[bit % 16];
       cand_key[n] = Load(&e.key);
       cand_val[n] = Load(&e.value);
+      cand_bit[n] = bit;
       n++;
     }
     if (!LeafVer(leaf).ValidateFenced(ref.version)) {
@@ -868,6 +1008,7 @@ bool LbTree<K>::Lookup(K key, uint64_t* value) {
     for (int i = 0; i < n; i++) {
       if (keys_.Equal(cand_key[i], key)) {
         *value = cand_val[i];
+        if (hint != nullptr) *hint = {{leaf | (static_cast<uint64_t>(cand_bit[i] + 1) << 48), ref.version}};
         return true;
       }
     }
@@ -997,6 +1138,7 @@ void LbTree<K>::BuildLevel1(const std::vector<std::pair<uint64_t, uint64_t>>& ro
       if (j > i) n->keys[j - i - 1].store(routed[j].first, std::memory_order_relaxed);
     }
     n->count.store(static_cast<uint32_t>(e - i - 1), std::memory_order_relaxed);
+    RefreshHeads(n);
     out->push_back({n, routed[i].first, i > 0 || first_has_sep});
   }
 }
@@ -1014,6 +1156,7 @@ Inner* LbTree<K>::BuildUpper(std::vector<Built> level) {
         if (j > i) n->keys[j - i - 1].store(level[j].low_sep, std::memory_order_relaxed);
       }
       n->count.store(static_cast<uint32_t>(e - i - 1), std::memory_order_relaxed);
+      RefreshHeads(n);
       up.push_back({n, level[i].low_sep, level[i].has_low});
     }
     level = std::move(up);
@@ -1665,6 +1808,18 @@ Status LbTree<K>::VerifyInner(const Inner* n, bool has_lo, uint64_t lo, bool has
       return Status::Corruption(where() + ": separators not ascending (invariant L6)");
     if ((has_lo && S::CmpSeps(k, lo) < 0) || (has_hi && S::CmpSeps(k, hi) >= 0))
       return Status::Corruption(where() + ": separator outside the parent's range (invariant L6)");
+    if constexpr (!KP::kInline) {
+      const uint32_t skip = n->skip.load();
+      char common[kMaxSkip];
+      for (uint32_t w = 0; w < kMaxSkip / 8; w++) {
+        const uint64_t x = n->common[w].load();
+        std::memcpy(common + 8 * w, &x, 8);
+      }
+      const std::string& sep = *S::Ptr(k);
+      if (skip > kMaxSkip || sep.size() < skip || std::memcmp(sep.data(), common, skip) != 0 ||
+          n->heads[i].load() != HeadOf(sep, skip))
+        return Status::Corruption(where() + ": a separator's head disagrees with the separator (invariant L6)");
+    }
   }
   for (int i = 0; i <= cnt; i++) {
     bool clo = i > 0 || has_lo, chi = i < cnt || has_hi;
