@@ -3,12 +3,25 @@
 // Allocator and EpochManager (see pmtree/allocator.h for the crash semantics).
 //
 // Free space is a set of disjoint, coalesced extents kept twice: by offset
-// (for coalescing on free) and by (size, offset) (for best fit).  Invariants:
+// (for coalescing on free) and by (size, offset) (for best fit), plus a
+// cache of freed small blocks (SIZE CLASSES below).  Invariants:
 //   A1. extents lie inside [heap_begin, heap_end), are 64-byte aligned and
 //       multiples of 64 bytes;
 //   A2. no two extents overlap or touch (touching ones are merged);
-//   A3. by_offset_ and by_size_ hold the same extents; free_bytes_ is their sum.
-// CheckConsistency() checks A1-A3.
+//   A3. by_offset_ and by_size_ hold the same extents; free_bytes_ is their
+//       sum plus the cached blocks' bytes.
+// CheckConsistency() returns the cached blocks to the extents, then checks
+// A1-A3.
+//
+// SIZE CLASSES.  A freed block of at most kCachedMax bytes goes onto the
+// list of its size (LIFO), and an allocation of that size and the default
+// alignment takes one from there: no tree walk, no node allocation.  Both
+// trees hold one node per extent, so with many free fragments (a million
+// records deleted) every free and allocation missed the cache at each of
+// some 20 levels (docs/server_bench.md, "Replies after the pass").  Cached
+// blocks are not coalesced; they return to the extents (and coalesce)
+// whenever a caller looks at the extents (FreeExtents, CheckConsistency), an
+// allocation finds no extent large enough, or the cache is full.
 
 #include "pmtree/allocator.h"
 #include "pmtree/write_profile.h"
@@ -179,6 +192,13 @@ struct Allocator::Impl {
   std::optional<uint64_t> TailOverlap(uint64_t offset, uint64_t size) const;
   void CountUsed(uint64_t offset, uint64_t size, BlockOwner owner);
   void FinishRebuildLocked(uint64_t heap_begin, uint64_t heap_end);
+  // SIZE CLASSES: a cached block of `size` bytes, or 0; caching a freed one
+  // (false: not cacheable, or the cache is full).
+  uint64_t TakeCachedLocked(uint64_t size);
+  bool CacheLocked(uint64_t offset, uint64_t size);
+  // Every cached block back into the extents.
+  void DrainCacheLocked();
+  void ClearCacheLocked();
 
   mutable std::mutex mu;
   Map by_offset;                                 // free extents: offset -> size
@@ -202,7 +222,50 @@ struct Allocator::Impl {
   std::vector<std::pair<uint64_t, uint64_t>> tail;
   uint64_t marked_end = 0;
   std::vector<std::function<Status()>> deferred_checks;  // DeferRebuildCheck
+  // SIZE CLASSES: cached[c] holds free blocks of (c + 1) * kAllocGranule
+  // bytes; their bytes are counted in free_bytes.
+  static constexpr uint64_t kCachedMax = 1024;
+  static constexpr size_t kCachedBlocksMax = size_t{1} << 20;  // 8 MiB of offsets at most
+  std::vector<uint64_t> cached[kCachedMax / kAllocGranule];
+  size_t cached_blocks = 0;
 };
+
+uint64_t Allocator::Impl::TakeCachedLocked(uint64_t size) {
+  if (size > kCachedMax) return 0;
+  std::vector<uint64_t>& list = cached[size / kAllocGranule - 1];
+  if (list.empty()) return 0;
+  const uint64_t off = list.back();
+  list.pop_back();
+  cached_blocks--;
+  free_bytes -= size;
+  return off;
+}
+
+bool Allocator::Impl::CacheLocked(uint64_t offset, uint64_t size) {
+  if (size > kCachedMax || cached_blocks == kCachedBlocksMax) return false;
+  cached[size / kAllocGranule - 1].push_back(offset);
+  cached_blocks++;
+  free_bytes += size;
+  return true;
+}
+
+void Allocator::Impl::DrainCacheLocked() {
+  if (cached_blocks == 0) return;
+  for (size_t c = 0; c < std::size(cached); c++) {
+    const uint64_t size = (c + 1) * kAllocGranule;
+    for (uint64_t off : cached[c]) {
+      free_bytes -= size;  // InsertFreeLocked counts it again
+      InsertFreeLocked(off, size);
+    }
+    std::vector<uint64_t>().swap(cached[c]);
+  }
+  cached_blocks = 0;
+}
+
+void Allocator::Impl::ClearCacheLocked() {
+  for (auto& list : cached) std::vector<uint64_t>().swap(list);
+  cached_blocks = 0;
+}
 
 Allocator::Allocator(uint64_t heap_begin, uint64_t heap_end)
     : heap_begin_((heap_begin + kAllocGranule - 1) & ~(kAllocGranule - 1)),
@@ -256,17 +319,27 @@ Result<uint64_t> Allocator::Allocate(uint64_t size, uint64_t align, BlockOwner o
     }
     impl_->allocations_left--;
   }
-  for (auto it = impl_->by_size.lower_bound({size, 0}); it != impl_->by_size.end(); ++it) {
-    const uint64_t ext_size = it->first, ext_off = it->second;
-    const uint64_t start = (ext_off + align - 1) & ~(align - 1);
-    if (start + size > ext_off + ext_size) continue;  // alignment padding does not fit
-    impl_->RemoveFreeLocked(impl_->by_offset.find(ext_off));
-    if (start > ext_off) impl_->InsertFreeLocked(ext_off, start - ext_off);
-    if (start + size < ext_off + ext_size) impl_->InsertFreeLocked(start + size, ext_off + ext_size - (start + size));
+  auto allocated = [&](uint64_t start) {
     if (owner == BlockOwner::kStore) impl_->store_bytes += size;
     counters::RecordAllocation();
     if (profile_ != nullptr) profile_->RecordAllocation(start, size);
     return start;
+  };
+  if (align == kAllocGranule)
+    if (const uint64_t off = impl_->TakeCachedLocked(size); off != 0) return allocated(off);
+  for (bool drained = false;; drained = true) {
+    for (auto it = impl_->by_size.lower_bound({size, 0}); it != impl_->by_size.end(); ++it) {
+      const uint64_t ext_size = it->first, ext_off = it->second;
+      const uint64_t start = (ext_off + align - 1) & ~(align - 1);
+      if (start + size > ext_off + ext_size) continue;  // alignment padding does not fit
+      impl_->RemoveFreeLocked(impl_->by_offset.find(ext_off));
+      if (start > ext_off) impl_->InsertFreeLocked(ext_off, start - ext_off);
+      if (start + size < ext_off + ext_size) impl_->InsertFreeLocked(start + size, ext_off + ext_size - (start + size));
+      return allocated(start);
+    }
+    // No extent fits: coalesce the cached blocks and look again, once.
+    if (drained || impl_->cached_blocks == 0) break;
+    impl_->DrainCacheLocked();
   }
   uint64_t largest = impl_->by_size.empty() ? 0 : impl_->by_size.rbegin()->first;
   return Status::OutOfSpace("pool heap full: " + std::to_string(size) + " bytes requested, " +
@@ -295,7 +368,7 @@ void Allocator::Free(uint64_t offset, uint64_t size, BlockOwner owner) {
   std::lock_guard<std::mutex> g(impl_->mu);
   assert(offset >= heap_begin_ && offset + size <= heap_end_);
   if (impl_->rebuilding) return;  // the rebuild decides what is free
-  impl_->InsertFreeLocked(offset, size);
+  if (!impl_->CacheLocked(offset, size)) impl_->InsertFreeLocked(offset, size);
   if (owner == BlockOwner::kStore) {
     assert(impl_->store_bytes >= size);
     impl_->store_bytes -= size;
@@ -324,6 +397,7 @@ void Allocator::BeginRebuild() {
   impl_->rebuilding = true;
   impl_->by_offset.clear();
   impl_->by_size.clear();
+  impl_->ClearCacheLocked();
   impl_->free_bytes = 0;
   impl_->store_bytes = 0;
   impl_->rebuild_end_pending = false;
@@ -512,6 +586,7 @@ void Allocator::Impl::FinishRebuildLocked(uint64_t heap_begin, uint64_t heap_end
 
 std::vector<std::pair<uint64_t, uint64_t>> Allocator::FreeExtents() const {
   std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->DrainCacheLocked();
   return {impl_->by_offset.begin(), impl_->by_offset.end()};
 }
 
@@ -520,6 +595,7 @@ Status Allocator::LoadFreeExtents(const std::vector<std::pair<uint64_t, uint64_t
   impl_->generation++;
   impl_->by_offset.clear();
   impl_->by_size.clear();
+  impl_->ClearCacheLocked();
   impl_->free_bytes = 0;
   impl_->store_bytes = 0;  // the store declares its share with SetStoreBytes
   uint64_t prev_end = 0;
@@ -546,6 +622,7 @@ uint64_t Allocator::bytes_free() const {
 
 Status Allocator::CheckConsistency() const {
   std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->DrainCacheLocked();  // a cached block that overlaps an extent or another shows up below
   uint64_t sum = 0, prev_end = 0;
   bool first = true;
   for (const auto& [off, size] : impl_->by_offset) {

@@ -86,6 +86,47 @@ TEST(AllocatorTest, FreeCoalescesBackToOneExtent) {
   EXPECT_TRUE(a.CheckConsistency().ok());
 }
 
+// SIZE CLASSES (allocator.cc): a freed small block is handed to the next
+// allocation of its size at once (last freed first), and its bytes count as
+// free while it waits.
+TEST(AllocatorTest, AFreedSmallBlockIsReusedByTheNextAllocationOfItsSize) {
+  Allocator a(4096, 1 << 20);
+  auto x = a.Allocate(192);
+  auto y = a.Allocate(192);
+  auto z = a.Allocate(1024);
+  ASSERT_TRUE(x.ok() && y.ok() && z.ok());
+  const uint64_t free_before = a.bytes_free();
+  a.Free(*x, 192);
+  a.Free(*y, 192);
+  a.Free(*z, 1024);
+  EXPECT_EQ(a.bytes_free(), free_before + 192 + 192 + 1024);
+  EXPECT_EQ(*a.Allocate(192), *y);
+  EXPECT_EQ(*a.Allocate(192), *x);
+  EXPECT_EQ(*a.Allocate(1024), *z);
+  EXPECT_EQ(a.bytes_free(), free_before);
+  EXPECT_TRUE(a.CheckConsistency().ok());
+}
+
+// Cached blocks do not coalesce while they wait, so a heap freed in small
+// blocks holds no extent for a large request; the allocation then returns
+// them to the extents, which coalesce, and succeeds.
+TEST(AllocatorTest, ALargeAllocationCoalescesTheCachedSmallBlocks) {
+  Allocator a(4096, 4096 + 64 * 256);
+  std::vector<uint64_t> blocks;
+  for (Result<uint64_t> b = a.Allocate(64); b.ok(); b = a.Allocate(64)) blocks.push_back(*b);
+  ASSERT_EQ(blocks.size(), 256u);
+  std::mt19937 rng(11);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  for (uint64_t off : blocks) a.Free(off, 64);
+  EXPECT_EQ(a.bytes_in_use(), 0u);
+  auto whole = a.Allocate(64 * 256);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(*whole, 4096u);
+  a.Free(*whole, 64 * 256);
+  EXPECT_EQ(a.FreeExtents().size(), 1u);
+  EXPECT_TRUE(a.CheckConsistency().ok());
+}
+
 TEST(AllocatorTest, OutOfSpaceIsAStatusAndFreeingMakesRoomAgain) {
   Allocator a(4096, 4096 + 64 * 10);
   std::vector<uint64_t> got;
