@@ -26,6 +26,10 @@
 #   --trees LIST        pmtree serve trees, comma-separated (default lbtree)
 #   --pmtree BIN        pmtree binary (default build/pmtree; env PMTREE_BIN)
 #   --serve-args STR    extra arguments for `pmtree serve` (e.g. a pool size)
+#   --serve-threads N   `pmtree serve --threads N` (default 1: one event loop,
+#                       like Redis's one command thread, beside clients that
+#                       share the machine's cores; 0 = one loop per core,
+#                       the server's own default)
 #   --rows LIST         which of redis-always,redis-everysec,pmtree to run (default all)
 #   --sizes LIST        redis-benchmark value sizes in bytes (default 100,4096)
 #   --requests N        redis-benchmark requests per test (default 500000)
@@ -46,7 +50,7 @@ die() { echo "bench_server.sh: $*" >&2; exit 2; }
 need_value() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value"; }
 positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"; }
 
-trees=lbtree pmtree=${PMTREE_BIN:-$root/build/pmtree} serve_args="" rows=redis-always,redis-everysec,pmtree
+trees=lbtree pmtree=${PMTREE_BIN:-$root/build/pmtree} serve_args="" serve_threads=1 rows=redis-always,redis-everysec,pmtree
 sizes=100,4096 requests=500000 workloads=a,b,c,d,e,f records=20000 operations=50000 threads=8
 mem_keys=1000000 out=$root/results/server shm=/dev/shm quick=0
 while (($#)); do
@@ -55,6 +59,8 @@ while (($#)); do
     --trees) need_value "$@"; trees=$2; shift 2 ;;
     --pmtree) need_value "$@"; pmtree=$2; shift 2 ;;
     --serve-args) need_value "$@"; serve_args=$2; shift 2 ;;
+    --serve-threads) need_value "$@"; [[ $2 =~ ^[0-9]+$ ]] || die "--serve-threads must be a count, got '$2'"
+                     serve_threads=$2; shift 2 ;;
     --rows) need_value "$@"; rows=$2; shift 2 ;;
     --sizes) need_value "$@"; sizes=$2; shift 2 ;;
     --requests) need_value "$@"; positive "$1" "$2"; requests=$2; shift 2 ;;
@@ -79,6 +85,8 @@ for r in "${row_list[@]}"; do
   case $r in redis-always|redis-everysec|pmtree) ;; *) die "--rows takes redis-always, redis-everysec, pmtree; got '$r'" ;; esac
 done
 [[ -d $shm && -w $shm ]] || die "--shm '$shm' is not a writable directory"
+# --threads in --serve-args wins (serve refuses the option twice).
+[[ " $serve_args " == *" --threads "* ]] || serve_args="--threads $serve_threads${serve_args:+ $serve_args}"
 read -ra serve_extra <<<"$serve_args"
 
 servers_install_redis
@@ -212,7 +220,7 @@ done
 machine="$(nproc) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), scratch $shm"
 quick_flag=""
 ((quick)) && quick_flag="--quick "
-command_line="scripts/bench_server.sh ${quick_flag}--sizes $sizes --requests $requests --workloads $workloads --records $records --operations $operations --threads $threads --mem-keys $mem_keys"
+command_line="scripts/bench_server.sh ${quick_flag}--serve-threads $serve_threads --sizes $sizes --requests $requests --workloads $workloads --records $records --operations $operations --threads $threads --mem-keys $mem_keys"
 python3 "$root/scripts/lib/server_report.py" --results "$results" --out "$out" \
     --machine "$machine" --command "$command_line" --started "$started"
 if ((row_failures)); then

@@ -193,6 +193,10 @@ class Allocator {
   // Reports every allocation to `profile` (null: none).  Set by the pool
   // before the allocator is used.
   void set_write_profile(WriteProfile* profile) { profile_ = profile; }
+  // Size classes on or off (PoolOptions::allocator_size_classes; off at
+  // construction).  Turning them off returns the cached blocks to the
+  // extents.
+  void set_size_classes(bool on);
 
   static uint64_t RoundUp(uint64_t size) { return (size + kAllocGranule - 1) & ~(kAllocGranule - 1); }
 

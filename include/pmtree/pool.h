@@ -112,6 +112,13 @@ struct PoolOptions {
   // profile (pmtree/write_profile.h); null = no profiling (the default).
   // The pool keeps a reference while it is open.
   std::shared_ptr<WriteProfile> write_profile;
+  // Let the allocator keep freed blocks of up to 1 KiB in per-size lists
+  // for the next allocation of their size (Allocator::set_size_classes):
+  // much cheaper with many free fragments, but a freed block is then reused
+  // only by its own size.  Off by default, so every tree, test and the crash
+  // explorer keep best fit, whose reuse of freed space across sizes exposes
+  // more use-after-free orders; `pmtree serve` turns it on.
+  bool allocator_size_classes = false;
 };
 
 // Largest emulated extra latency per flushed line (10 us, 16x the slowest

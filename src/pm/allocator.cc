@@ -13,9 +13,10 @@
 // CheckConsistency() returns the cached blocks to the extents, then checks
 // A1-A3.
 //
-// SIZE CLASSES.  A freed block of at most kCachedMax bytes goes onto the
-// list of its size (LIFO), and an allocation of that size and the default
-// alignment takes one from there: no tree walk, no node allocation.  Both
+// SIZE CLASSES (when set_size_classes(true); off by default).  A freed
+// block of at most kCachedMax bytes goes onto the list of its size (LIFO),
+// and an allocation of that size and the default alignment takes one from
+// there: no tree walk, no node allocation.  Both
 // trees hold one node per extent, so with many free fragments (a million
 // records deleted) every free and allocation missed the cache at each of
 // some 20 levels (docs/server_bench.md, "Replies after the pass").  Cached
@@ -228,6 +229,7 @@ struct Allocator::Impl {
   static constexpr size_t kCachedBlocksMax = size_t{1} << 20;  // 8 MiB of offsets at most
   std::vector<uint64_t> cached[kCachedMax / kAllocGranule];
   size_t cached_blocks = 0;
+  bool size_classes = false;
 };
 
 uint64_t Allocator::Impl::TakeCachedLocked(uint64_t size) {
@@ -242,7 +244,7 @@ uint64_t Allocator::Impl::TakeCachedLocked(uint64_t size) {
 }
 
 bool Allocator::Impl::CacheLocked(uint64_t offset, uint64_t size) {
-  if (size > kCachedMax || cached_blocks == kCachedBlocksMax) return false;
+  if (!size_classes || size > kCachedMax || cached_blocks == kCachedBlocksMax) return false;
   cached[size / kAllocGranule - 1].push_back(offset);
   cached_blocks++;
   free_bytes += size;
@@ -275,6 +277,12 @@ Allocator::Allocator(uint64_t heap_begin, uint64_t heap_end)
 }
 
 Allocator::~Allocator() = default;
+
+void Allocator::set_size_classes(bool on) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  impl_->size_classes = on;
+  if (!on) impl_->DrainCacheLocked();
+}
 
 bool Allocator::rebuilding() const { return impl_->rebuilding; }
 

@@ -86,11 +86,32 @@ TEST(AllocatorTest, FreeCoalescesBackToOneExtent) {
   EXPECT_TRUE(a.CheckConsistency().ok());
 }
 
+// Best fit by default: a freed block is the smallest extent that fits, so
+// the next allocation of any smaller size reuses it.  With size classes on
+// (PoolOptions::allocator_size_classes) it waits for its own size.
+TEST(AllocatorTest, SizeClassesAreOffByDefaultAndKeepAFreedBlockForItsOwnSize) {
+  for (bool classes : {false, true}) {
+    SCOPED_TRACE(classes ? "size classes" : "best fit");
+    Allocator a(4096, 1 << 20);
+    a.set_size_classes(classes);
+    auto x = a.Allocate(128);
+    auto guard = a.Allocate(64);  // keeps x's extent from joining the rest
+    ASSERT_TRUE(x.ok() && guard.ok());
+    a.Free(*x, 128);
+    auto y = a.Allocate(64);
+    ASSERT_TRUE(y.ok());
+    EXPECT_EQ(*y == *x, !classes);
+    EXPECT_EQ(*a.Allocate(128) == *x, classes);
+    EXPECT_TRUE(a.CheckConsistency().ok());
+  }
+}
+
 // SIZE CLASSES (allocator.cc): a freed small block is handed to the next
 // allocation of its size at once (last freed first), and its bytes count as
 // free while it waits.
 TEST(AllocatorTest, AFreedSmallBlockIsReusedByTheNextAllocationOfItsSize) {
   Allocator a(4096, 1 << 20);
+  a.set_size_classes(true);
   auto x = a.Allocate(192);
   auto y = a.Allocate(192);
   auto z = a.Allocate(1024);
@@ -112,6 +133,7 @@ TEST(AllocatorTest, AFreedSmallBlockIsReusedByTheNextAllocationOfItsSize) {
 // them to the extents, which coalesce, and succeeds.
 TEST(AllocatorTest, ALargeAllocationCoalescesTheCachedSmallBlocks) {
   Allocator a(4096, 4096 + 64 * 256);
+  a.set_size_classes(true);
   std::vector<uint64_t> blocks;
   for (Result<uint64_t> b = a.Allocate(64); b.ok(); b = a.Allocate(64)) blocks.push_back(*b);
   ASSERT_EQ(blocks.size(), 256u);

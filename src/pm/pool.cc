@@ -236,6 +236,7 @@ Result<std::unique_ptr<Pool>> Pool::Attach(std::unique_ptr<Mapping> m, const Poo
   PMTREE_RETURN_IF_ERROR(pool->InstallBackend(options));
   pool->allocator_ = std::make_unique<Allocator>(kPoolHeaderSize, pool->size_);
   pool->allocator_->set_write_profile(pool->profile_.get());
+  pool->allocator_->set_size_classes(options.allocator_size_classes);
   auto* h = reinterpret_cast<PoolHeader*>(pool->base_);
   if (creating) {
     pool->InitHeader(layout, layout_flags);

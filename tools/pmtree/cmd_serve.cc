@@ -61,6 +61,9 @@ int RunServe(const ServeArgs& a) {
   // BeginOperation per command their distinct-line sets stay full, so every
   // flushed line would scan them (a third of a SET's time).
   opts.pool_options.counting = false;
+  // A server deletes and replaces records all day: freed blocks go to the
+  // next allocation of their size (the allocator's size classes).
+  opts.pool_options.allocator_size_classes = true;
   auto store = kv::Store::Open(a.pool, opts);
   if (!store.ok()) {
     std::fprintf(stderr, "pmtree serve: %s\n", store.status().ToString().c_str());
