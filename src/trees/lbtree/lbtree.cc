@@ -324,7 +324,9 @@ class LbTree final : public BasicTree<K> {
           const uint64_t x = n->common[w].load(std::memory_order_acquire);
           std::memcpy(common + 8 * w, &x, 8);
         }
-        const int c = std::memcmp(key.data(), common, std::min<size_t>(key.size(), skip));
+        // (An empty key may have no data pointer: memcmp is not given it.)
+        const size_t m = std::min<size_t>(key.size(), skip);
+        const int c = m == 0 ? 0 : std::memcmp(key.data(), common, m);
         if (c < 0 || (c == 0 && key.size() < skip)) return 0;  // below every separator
         if (c > 0) return cnt;                                   // above every separator
       }
