@@ -163,6 +163,14 @@ struct Inner {
 };
 static_assert(offsetof(Inner, keys) <= 64, "an inner node's header, skip and common share its first line");
 
+// n's common bytes (HEADS), kMaxSkip of them, into out.
+inline void LoadCommon(const Inner* n, char* out) {
+  for (uint32_t w = 0; w < kMaxSkip / 8; w++) {
+    const uint64_t x = n->common[w].load(std::memory_order_acquire);
+    std::memcpy(out + 8 * w, &x, 8);
+  }
+}
+
 // Readers load count relaxed, hence the fenced validation.
 inline bool Validate(const Inner* n, uint64_t v) { return n->version.ValidateFenced(v); }
 inline bool TryLock(Inner* n, uint64_t v) { return n->version.TryLockAt(v); }
@@ -213,8 +221,9 @@ class LbTree final : public BasicTree<K> {
 
   // ---- point operations ------------------------------------------------------------
   bool Lookup(K key, uint64_t* value) override { return Find(key, value, nullptr); }
-  // The hint: the leaf, (slot + 1) << 48, and the leaf version the lookup
-  // validated.  While the version holds, nothing in the leaf has moved.
+  // The hint: word[0] = the leaf | (block * 16 + slot + 1) << 48 (0: none),
+  // word[1] = the leaf version the lookup validated.  While the version
+  // holds, nothing in the leaf has moved.
   bool LookupForUpdate(K key, uint64_t* value, typename BasicTree<K>::Hint* hint) override {
     return Find(key, value, hint);
   }
@@ -320,10 +329,7 @@ class LbTree final : public BasicTree<K> {
       const uint32_t skip = std::min(n->skip.load(std::memory_order_acquire), kMaxSkip);
       if (skip > 0) {
         char common[kMaxSkip];
-        for (uint32_t w = 0; w < kMaxSkip / 8; w++) {
-          const uint64_t x = n->common[w].load(std::memory_order_acquire);
-          std::memcpy(common + 8 * w, &x, 8);
-        }
+        LoadCommon(n, common);
         // (An empty key may have no data pointer: memcmp is not given it.)
         const size_t m = std::min<size_t>(key.size(), skip);
         const int c = m == 0 ? 0 : std::memcmp(key.data(), common, m);
@@ -392,9 +398,7 @@ class LbTree final : public BasicTree<K> {
       const uint32_t skip = n->skip.load(std::memory_order_relaxed);
       const std::string& s = *S::Ptr(sep);
       const std::string& other = *S::Ptr(n->keys[pos == 0 ? count : 0].load(std::memory_order_relaxed));
-      const bool shares = count == 0 || (s.size() >= skip && other.size() >= skip &&
-                                         std::memcmp(s.data(), other.data(), skip) == 0);
-      if (count == 0 || !shares) {
+      if (count == 0 || s.size() < skip || other.size() < skip || std::memcmp(s.data(), other.data(), skip) != 0) {
         RefreshHeads(n);
         return;
       }
@@ -1813,10 +1817,7 @@ Status LbTree<K>::VerifyInner(const Inner* n, bool has_lo, uint64_t lo, bool has
     if constexpr (!KP::kInline) {
       const uint32_t skip = n->skip.load();
       char common[kMaxSkip];
-      for (uint32_t w = 0; w < kMaxSkip / 8; w++) {
-        const uint64_t x = n->common[w].load();
-        std::memcpy(common + 8 * w, &x, 8);
-      }
+      LoadCommon(n, common);
       const std::string& sep = *S::Ptr(k);
       if (skip > kMaxSkip || sep.size() < skip || std::memcmp(sep.data(), common, skip) != 0 ||
           n->heads[i].load() != HeadOf(sep, skip))
