@@ -9,8 +9,12 @@
 #                   of acknowledged writes can be lost)
 #   pmtree-<tree>   `pmtree serve --tree <tree>`, one row per --trees entry
 #                   (durable, no log); "not built" when the binary has no serve
-# AOF directories and pools live on /dev/shm.  Each row starts a fresh server
-# and measures, in order:
+# AOF directories and pools live on /dev/shm.  The rows run --rounds times,
+# alternating (forward in odd rounds, backward in even ones), so every row
+# sees the same stretches of a machine whose speed drifts; the report gives
+# each number's median over the rounds and each ratio to redis-always as the
+# median of the rounds' own ratios, with every round's ratio beside it.
+# Each row starts a fresh server and measures, in order:
 #   memory    DRAM after loading --mem-keys SETs of 100 B values: Redis's
 #             used_memory, every server's RSS and its anonymous part (heap),
 #             and the pmtree pool file's allocated size
@@ -19,10 +23,12 @@
 #   YCSB      workloads --workloads through our binding (scripts/ycsb.sh)
 # and writes a Markdown table and a JSON file beside the seeds' claims.
 # Exits 1 (after writing the report) when a row failed to start or measure.
-# Defaults take about 5 minutes on 2 cores; --quick well under 2 minutes.
+# Defaults take about 15 minutes on 2 cores (5 per round); --quick (one
+# round) well under 2 minutes.
 #
 # Usage: scripts/bench_server.sh [options]
-#   --quick             small counts (smoke run, numbers not meaningful)
+#   --quick             small counts, one round (smoke run, numbers not meaningful)
+#   --rounds N          times every row runs, alternating (default 3)
 #   --trees LIST        pmtree serve trees, comma-separated (default lbtree)
 #   --pmtree BIN        pmtree binary (default build/pmtree; env PMTREE_BIN)
 #   --serve-args STR    extra arguments for `pmtree serve` (e.g. a pool size)
@@ -52,10 +58,11 @@ positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, go
 
 trees=lbtree pmtree=${PMTREE_BIN:-$root/build/pmtree} serve_args="" serve_threads=1 rows=redis-always,redis-everysec,pmtree
 sizes=100,4096 requests=500000 workloads=a,b,c,d,e,f records=20000 operations=50000 threads=8
-mem_keys=1000000 out=$root/results/server shm=/dev/shm quick=0
+mem_keys=1000000 out=$root/results/server shm=/dev/shm quick=0 rounds=3
 while (($#)); do
   case $1 in
-    --quick) quick=1; requests=50000 records=2000 operations=5000 threads=4 mem_keys=100000; shift ;;
+    --quick) quick=1; requests=50000 records=2000 operations=5000 threads=4 mem_keys=100000 rounds=1; shift ;;
+    --rounds) need_value "$@"; positive "$1" "$2"; rounds=$2; shift 2 ;;
     --trees) need_value "$@"; trees=$2; shift 2 ;;
     --pmtree) need_value "$@"; pmtree=$2; shift 2 ;;
     --serve-args) need_value "$@"; serve_args=$2; shift 2 ;;
@@ -99,7 +106,9 @@ trap 'exit 130' INT TERM
 
 results=$SERVERS_DIR/results.tsv
 : >"$results"
-record() { (IFS=$'\t'; echo "$*") >>"$results"; }
+# One record: KIND ROUND FIELDS... (scripts/lib/server_report.py reads them).
+round=0
+record() { local kind=$1; shift; (IFS=$'\t'; echo "$kind"$'\t'"$round"$'\t'"$*") >>"$results"; }
 
 # Loads $mem_keys SETs of 100 B values through redis-cli --pipe and records
 # the server's memory before and after.
@@ -136,9 +145,9 @@ measure_set_get() {
       return 1
     }
     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
-    tr -d '"' <<<"$csv" | awk -F, -v row="$row" -v size="$size" -v OFS='\t' \
-        '$1 == "SET" || $1 == "GET" { print "rb", row, $1, size, $2, $5 * 1000, $7 * 1000 }
-         $1 == "INCR" { print "rb", row, $1, 0, $2, $5 * 1000, $7 * 1000 }' >>"$results"
+    tr -d '"' <<<"$csv" | awk -F, -v round="$round" -v row="$row" -v size="$size" -v OFS='\t' \
+        '$1 == "SET" || $1 == "GET" { print "rb", round, row, $1, size, $2, $5 * 1000, $7 * 1000 }
+         $1 == "INCR" { print "rb", round, row, $1, 0, $2, $5 * 1000, $7 * 1000 }' >>"$results"
     tests=set,get
   done
 }
@@ -154,7 +163,7 @@ measure_ycsb() {
       echo "bench_server.sh: $row: YCSB workload $w failed" >&2
       return 1
     }
-    awk -F', ' -v row="$row" -v w="$w" -v OFS='\t' '
+    awk -F', ' -v round="$round" -v row="$row" -v w="$w" -v OFS='\t' '
       /^# phase run/ { on = 1; next }
       !on { next }
       /^\[OVERALL\], Throughput/ { tput = $3 }
@@ -165,7 +174,7 @@ measure_ycsb() {
       END {
         for (op in n) {
           if (op == "CLEANUP" || op == "VERIFY") continue
-          print "ycsb", row, w, tput, op, n[op], p50[op], p99[op], bad[op] + 0
+          print "ycsb", round, row, w, tput, op, n[op], p50[op], p99[op], bad[op] + 0
         }
       }' "$summary" >>"$results"
   done
@@ -202,25 +211,41 @@ run_row() {
 
 started=$(date -u +%FT%TZ)
 row_failures=0
+# The rows of one round, in --rows order, one per pmtree tree.
+plan=()
 for r in "${row_list[@]}"; do
-  case $r in
-    redis-always) run_row redis-always always redis ;;
-    redis-everysec) run_row redis-everysec everysec redis ;;
-    pmtree)
-      for t in "${tree_list[@]}"; do
+  if [[ $r == pmtree ]]; then
+    for t in "${tree_list[@]}"; do plan+=("pmtree:$t"); done
+  else
+    plan+=("$r")
+  fi
+done
+for ((round = 1; round <= rounds; round++)); do
+  echo "bench_server.sh: round $round of $rounds" >&2
+  order=("${plan[@]}")
+  if ((round % 2 == 0)); then
+    order=()
+    for ((i = ${#plan[@]} - 1; i >= 0; i--)); do order+=("${plan[i]}"); done
+  fi
+  for r in "${order[@]}"; do
+    case $r in
+      redis-always) run_row redis-always always redis ;;
+      redis-everysec) run_row redis-everysec everysec redis ;;
+      pmtree:*)
+        t=${r#pmtree:}
         if pmtree_has_serve "$pmtree"; then
           run_row "pmtree-$t" pool-flush pmtree "$t"
         else
           record row "pmtree-$t" pool-flush "not built ($pmtree has no serve subcommand)" "pmtree serve --tree $t"
-        fi
-      done ;;
-  esac
+        fi ;;
+    esac
+  done
 done
 
 machine="$(nproc) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), scratch $shm"
 quick_flag=""
 ((quick)) && quick_flag="--quick "
-command_line="scripts/bench_server.sh ${quick_flag}--serve-threads $serve_threads --sizes $sizes --requests $requests --workloads $workloads --records $records --operations $operations --threads $threads --mem-keys $mem_keys"
+command_line="scripts/bench_server.sh ${quick_flag}--rounds $rounds --serve-threads $serve_threads --sizes $sizes --requests $requests --workloads $workloads --records $records --operations $operations --threads $threads --mem-keys $mem_keys"
 python3 "$root/scripts/lib/server_report.py" --results "$results" --out "$out" \
     --machine "$machine" --command "$command_line" --started "$started"
 if ((row_failures)); then

@@ -26,3 +26,15 @@ if(BUILD_TESTING AND PMTREE_BUILD_TOOLS)
   target_compile_definitions(server_test PRIVATE PMTREE_CLI="$<TARGET_FILE:pmtree>")
   add_dependencies(server_test pmtree)
 endif()
+# The server suite's report (scripts/lib/server_report.py): medians and
+# per-round ratios over a fixed results file; needs only python3.
+if(BUILD_TESTING)
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME server_report_test
+      COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/python/tests/test_server_report.py)
+  else()
+    add_test(NAME server_report_test COMMAND sh -c "echo 'SKIPPED: python3 not found'; exit 77")
+  endif()
+  set_tests_properties(server_report_test PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77 TIMEOUT 60)
+endif()
