@@ -5,12 +5,13 @@
 // keys, not test-only), in ADR and eADR.  Bounded by work, never by time:
 // every scenario (KvScenarioNames: a put of 1 KiB and of the large value, a
 // replace, a field put, a one-field update, a batch, a transaction, a
-// delete, GC after a snapshot is released (of a replaced value, of a
-// tombstone, of a field table), two batches in a row, a recovery after a
-// crash; each opened and closed traced), every crash point of every
-// operation, up to 4096 images per point (+512 samples above that); each
-// image recovered by kv::Store::Open and checked (Verify, contents == the
-// model before or after the operation in flight), continuation writes on
+// delete, a group commit (PutMany), GC after a snapshot is released (of a
+// replaced value, of a tombstone, of a field table), two batches in a row, a
+// recovery after a crash; each opened and closed traced), every crash point
+// of every operation, up to 4096 images per point (+512 samples above that);
+// each image recovered by kv::Store::Open and checked (Verify, contents ==
+// the model before or after the operation in flight, or for the group commit
+// any subset of its puts), continuation writes on
 // sampled images, crash during recovery from the first and last image of
 // sampled points (up to 64 images per point of the recovery); zero
 // violations required.

@@ -204,6 +204,19 @@ class BasicTree {
     (void)hint;
     return Update(key, value);
   }
+  // UpdateHinted, for a caller that updates many keys and then fences once
+  // (the KV store's group commit): a design whose update of an existing key
+  // is one failure-atomic word may flush that word and leave its fence to
+  // the caller. The update is durable once the caller's next Pool fence has
+  // returned; until then a crash keeps either the old value or the new one,
+  // so the caller must fence before it acknowledges the update or frees
+  // what the old value named. The default is UpdateHinted (fenced).
+  virtual Result<bool> UpdateHintedUnfenced(K key, uint64_t value, const Hint& hint) {
+    return UpdateHinted(key, value, hint);
+  }
+  // True when UpdateHintedUnfenced may leave a fence to its caller (a caller
+  // of a design that never does needs no fence of its own for them).
+  virtual bool DefersUpdateFences() const { return false; }
 
   // ---- range scan ----------------------------------------------------------------
   // Fills `out` with the entries whose key is >= start (and <= *end when end

@@ -516,12 +516,18 @@ Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* a
   for (; installed < slots.size(); installed++) {
     const Slot& sl = slots[installed];
     std::string_view key = keys[installed];
-    Result<bool> r = sl.head ? tree().UpdateHinted(key, sl.version, sl.hint) : tree().Insert(key, sl.version);
+    Result<bool> r = sl.head ? tree().UpdateHintedUnfenced(key, sl.version, sl.hint) : tree().Insert(key, sl.version);
     if (!r.ok() || !*r) {
       st = r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
       break;
     }
   }
+  // One fence for every unfenced replace of the group (a design that fences
+  // each update itself needs none): each tree entry is durable before the
+  // group is published (acknowledged) and before any version it replaced is
+  // trimmed or freed (K1, K4).  Until here a crash keeps each replaced key's
+  // old head or its new one.
+  if (tree().DefersUpdateFences()) pool().Fence();
   // Versions the tree never took are unreferenced (a value version shares
   // no field block): free them at once.
   for (size_t i = installed; i < slots.size(); i++) {

@@ -227,7 +227,13 @@ class LbTree final : public BasicTree<K> {
   bool LookupForUpdate(K key, uint64_t* value, typename BasicTree<K>::Hint* hint) override {
     return Find(key, value, hint);
   }
-  Result<bool> UpdateHinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint) override;
+  Result<bool> UpdateHinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint) override {
+    return Hinted(key, value, hint, true);
+  }
+  Result<bool> UpdateHintedUnfenced(K key, uint64_t value, const typename BasicTree<K>::Hint& hint) override {
+    return Hinted(key, value, hint, false);
+  }
+  bool DefersUpdateFences() const override { return true; }
   Result<bool> Insert(K key, uint64_t value) override { return Put(key, value, true, false); }
   Result<bool> Update(K key, uint64_t value) override { return Put(key, value, false, true); }
   Result<bool> Upsert(K key, uint64_t value) override { return Put(key, value, true, true); }
@@ -437,14 +443,26 @@ class LbTree final : public BasicTree<K> {
   SlotPos FindInLeaf(uint64_t leaf, const Headers& h, typename KP::Arg key, uint8_t fp) const;
   bool Find(K key, uint64_t* value, typename BasicTree<K>::Hint* hint);
   // Persists a new value into the found slot (the leaf is locked).
-  void StoreValue(uint64_t leaf, int block, int slot, uint64_t value) {
+  // Replaces the value word of an existing entry; `fence` false leaves the
+  // fence to the caller (UpdateHintedUnfenced).
+  void StoreValue(uint64_t leaf, int block, int slot, uint64_t value, bool fence = true) {
     uint64_t* vp = &Blk(leaf, block)->entry[slot].value;
     pool_->Store64(vp, value);
-    // Persist the new value (one failure-atomic word) before the leaf is
-    // unlocked and the call returns.
-    pool_->Persist(vp, 8);
+    if (fence) {
+      // Persist the new value (one failure-atomic word) before the leaf is
+      // unlocked and the call returns.
+      pool_->Persist(vp, 8);
+    } else {
+      // Start the value word's write-back only: until the caller's fence a
+      // crash keeps the old value or this one (either names a durable
+      // record), and the caller acknowledges nothing and frees nothing the
+      // old value named before that fence.  A later writer of this leaf
+      // (a split copying the word) fences before it links anything.
+      pool_->Flush(vp, 8);
+    }
     updates_.Add();
   }
+  Result<bool> Hinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint, bool fence);
   void LeafInsert(uint64_t leaf, uint64_t key_slot, uint64_t value, uint8_t fp);
   Status SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t key_slot, uint64_t value, uint8_t fp);
   bool LeafFull(const Headers& h) const {
@@ -453,7 +471,9 @@ class LbTree final : public BasicTree<K> {
     return true;
   }
 
-  Result<bool> Put(K key, uint64_t value, bool insert, bool update);
+  // fence false: an update of an existing key leaves its fence to the
+  // caller (StoreValue); only Hinted passes it.
+  Result<bool> Put(K key, uint64_t value, bool insert, bool update, bool fence = true);
 
   // ---- recovery and bulk building -------------------------------------------------
   struct LeafRecord {
@@ -905,7 +925,7 @@ Status LbTree<K>::SplitAndInsert(uint64_t leaf, typename KP::Arg key, uint64_t k
 }
 
 template <class K>
-Result<bool> LbTree<K>::Put(K key, uint64_t value, bool insert, bool update) {
+Result<bool> LbTree<K>::Put(K key, uint64_t value, bool insert, bool update, bool fence) {
   PMTREE_RETURN_IF_ERROR(KP::CheckArg(key));
   auto guard = pool_->epochs().Protect();
   const uint8_t fp = KP::Fingerprint(key);
@@ -917,7 +937,7 @@ Result<bool> LbTree<K>::Put(K key, uint64_t value, bool insert, bool update) {
       UnlockLeaf(leaf);
       return false;
     }
-    StoreValue(leaf, pos.block, pos.slot, value);
+    StoreValue(leaf, pos.block, pos.slot, value, fence);
     UnlockLeaf(leaf);
     return !insert;  // Update: true; Upsert: false (the key was not new)
   }
@@ -956,20 +976,24 @@ Result<bool> LbTree<K>::Put(K key, uint64_t value, bool insert, bool update) {
 // the descent, the fingerprint and the search.  Under the lock the slot is
 // checked anyway (valid in the bitmap and holding this key), so a hint of
 // another key cannot write the wrong slot.  Anything else -- no hint, a
-// leaf changed meanwhile, a slot that fails the check -- takes Put's path.
+// leaf changed meanwhile (another key of the same leaf updated first, in a
+// group), a slot that fails the check -- takes Put's path.  UpdateHinted
+// and UpdateHintedUnfenced both come here; on either path the second leaves
+// the value word's fence to its caller (StoreValue).
 template <class K>
-Result<bool> LbTree<K>::UpdateHinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint) {
+Result<bool> LbTree<K>::Hinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint, bool fence) {
+  auto search = [&] { return Put(key, value, false, true, fence); };
   const uint64_t leaf = hint.word[0] & ((1ull << 48) - 1);
   const int bit = static_cast<int>(hint.word[0] >> 48) - 1;
   const int block = bit / 16, slot = bit % 16;
-  if (bit < 0 || block >= m_ || slot >= kSlotsPerBlock || !KP::CheckArg(key).ok()) return Update(key, value);
+  if (bit < 0 || block >= m_ || slot >= kSlotsPerBlock || !KP::CheckArg(key).ok()) return search();
   auto guard = pool_->epochs().Protect();
-  if (!TryLockLeaf(leaf, hint.word[1])) return Update(key, value);
+  if (!TryLockLeaf(leaf, hint.word[1])) return search();
   if (!(ReadHeaders(leaf).w[2 * block] & (1ull << slot)) || !keys_.Equal(Blk(leaf, block)->entry[slot].key, key)) {
     UnlockLeaf(leaf);
-    return Update(key, value);
+    return search();
   }
-  StoreValue(leaf, block, slot, value);
+  StoreValue(leaf, block, slot, value, fence);
   UnlockLeaf(leaf);
   return true;
 }
