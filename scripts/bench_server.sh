@@ -23,7 +23,7 @@
 #   YCSB      workloads --workloads through our binding (scripts/ycsb.sh)
 # and writes a Markdown table and a JSON file beside the seeds' claims.
 # Exits 1 (after writing the report) when a row failed to start or measure.
-# Defaults take about 15 minutes on 2 cores (5 per round); --quick (one
+# Defaults take about 9 minutes on 2 cores (3 per round); --quick (one
 # round) well under 2 minutes.
 #
 # Usage: scripts/bench_server.sh [options]
@@ -183,6 +183,7 @@ measure_ycsb() {
 # One row: start, measure, stop.  A failure is recorded and the suite goes on.
 run_row() {
   local row=$1 durability=$2 kind=$3 tree=${4:-} pool="" what
+  servers_clear "$row"  # a fresh server in every round: no AOF or pool of an earlier one
   if [[ $kind == redis ]]; then
     what="redis-server $(redis-server --version | awk '{ print $3 }' | tr -d 'v='), appendonly yes, appendfsync $durability"
     servers_start_redis "$row" "$durability" || {
@@ -207,6 +208,7 @@ run_row() {
   record row "$row" "$durability" "$status" "$what"
   [[ $status == ok ]] || row_failures=$((row_failures + 1))
   servers_stop "$row"
+  servers_clear "$row"
 }
 
 started=$(date -u +%FT%TZ)

@@ -11,6 +11,7 @@
 #   servers_start_redis NAME FSYNC   redis-server, AOF on with appendfsync FSYNC
 #   pmtree_has_serve BIN         true when BIN exists and has a `serve` subcommand
 #   servers_start_pmtree NAME BIN TREE [ARGS]  `BIN serve --port P --pool F --tree TREE ARGS`
+#   servers_clear NAME           removes NAME's AOF directory and pool (a fresh start)
 #   servers_stop NAME / servers_stop_all
 # After a start, SERVER_PORT and SERVER_PID name the new server.
 
@@ -109,6 +110,12 @@ servers_stop() {
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   unset "SERVERS_PID[$name]"
+}
+
+# A server started again under the same name would otherwise load the
+# previous one's AOF or open its pool.
+servers_clear() {
+  rm -rf "${SERVERS_DIR:?}/$1" "$SERVERS_DIR/$1.pool"
 }
 
 servers_stop_all() {
