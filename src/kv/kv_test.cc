@@ -282,6 +282,14 @@ TEST(KvStoreTest, PutCostsTheRecordLinesPlusTheTreeUpdate) {
 
 using Puts = std::vector<std::pair<std::string_view, std::string_view>>;
 
+// This thread's pool counters over one PutMany, which must succeed.
+PersistCounters PutManyCost(Store& s, const Puts& puts, size_t* applied) {
+  counters::BeginOperation();
+  const PersistCounters before = counters::ThisThread();
+  EXPECT_TRUE(s.PutMany(puts, applied).ok());
+  return counters::ThisThread() - before;
+}
+
 TEST(KvPutManyTest, EachPutTakesEffectAndTheGroupSharesThreeFences) {
   auto s = OpenAnonymous("lbtree");
   std::vector<std::string> keys, values;
@@ -298,11 +306,8 @@ TEST(KvPutManyTest, EachPutTakesEffectAndTheGroupSharesThreeFences) {
   ASSERT_EQ(one.fences, 3u) << one.ToString();
   Puts puts;
   for (int i = 1; i < 9; i++) puts.emplace_back(keys[i], values[i]);
-  counters::BeginOperation();
-  before = counters::ThisThread();
   size_t applied = 0;
-  ASSERT_TRUE(s->PutMany(puts, &applied).ok());
-  const PersistCounters group = counters::ThisThread() - before;
+  const PersistCounters group = PutManyCost(*s, puts, &applied);
   EXPECT_EQ(applied, 8u);
   // The same flushes as 8 puts, but the records share one fence, lbtree's
   // unfenced value-word updates another (UpdateHintedUnfenced) and the
@@ -331,7 +336,7 @@ TEST(KvPutManyTest, ATreeWithFencedUpdatesPaysOneFencePerReplace) {
   auto s = OpenAnonymous("fastfair");
   for (int i = 0; i < 9; i++) ASSERT_TRUE(s->Put(Key(i), Bytes(100, i)).ok());
   counters::BeginOperation();
-  PersistCounters before = counters::ThisThread();
+  const PersistCounters before = counters::ThisThread();
   ASSERT_TRUE(s->Put(Key(0), Bytes(100, 50)).ok());
   const PersistCounters one = counters::ThisThread() - before;
   Puts puts;
@@ -341,11 +346,8 @@ TEST(KvPutManyTest, ATreeWithFencedUpdatesPaysOneFencePerReplace) {
     values.push_back(Bytes(100, 100 + i));
   }
   for (size_t i = 0; i < keys.size(); i++) puts.emplace_back(keys[i], values[i]);
-  counters::BeginOperation();
-  before = counters::ThisThread();
   size_t applied = 0;
-  ASSERT_TRUE(s->PutMany(puts, &applied).ok());
-  const PersistCounters group = counters::ThisThread() - before;
+  const PersistCounters group = PutManyCost(*s, puts, &applied);
   EXPECT_EQ(applied, 8u);
   // One put: record, the tree's update, unlink; the group: records, 8
   // updates, unlinks.
