@@ -14,7 +14,8 @@
 # sees the same stretches of a machine whose speed drifts; the report gives
 # each number's median over the rounds and each ratio to redis-always as the
 # median of the rounds' own ratios, with every round's ratio beside it.
-# Each row starts a fresh server and measures, in order:
+# Each row starts a fresh server (in every round: an earlier round's AOF or
+# pool is removed first) and measures, in order:
 #   memory    DRAM after loading --mem-keys SETs of 100 B values: Redis's
 #             used_memory, every server's RSS and its anonymous part (heap),
 #             and the pmtree pool file's allocated size
