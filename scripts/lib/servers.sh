@@ -76,7 +76,9 @@ servers_start_redis() {
   SERVER_PID=$!
   SERVER_PORT=$port
   SERVERS_PID[$name]=$SERVER_PID
-  servers_wait_ready "$name" "$port" "$SERVER_PID"
+  # A server that did not come up is stopped, so a later start under the
+  # same name cannot orphan it.
+  servers_wait_ready "$name" "$port" "$SERVER_PID" || { servers_stop "$name"; return 1; }
 }
 
 # (`BIN serve --help` is no test: CLI11 answers --help with exit 0 even for an
@@ -95,7 +97,9 @@ servers_start_pmtree() {
   SERVER_PID=$!
   SERVER_PORT=$port
   SERVERS_PID[$name]=$SERVER_PID
-  servers_wait_ready "$name" "$port" "$SERVER_PID"
+  # A server that did not come up is stopped, so a later start under the
+  # same name cannot orphan it.
+  servers_wait_ready "$name" "$port" "$SERVER_PID" || { servers_stop "$name"; return 1; }
 }
 
 # Resident set of a process in bytes: all of it (VmRSS), or with a second
@@ -104,10 +108,19 @@ servers_rss_bytes() {
   awk -v f="${2:-VmRSS}:" '$1 == f { print $2 * 1024 }' "/proc/$1/status"
 }
 
+# SIGTERM, then SIGKILL after about 10 s for a server that ignores it
+# (redis-server loading a large AOF does).
 servers_stop() {
-  local name=$1 pid=${SERVERS_PID[$1]:-}
+  local name=$1 pid=${SERVERS_PID[$1]:-} state tries
   [[ -n $pid ]] || return 0
   kill "$pid" 2>/dev/null || true
+  for ((tries = 0; tries < 100; tries++)); do
+    # /proc/PID/stat's third field is the state (the names here have no spaces).
+    read -r _ _ state _ 2>/dev/null <"/proc/$pid/stat" || break
+    [[ $state == Z ]] && break  # exited, not yet reaped
+    sleep 0.1
+  done
+  kill -9 "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   unset "SERVERS_PID[$name]"
 }
