@@ -197,6 +197,14 @@ class BasicTree {
     *hint = Hint{};
     return Lookup(key, value);
   }
+  // LookupForUpdate of every key at once: found[i] = LookupForUpdate(keys[i],
+  // &values[i], &hints[i]) (values[i] is left alone where found[i] is
+  // false).  The same results as those calls in turn; a design may overlap
+  // the keys' descents so that their cache misses overlap too (the KV
+  // store's group commit looks up a whole pipelined group).
+  virtual void LookupManyForUpdate(std::span<const K> keys, uint64_t* values, bool* found, Hint* hints) {
+    for (size_t i = 0; i < keys.size(); i++) found[i] = LookupForUpdate(keys[i], &values[i], &hints[i]);
+  }
   // Update(key, value), with the hint of a LookupForUpdate of the same key:
   // the same result in every case (a hint made stale by other writes
   // included); a design may skip its descent while the hint holds.
@@ -213,6 +221,21 @@ class BasicTree {
   // what the old value named. The default is UpdateHinted (fenced).
   virtual Result<bool> UpdateHintedUnfenced(K key, uint64_t value, const Hint& hint) {
     return UpdateHinted(key, value, hint);
+  }
+  // UpdateHintedUnfenced of keys[0], keys[1], ... in order (distinct keys,
+  // with values[i] and the hints of their LookupForUpdate), for as long as
+  // each is present where its hint says: returns n, the count updated
+  // exactly as UpdateHintedUnfenced would (each returning true), and stops
+  // before keys[n], which the caller updates through UpdateHintedUnfenced
+  // (its hint is stale, or it needs more than its value word).  A design
+  // may lock the keys' leaves first and then write and flush all the words,
+  // so that their write-backs overlap (a locked instruction after a flush
+  // waits for it as a fence would).  The default updates none (returns 0).
+  virtual size_t UpdateHintedRunUnfenced(std::span<const K> keys, const uint64_t* values, const Hint* hints) {
+    (void)keys;
+    (void)values;
+    (void)hints;
+    return 0;
   }
   // True when UpdateHintedUnfenced may leave a fence to its caller (a caller
   // of a design that never does needs no fence of its own for them).

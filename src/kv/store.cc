@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -464,15 +465,27 @@ Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* a
     uint64_t head;     // the old head, 0 = a new key
     uint64_t version;  // the new version
     uint64_t length;   // its value's bytes
-    BytesTree::Hint hint;  // where the lookup found the old head
   };
   std::vector<Slot> slots;
   slots.reserve(keys.size());
+  // Every key's lookup at once: a design may overlap their descents.  The
+  // keys are locked, so what is found stays each key's head until the
+  // group installs its own.  hints[i]: where key i's head was found.
+  std::vector<uint64_t> old_heads(keys.size(), 0);
+  std::vector<BytesTree::Hint> hints(keys.size());
+  const std::unique_ptr<bool[]> found(new bool[keys.size()]);
+  tree().LookupManyForUpdate(keys, old_heads.data(), found.get(), hints.data());
+  for (size_t i = 0; i < keys.size(); i++) {
+    if (!found[i]) {
+      old_heads[i] = 0;  // a new key
+    } else {
+      // Its header is read next (read_current) or when the chain is trimmed.
+      __builtin_prefetch(pool().base() + old_heads[i]);
+    }
+  }
   Status st;
   for (size_t i = 0; i < keys.size(); i++) {
-    uint64_t head = 0;
-    BytesTree::Hint hint;
-    if (!tree().LookupForUpdate(keys[i], &head, &hint)) head = 0;
+    const uint64_t head = old_heads[i];
     // The head is the newest installed version: its writer held this key's
     // lock until it was in the tree, and this group's timestamp, taken
     // below, is later than its, so holding the group's acknowledgement for
@@ -502,7 +515,7 @@ Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* a
       st = off.status();  // a full pool: the puts before this one go ahead
       break;
     }
-    slots.push_back({head, *off, value.size(), hint});
+    slots.push_back({head, *off, value.size()});
   }
   if (slots.empty()) return st;
   InstallScope scope(*this);
@@ -512,15 +525,30 @@ Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* a
   // One fence for every record of the group: each is durable before any
   // tree entry names it (K1).
   pool().Fence();
+  std::vector<uint64_t> versions;
+  versions.reserve(slots.size());
+  for (const Slot& sl : slots) versions.push_back(sl.version);
   size_t installed = 0;
-  for (; installed < slots.size(); installed++) {
+  while (installed < slots.size()) {
+    // A run of replaces goes to the tree at once (it may overlap their
+    // flushes); it stops before any key it cannot update by its hint.
+    size_t run = 0;
+    while (installed + run < slots.size() && slots[installed + run].head != 0) run++;
+    if (run > 0) {
+      const size_t done = tree().UpdateHintedRunUnfenced(std::span(keys).subspan(installed, run),
+                                                         versions.data() + installed, hints.data() + installed);
+      installed += done;
+      if (done > 0) continue;
+    }
+    // One key alone: a new key, or the replace a run stopped before.
     const Slot& sl = slots[installed];
     std::string_view key = keys[installed];
-    Result<bool> r = sl.head ? tree().UpdateHintedUnfenced(key, sl.version, sl.hint) : tree().Insert(key, sl.version);
+    Result<bool> r = sl.head ? tree().UpdateHintedUnfenced(key, sl.version, hints[installed]) : tree().Insert(key, sl.version);
     if (!r.ok() || !*r) {
       st = r.ok() ? Status::Internal("kv: the tree disagreed with the locked lookup of a key") : r.status();
       break;
     }
+    installed++;
   }
   // One fence for every unfenced replace of the group (a design that fences
   // each update itself needs none): each tree entry is durable before the

@@ -739,6 +739,41 @@ TEST(ServerGroupCommitTest, GroupedSetsAnswerLikeOneAtATime) {
   EXPECT_TRUE(f.store().Verify().ok());
 }
 
+// GETs pipelined between grouped writes (which they end), bad GETs and
+// long runs of GETs: each reply is what one command at a time gives, in
+// order.
+TEST(ServerGroupCommitTest, PipelinedGetsBetweenGroupsAnswerLikeOneAtATime) {
+  ServerFixture f;
+  auto c = f.Connect();
+  EXPECT_EQ(c->Cmd({"HSET", "h", "f", "v"}), ":1");
+  std::vector<V> cmds = {{"SET", "a", "1"}, {"GET", "a"},      {"get", "a"},    {"SET", "a", "2"},
+                         {"GET", "a"},      {"GET", "none"},   {"INCR", "n"},   {"GET", "n"},
+                         {"INCR", "n"},     {"GET", "n"},      {"GET", "h"},    {"GET"},
+                         {"GET", "a", "b"}, {"GET", std::string(Keyspace::kMaxUserKeyBytes + 1, 'k')},
+                         {"APPEND", "a", "x"}, {"GET", "a"}};
+  std::vector<std::string> want = {"+OK", "1", "1", "+OK", "2", "(nil)", ":1", "1", ":2", "2",
+                                   "-WRONGTYPE Operation against a key holding the wrong kind of value",
+                                   "-ERR wrong number of arguments for 'get' command",
+                                   "-ERR wrong number of arguments for 'get' command",
+                                   "-ERR key of " + std::to_string(Keyspace::kMaxUserKeyBytes + 1) +
+                                       " bytes; the limit is " + std::to_string(Keyspace::kMaxUserKeyBytes),
+                                   ":2", "2x"};
+  for (int i = 0; i < 150; ++i) {
+    cmds.push_back({"GET", i % 2 ? "a" : "n"});
+    want.push_back(i % 2 ? "2x" : "2");
+  }
+  cmds.push_back({"SET", "a", "last"});
+  cmds.push_back({"GET", "a"});
+  want.push_back("+OK");
+  want.push_back("last");
+  std::string wire;
+  for (const V& cmd : cmds) wire += Client::Encode(cmd);
+  ASSERT_TRUE(c->SendRaw(wire));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(c->Read(), want[i]) << i;
+  EXPECT_EQ(c->Cmd({"PING"}), "+PONG");
+  EXPECT_TRUE(f.store().Verify().ok());
+}
+
 TEST(ServerGroupCommitTest, PipelinedSetsBeforeAuthAreRefusedAndAfterItApplied) {
   ServerOptions o;
   o.requirepass = "pw";

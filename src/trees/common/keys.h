@@ -97,6 +97,8 @@ class U64Keys {
   Status MarkUsed(uint64_t /*slot*/) { return Status::Ok(); }
   static uint64_t SlotBytes(uint64_t /*slot*/) { return 0; }
   static uint64_t BlobOffset(uint64_t /*slot*/) { return 0; }
+  // Equal(slot, key) reads nothing beyond the slot: nothing to prefetch.
+  static void Prefetch(uint64_t /*slot*/, Arg /*key*/) {}
   void FreeUnpublished(uint64_t /*slot*/) {}
   Status CheckSlot(uint64_t /*slot*/) const { return Status::Ok(); }
 };
@@ -171,6 +173,11 @@ class BytesKeys {
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
   bool Equal(uint64_t slot, Arg key) const { return (slot >> 48) == Prefix16(key) && View(slot) == key; }
+  // Starts the miss on the blob that Equal(slot, key) would read (its
+  // first line), so that a group of lookups overlaps those misses.
+  void Prefetch(uint64_t slot, Arg key) const {
+    if ((slot >> 48) == Prefix16(key)) __builtin_prefetch(pool_->At<KeyBlob>(BlobOffset(slot)));
+  }
   Owned Load(uint64_t slot) const { return Owned(View(slot)); }
   static uint64_t Hash(Arg key) { return HashBytes(key); }
   static uint8_t Fingerprint(Arg key) { return static_cast<uint8_t>(HashBytes(key) >> 56); }
@@ -243,6 +250,7 @@ concept KeyPolicy = std::constructible_from<KP, PoolImpl*> &&
   { kp.MarkUsed(slot) } -> std::same_as<Status>;        // recovery: report the blob
   { ckp.SlotBytes(slot) } -> std::same_as<uint64_t>;    // pool bytes the slot owns (0 inline)
   { KP::BlobOffset(slot) } -> std::same_as<uint64_t>;   // offset of the blob (0 inline)
+  { ckp.Prefetch(slot, key) } -> std::same_as<void>;    // start Equal's miss (none inline)
   { ckp.CheckSlot(slot) } -> std::same_as<Status>;      // Verify(): blob in heap, length, hash
 };
 static_assert(KeyPolicy<U64Keys>);

@@ -227,6 +227,8 @@ class LbTree final : public BasicTree<K> {
   bool LookupForUpdate(K key, uint64_t* value, typename BasicTree<K>::Hint* hint) override {
     return Find(key, value, hint);
   }
+  void LookupManyForUpdate(std::span<const K> keys, uint64_t* values, bool* found,
+                           typename BasicTree<K>::Hint* hints) override;
   Result<bool> UpdateHinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint) override {
     return Hinted(key, value, hint, true);
   }
@@ -234,6 +236,8 @@ class LbTree final : public BasicTree<K> {
     return Hinted(key, value, hint, false);
   }
   bool DefersUpdateFences() const override { return true; }
+  size_t UpdateHintedRunUnfenced(std::span<const K> keys, const uint64_t* values,
+                                 const typename BasicTree<K>::Hint* hints) override;
   Result<bool> Insert(K key, uint64_t value) override { return Put(key, value, true, false); }
   Result<bool> Update(K key, uint64_t value) override { return Put(key, value, false, true); }
   Result<bool> Upsert(K key, uint64_t value) override { return Put(key, value, true, true); }
@@ -273,7 +277,8 @@ class LbTree final : public BasicTree<K> {
   }
   Meta* meta() const { return pool_->At<Meta>(meta_off_); }
 
-  // A consistent copy of a leaf's headers, read by a writer holding the lock.
+  // A copy of a leaf's headers: consistent for a writer holding the lock; a
+  // lock-free reader (ReadCandidates) validates the leaf version after it.
   struct Headers {
     bool alt;
     uint64_t w[2 * kMaxBlocks];  // w[2b] = word0, w[2b+1] = word1 of block b's active header
@@ -442,6 +447,23 @@ class LbTree final : public BasicTree<K> {
   };
   SlotPos FindInLeaf(uint64_t leaf, const Headers& h, typename KP::Arg key, uint8_t fp) const;
   bool Find(K key, uint64_t* value, typename BasicTree<K>::Hint* hint);
+  // A lock-free lookup's view of a leaf: the entries whose fingerprint
+  // matches (Algorithm 1 lines 6-11), read without the lock.  Valid only if
+  // the leaf version still holds after ReadCandidates returns.
+  struct Candidates {
+    int n = 0;
+    uint64_t key[kSlotsPerBlock * kMaxBlocks];
+    uint64_t value[kSlotsPerBlock * kMaxBlocks];
+    int bit[kSlotsPerBlock * kMaxBlocks];  // block * 16 + slot
+  };
+  void ReadCandidates(uint64_t leaf, uint8_t fp, Candidates* c) const;
+  // After validation: the candidate whose key is `key` fills *value and
+  // *hint (LookupForUpdate's hint, see there); false when none is.
+  bool MatchCandidates(const Candidates& c, const LeafRef& ref, typename KP::Arg key, uint64_t* value,
+                       typename BasicTree<K>::Hint* hint) const;
+  // LookupManyForUpdate for at most kLookupLanes keys (see there).
+  static constexpr size_t kLookupLanes = 16;
+  void LookupLanes(std::span<const K> keys, uint64_t* values, bool* found, typename BasicTree<K>::Hint* hints);
   // Persists a new value into the found slot (the leaf is locked).
   // Replaces the value word of an existing entry; `fence` false leaves the
   // fence to the caller (UpdateHintedUnfenced).
@@ -998,51 +1020,215 @@ Result<bool> LbTree<K>::Hinted(K key, uint64_t value, const typename BasicTree<K
   return true;
 }
 
+// A RUN OF HINTED UPDATES.  Hinted's steps for many keys, reordered: every
+// leaf is locked and every slot checked first, then every value word is
+// stored and its write-back started, then the leaves are unlocked.  On this
+// CPU a locked instruction (an unlock, a lock, a shared counter) waits for
+// the write-backs started before it, as a fence would, so one key at a time
+// paid a whole write-back per key; here the first unlock waits once for
+// them all.  The crash states are those of the keys' UpdateHintedUnfenced
+// one after another: each word is one failure-atomic store naming a durable
+// record, and nothing is fenced until the caller's fence.  A key whose hint
+// fails (its leaf changed since the lookup, or the slot no longer holds it)
+// ends the run before it, and the caller updates it alone.  Two keys of one
+// leaf share its lock (the second's hint names the version the first
+// locked at).
+template <class K>
+size_t LbTree<K>::UpdateHintedRunUnfenced(std::span<const K> keys, const uint64_t* values,
+                                          const typename BasicTree<K>::Hint* hints) {
+  constexpr size_t kMaxRun = 64;
+  const size_t limit = std::min(keys.size(), kMaxRun);
+  auto guard = pool_->epochs().Protect();
+  struct Locked {
+    uint64_t leaf;
+    uint64_t version;  // the version it was locked at
+  };
+  Locked locked[kMaxRun];
+  size_t nlocked = 0;
+  uint64_t* words[kMaxRun];
+  size_t n = 0;
+  for (; n < limit; n++) {
+    const uint64_t leaf = hints[n].word[0] & ((1ull << 48) - 1);
+    const int bit = static_cast<int>(hints[n].word[0] >> 48) - 1;
+    const int block = bit / 16, slot = bit % 16;
+    if (bit < 0 || block >= m_ || slot >= kSlotsPerBlock || !KP::CheckArg(keys[n]).ok()) break;
+    size_t j = 0;
+    while (j < nlocked && locked[j].leaf != leaf) j++;
+    if (j < nlocked) {
+      if (locked[j].version != hints[n].word[1]) break;  // the leaf changed before this run locked it
+    } else {
+      if (!TryLockLeaf(leaf, hints[n].word[1])) break;
+      locked[nlocked++] = {leaf, hints[n].word[1]};
+    }
+    if (!(ReadHeaders(leaf).w[2 * block] & (1ull << slot)) || !keys_.Equal(Blk(leaf, block)->entry[slot].key, keys[n]))
+      break;
+    words[n] = &Blk(leaf, block)->entry[slot].value;
+  }
+  for (size_t i = 0; i < n; i++) {
+    pool_->Store64(words[i], values[i]);
+    // Start the word's write-back only (StoreValue's unfenced case): the
+    // caller's fence makes the run durable before it acknowledges anything
+    // or frees what the old words named.
+    pool_->Flush(words[i], 8);
+  }
+  updates_.Add(n);
+  for (size_t j = 0; j < nlocked; j++) UnlockLeaf(locked[j].leaf);
+  return n;
+}
+
+template <class K>
+void LbTree<K>::ReadCandidates(uint64_t leaf, uint8_t fp, Candidates* c) const {
+  const Headers h = ReadHeaders(leaf);
+  uint64_t match = match_(h.w, m_, fp);
+  c->n = 0;
+  while (match != 0) {
+    int bit = std::countr_zero(match);
+    match &= match - 1;
+    const ::pmtree::lbtree::Entry& e = Blk(leaf, bit / 16)->entry[bit % 16];
+    c->key[c->n] = Load(&e.key);
+    c->value[c->n] = Load(&e.value);
+    c->bit[c->n] = bit;
+    c->n++;
+  }
+}
+
+template <class K>
+bool LbTree<K>::MatchCandidates(const Candidates& c, const LeafRef& ref, typename KP::Arg key, uint64_t* value,
+                                typename BasicTree<K>::Hint* hint) const {
+  // The snapshot was consistent and persisted; comparing byte keys reads
+  // blobs that the caller's epoch guard keeps alive.
+  for (int i = 0; i < c.n; i++) {
+    if (keys_.Equal(c.key[i], key)) {
+      *value = c.value[i];
+      if (hint != nullptr) *hint = {{ref.leaf | (static_cast<uint64_t>(c.bit[i] + 1) << 48), ref.version}};
+      return true;
+    }
+  }
+  return false;
+}
+
 template <class K>
 bool LbTree<K>::Find(K key, uint64_t* value, typename BasicTree<K>::Hint* hint) {
   if (hint != nullptr) *hint = {};
   if (!KP::CheckArg(key).ok()) return false;
   auto guard = pool_->epochs().Protect();
   const uint8_t fp = KP::Fingerprint(key);
+  Candidates c;
   for (;;) {
     LeafRef ref = FindLeaf(key);
-    const uint64_t leaf = ref.leaf;
-    // Snapshot the candidates (Algorithm 1 lines 6-11), then validate the
-    // leaf version: the HTM transaction's atomicity, done optimistically.
-    Headers h;
-    h.alt = (Load(&Blk(leaf, 0)->header.word0) & kAltBit) != 0;
-    for (int b = 0; b < m_; b++) {
-      const BlockHeader* hd = Hdr(leaf, b, h.alt);
-      h.w[2 * b] = Load(&hd->word0);
-      h.w[2 * b + 1] = Load(&hd->word1);
-    }
-    uint64_t match = match_(h.w, m_, fp);
-    uint64_t cand_key[kSlotsPerBlock * kMaxBlocks], cand_val[kSlotsPerBlock * kMaxBlocks];
-    int cand_bit[kSlotsPerBlock * kMaxBlocks];
-    int n = 0;
-    while (match != 0) {
-      int bit = std::countr_zero(match);
-      match &= match - 1;
-      const ::pmtree::lbtree::Entry& e = Blk(leaf, bit / 16)->entry[bit % 16];
-      cand_key[n] = Load(&e.key);
-      cand_val[n] = Load(&e.value);
-      cand_bit[n] = bit;
-      n++;
-    }
-    if (!LeafVer(leaf).ValidateFenced(ref.version)) {
+    // Snapshot the candidates, then validate the leaf version: the HTM
+    // transaction's atomicity, done optimistically.
+    ReadCandidates(ref.leaf, fp, &c);
+    if (!LeafVer(ref.leaf).ValidateFenced(ref.version)) {
       restarts_.Add();
       continue;
     }
-    // The snapshot was consistent and persisted; comparing byte keys reads
-    // blobs that the epoch guard keeps alive.
-    for (int i = 0; i < n; i++) {
-      if (keys_.Equal(cand_key[i], key)) {
-        *value = cand_val[i];
-        if (hint != nullptr) *hint = {{leaf | (static_cast<uint64_t>(cand_bit[i] + 1) << 48), ref.version}};
-        return true;
+    return MatchCandidates(c, ref, key, value, hint);
+  }
+}
+
+template <class K>
+void LbTree<K>::LookupManyForUpdate(std::span<const K> keys, uint64_t* values, bool* found,
+                                    typename BasicTree<K>::Hint* hints) {
+  auto guard = pool_->epochs().Protect();  // Find's inside nest in it
+  for (size_t base = 0; base < keys.size(); base += kLookupLanes) {
+    const size_t n = std::min(kLookupLanes, keys.size() - base);
+    LookupLanes(keys.subspan(base, n), values + base, found + base, hints + base);
+  }
+}
+
+// GROUP DESCENT.  The keys' lookups go down the tree together, one level
+// per pass: in a pass every lane reads the node it prefetched in the pass
+// before, picks the child and prefetches it, so a group's cache misses on
+// each level overlap instead of following one another (the descents of a
+// pipelined group are independent; one lookup alone has no such overlap).
+// Each lane keeps FindLeaf's validation order exactly: a node's version is
+// read before its child pointer is used, and its parent's version is
+// validated after the child's version is read.  A lane whose validation
+// fails (a writer got in) leaves the group and runs Find on its own, which
+// retries; so the results are Find's.  The caller holds an epoch guard.
+template <class K>
+void LbTree<K>::LookupLanes(std::span<const K> keys, uint64_t* values, bool* found,
+                            typename BasicTree<K>::Hint* hints) {
+  struct Lane {
+    Inner* node = nullptr;    // the inner node the next pass reads
+    uint64_t v = 0;           // its version, once read
+    Inner* parent = nullptr;  // the node that named it (nullptr: node is the root)
+    uint64_t pv = 0;
+    uint64_t leaf = 0;        // != 0: the descent reached this leaf
+    bool alone = false;       // the group gave up this key: Find looks it up
+  };
+  const size_t n = keys.size();
+  Lane lane[kLookupLanes];
+  auto give_up = [&](Lane& l) {
+    l.alone = true;
+    restarts_.Add();
+  };
+  Inner* root = root_.load(std::memory_order_acquire);
+  const uint64_t rv = root->version.Current();
+  const bool root_ok = (rv & 1) == 0 && root_.load(std::memory_order_acquire) == root;
+  for (size_t i = 0; i < n; i++) {
+    lane[i].node = root;
+    lane[i].v = rv;
+    lane[i].alone = !root_ok || !KP::CheckArg(keys[i]).ok();
+  }
+  for (bool descending = true; descending;) {
+    descending = false;
+    for (size_t i = 0; i < n; i++) {
+      Lane& l = lane[i];
+      if (l.alone || l.leaf != 0) continue;
+      if (l.parent != nullptr) {  // the node was named by its parent
+        l.v = l.node->version.Current();
+        if ((l.v & 1) || !Validate(l.parent, l.pv)) {
+          give_up(l);
+          continue;
+        }
+      }
+      const uint64_t c = l.node->child[ChildIndex(l.node, keys[i])].load(std::memory_order_acquire);
+      if (!Validate(l.node, l.v)) {
+        give_up(l);
+        continue;
+      }
+      l.parent = l.node;
+      l.pv = l.v;
+      if (l.node->level == 1) {
+        for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(c) + off);
+        __builtin_prefetch(&LeafVer(c));
+        l.leaf = c;
+      } else {
+        l.node = reinterpret_cast<Inner*>(c);
+        PrefetchInner(l.node);
+        descending = true;
       }
     }
-    return false;
+  }
+  // The leaves (prefetched by the last pass): FindLeaf's last checks, then
+  // Find's snapshot and validation, then the byte keys' blobs prefetched
+  // for the comparisons after.
+  Candidates cand[kLookupLanes];
+  LeafRef ref[kLookupLanes];
+  for (size_t i = 0; i < n; i++) {
+    Lane& l = lane[i];
+    if (l.alone) continue;
+    ref[i] = {l.leaf, LeafVer(l.leaf).Current()};
+    if ((ref[i].version & 1) || !Validate(l.parent, l.pv)) {
+      give_up(l);
+      continue;
+    }
+    ReadCandidates(l.leaf, KP::Fingerprint(keys[i]), &cand[i]);
+    if (!LeafVer(l.leaf).ValidateFenced(ref[i].version)) {
+      give_up(l);
+      continue;
+    }
+    for (int j = 0; j < cand[i].n; j++) keys_.Prefetch(cand[i].key[j], keys[i]);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (lane[i].alone) {
+      found[i] = Find(keys[i], &values[i], &hints[i]);
+      continue;
+    }
+    hints[i] = {};
+    found[i] = MatchCandidates(cand[i], ref[i], keys[i], &values[i], &hints[i]);
   }
 }
 
