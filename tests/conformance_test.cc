@@ -499,7 +499,7 @@ template <class T, class M>
 void ExpectLookupMany(T& tree, const M& model, const std::vector<typename T::Key>& keys) {
   std::vector<uint64_t> got(keys.size(), 0);
   std::vector<typename T::Hint> hints(keys.size());
-  std::unique_ptr<bool[]> found(new bool[keys.size() + 1]);
+  std::unique_ptr<bool[]> found(new bool[keys.size()]);
   tree.LookupManyForUpdate(keys, got.data(), found.get(), hints.data());
   for (size_t i = 0; i < keys.size(); i++) {
     auto it = model.find(typename M::key_type(keys[i]));

@@ -369,7 +369,7 @@ TEST(LbTreeCrashCoverageTest, SmallWorkloadCoversEveryLeafWritePathAt256And512By
       {"::InitNew", 3, 3},         // create: head leaf flush, meta persist
       {"::LeafInsert", 6, 6},      // header-line insert (1 persist), entry moving (2 persists)
       {"::SplitAndInsert", 5, 6},  // new leaf, line 3, (alternative headers,) fence, the NAW's persist
-      {"::StoreValue", 2, 2},      // update/upsert of a present key (Put, UpdateHinted): the value word
+      {"::WriteValueWord", 2, 2},  // update/upsert of a present key (StoreValue: Put, UpdateHinted): the value word
       {"::Remove", 2, 2},          // delete: the bitmap word
       {"::RecordHints", 4, 4},     // hint array and its switch, after the leaf count doubles
   };

@@ -198,7 +198,7 @@ class BasicTree {
     return Lookup(key, value);
   }
   // LookupForUpdate of every key at once: found[i] = LookupForUpdate(keys[i],
-  // &values[i], &hints[i]) (values[i] is left alone where found[i] is
+  // &values[i], &hints[i]) (values[i] means nothing where found[i] is
   // false).  The same results as those calls in turn; a design may overlap
   // the keys' descents so that their cache misses overlap too (the KV
   // store's group commit looks up a whole pipelined group).

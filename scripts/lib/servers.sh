@@ -45,7 +45,8 @@ servers_free_port() {
 }
 
 # Waits until the server answers PING, for at most ~10 s; fails early when
-# the process has exited.
+# the process has exited.  A server that did not come up is stopped, so a
+# later start under the same name cannot orphan it.
 servers_wait_ready() {
   local name=$1 port=$2 pid=$3 tries
   for ((tries = 0; tries < 200; tries++)); do
@@ -53,11 +54,13 @@ servers_wait_ready() {
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "servers: $name exited before answering; its log:" >&2
       tail -n 20 "$SERVERS_DIR/$name.log" >&2
+      servers_stop "$name"
       return 1
     fi
     sleep 0.05
   done
   echo "servers: $name did not answer PING on port $port" >&2
+  servers_stop "$name"
   return 1
 }
 
@@ -76,9 +79,7 @@ servers_start_redis() {
   SERVER_PID=$!
   SERVER_PORT=$port
   SERVERS_PID[$name]=$SERVER_PID
-  # A server that did not come up is stopped, so a later start under the
-  # same name cannot orphan it.
-  servers_wait_ready "$name" "$port" "$SERVER_PID" || { servers_stop "$name"; return 1; }
+  servers_wait_ready "$name" "$port" "$SERVER_PID"
 }
 
 # (`BIN serve --help` is no test: CLI11 answers --help with exit 0 even for an
@@ -97,9 +98,7 @@ servers_start_pmtree() {
   SERVER_PID=$!
   SERVER_PORT=$port
   SERVERS_PID[$name]=$SERVER_PID
-  # A server that did not come up is stopped, so a later start under the
-  # same name cannot orphan it.
-  servers_wait_ready "$name" "$port" "$SERVER_PID" || { servers_stop "$name"; return 1; }
+  servers_wait_ready "$name" "$port" "$SERVER_PID"
 }
 
 # Resident set of a process in bytes: all of it (VmRSS), or with a second

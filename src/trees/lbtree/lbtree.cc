@@ -468,7 +468,11 @@ class LbTree final : public BasicTree<K> {
   // Replaces the value word of an existing entry; `fence` false leaves the
   // fence to the caller (UpdateHintedUnfenced).
   void StoreValue(uint64_t leaf, int block, int slot, uint64_t value, bool fence = true) {
-    uint64_t* vp = &Blk(leaf, block)->entry[slot].value;
+    WriteValueWord(&Blk(leaf, block)->entry[slot].value, value, fence);
+    updates_.Add();
+  }
+  // StoreValue's write, uncounted (a run of updates counts once, after).
+  void WriteValueWord(uint64_t* vp, uint64_t value, bool fence) {
     pool_->Store64(vp, value);
     if (fence) {
       // Persist the new value (one failure-atomic word) before the leaf is
@@ -482,7 +486,24 @@ class LbTree final : public BasicTree<K> {
       // (a split copying the word) fences before it links anything.
       pool_->Flush(vp, 8);
     }
-    updates_.Add();
+  }
+  // The slot a LookupForUpdate hint names, or nullopt when it names none
+  // this tree has (an empty or foreign hint).
+  struct HintedSlot {
+    uint64_t leaf;
+    int block;
+    int slot;
+  };
+  std::optional<HintedSlot> SlotOfHint(const typename BasicTree<K>::Hint& hint) const {
+    const int bit = static_cast<int>(hint.word[0] >> 48) - 1;
+    const int block = bit / 16, slot = bit % 16;
+    if (bit < 0 || block >= m_ || slot >= kSlotsPerBlock) return std::nullopt;
+    return HintedSlot{hint.word[0] & ((1ull << 48) - 1), block, slot};
+  }
+  // With the leaf locked: the slot is in use and holds `key`.
+  bool SlotHolds(const HintedSlot& s, typename KP::Arg key) const {
+    return (ReadHeaders(s.leaf).w[2 * s.block] & (1ull << s.slot)) &&
+           keys_.Equal(Blk(s.leaf, s.block)->entry[s.slot].key, key);
   }
   Result<bool> Hinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint, bool fence);
   void LeafInsert(uint64_t leaf, uint64_t key_slot, uint64_t value, uint8_t fp);
@@ -1005,18 +1026,16 @@ Result<bool> LbTree<K>::Put(K key, uint64_t value, bool insert, bool update, boo
 template <class K>
 Result<bool> LbTree<K>::Hinted(K key, uint64_t value, const typename BasicTree<K>::Hint& hint, bool fence) {
   auto search = [&] { return Put(key, value, false, true, fence); };
-  const uint64_t leaf = hint.word[0] & ((1ull << 48) - 1);
-  const int bit = static_cast<int>(hint.word[0] >> 48) - 1;
-  const int block = bit / 16, slot = bit % 16;
-  if (bit < 0 || block >= m_ || slot >= kSlotsPerBlock || !KP::CheckArg(key).ok()) return search();
+  const std::optional<HintedSlot> at = SlotOfHint(hint);
+  if (!at || !KP::CheckArg(key).ok()) return search();
   auto guard = pool_->epochs().Protect();
-  if (!TryLockLeaf(leaf, hint.word[1])) return search();
-  if (!(ReadHeaders(leaf).w[2 * block] & (1ull << slot)) || !keys_.Equal(Blk(leaf, block)->entry[slot].key, key)) {
-    UnlockLeaf(leaf);
+  if (!TryLockLeaf(at->leaf, hint.word[1])) return search();
+  if (!SlotHolds(*at, key)) {
+    UnlockLeaf(at->leaf);
     return search();
   }
-  StoreValue(leaf, block, slot, value, fence);
-  UnlockLeaf(leaf);
+  StoreValue(at->leaf, at->block, at->slot, value, fence);
+  UnlockLeaf(at->leaf);
   return true;
 }
 
@@ -1048,29 +1067,22 @@ size_t LbTree<K>::UpdateHintedRunUnfenced(std::span<const K> keys, const uint64_
   uint64_t* words[kMaxRun];
   size_t n = 0;
   for (; n < limit; n++) {
-    const uint64_t leaf = hints[n].word[0] & ((1ull << 48) - 1);
-    const int bit = static_cast<int>(hints[n].word[0] >> 48) - 1;
-    const int block = bit / 16, slot = bit % 16;
-    if (bit < 0 || block >= m_ || slot >= kSlotsPerBlock || !KP::CheckArg(keys[n]).ok()) break;
+    const std::optional<HintedSlot> at = SlotOfHint(hints[n]);
+    if (!at || !KP::CheckArg(keys[n]).ok()) break;
     size_t j = 0;
-    while (j < nlocked && locked[j].leaf != leaf) j++;
+    while (j < nlocked && locked[j].leaf != at->leaf) j++;
     if (j < nlocked) {
       if (locked[j].version != hints[n].word[1]) break;  // the leaf changed before this run locked it
     } else {
-      if (!TryLockLeaf(leaf, hints[n].word[1])) break;
-      locked[nlocked++] = {leaf, hints[n].word[1]};
+      if (!TryLockLeaf(at->leaf, hints[n].word[1])) break;
+      locked[nlocked++] = {at->leaf, hints[n].word[1]};
     }
-    if (!(ReadHeaders(leaf).w[2 * block] & (1ull << slot)) || !keys_.Equal(Blk(leaf, block)->entry[slot].key, keys[n]))
-      break;
-    words[n] = &Blk(leaf, block)->entry[slot].value;
+    if (!SlotHolds(*at, keys[n])) break;
+    words[n] = &Blk(at->leaf, at->block)->entry[at->slot].value;
   }
-  for (size_t i = 0; i < n; i++) {
-    pool_->Store64(words[i], values[i]);
-    // Start the word's write-back only (StoreValue's unfenced case): the
-    // caller's fence makes the run durable before it acknowledges anything
-    // or frees what the old words named.
-    pool_->Flush(words[i], 8);
-  }
+  // Each word's write-back started, none fenced (WriteValueWord's unfenced
+  // case): the caller's fence makes the run durable.
+  for (size_t i = 0; i < n; i++) WriteValueWord(words[i], values[i], /*fence=*/false);
   updates_.Add(n);
   for (size_t j = 0; j < nlocked; j++) UnlockLeaf(locked[j].leaf);
   return n;
