@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kv/store_impl.h"
+#include "pm/prefetch.h"
 
 namespace pmtree::kv {
 
@@ -71,12 +72,21 @@ std::vector<uint64_t> Store::Impl::FieldBlocksOf(const VersionView& v) const {
   return out;
 }
 
+void Store::Impl::PrefetchFieldBlocks(const std::vector<uint64_t>& blocks) const {
+  for (uint64_t b : blocks) {
+    pmtree::Prefetch(pool().base() + b);
+    pmtree::Prefetch(pool().base() + b + kAllocGranule);  // may pass the block's end: a hint, never a fault
+  }
+}
+
 Result<uint64_t> Store::Impl::NewFieldVersion(uint64_t base, const FieldMap& fields, uint64_t* count) {
   // name -> block, starting from the base version's table (shared blocks, K8).
   std::map<std::string, uint64_t, std::less<>> table;
   if (base != 0) {
     PMTREE_ASSIGN_OR_RETURN(VersionView bv, ReadVersion(base));
-    for (uint64_t b : FieldBlocksOf(bv)) {
+    const std::vector<uint64_t> blocks = FieldBlocksOf(bv);
+    PrefetchFieldBlocks(blocks);
+    for (uint64_t b : blocks) {
       const auto* fh = pool().At<FieldBlockHeader>(b);
       table[std::string(pool().base() + b + sizeof(FieldBlockHeader), fh->name_len)] = b;
     }
@@ -162,7 +172,9 @@ Status Store::Impl::ReadFields(const VersionView& v, const std::vector<std::stri
     return Status::InvalidArgument("kv: the key holds a plain value, not a field record (use Get)");
   out->clear();
   const char* base = pool().base();
-  for (uint64_t b : FieldBlocksOf(v)) {
+  const std::vector<uint64_t> blocks = FieldBlocksOf(v);
+  PrefetchFieldBlocks(blocks);
+  for (uint64_t b : blocks) {
     const auto* fh = pool().At<FieldBlockHeader>(b);
     std::string_view name(base + b + sizeof(FieldBlockHeader), fh->name_len);
     if (!names.empty() && std::find(names.begin(), names.end(), name) == names.end()) continue;

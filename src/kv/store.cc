@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "kv/store_impl.h"
+#include "pm/prefetch.h"
 
 namespace pmtree::kv {
 
@@ -480,7 +481,7 @@ Status Store::Impl::PutMany(const std::vector<std::string_view>& keys, size_t* a
       old_heads[i] = 0;  // a new key
     } else {
       // Its header is read next (read_current) or when the chain is trimmed.
-      __builtin_prefetch(pool().base() + old_heads[i]);
+      pmtree::Prefetch(pool().base() + old_heads[i]);
     }
   }
   Status st;

@@ -23,3 +23,10 @@ pmtree_test(pm_test
   src/pm/pool_test.cc
   src/pm/write_profile_test.cc
   LINK pmtree_pm)
+
+# Every software prefetch goes through pmtree::Prefetch (src/pm/prefetch.h):
+# GCC deletes calls to helpers that only use __builtin_prefetch, silently.
+add_test(NAME prefetch_rule_test
+  COMMAND sh -c "if grep -rnE --include=*.h --include=*.cc '__builtin_prefetch|_mm_prefetch' src include | grep -v '^src/pm/prefetch.h:'; then echo 'use pmtree::Prefetch (src/pm/prefetch.h) instead'; exit 1; fi"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(prefetch_rule_test PROPERTIES LABELS "unit" TIMEOUT 60)

@@ -46,6 +46,7 @@
 #include <string_view>
 
 #include "pm/pool_impl.h"
+#include "pm/prefetch.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 
@@ -176,7 +177,7 @@ class BytesKeys {
   // Starts the miss on the blob that Equal(slot, key) would read (its
   // first line), so that a group of lookups overlaps those misses.
   void Prefetch(uint64_t slot, Arg key) const {
-    if ((slot >> 48) == Prefix16(key)) __builtin_prefetch(pool_->At<KeyBlob>(BlobOffset(slot)));
+    if ((slot >> 48) == Prefix16(key)) pmtree::Prefetch(pool_->At<KeyBlob>(BlobOffset(slot)));
   }
   Owned Load(uint64_t slot) const { return Owned(View(slot)); }
   static uint64_t Hash(Arg key) { return HashBytes(key); }

@@ -83,6 +83,7 @@
 #include <vector>
 
 #include "pm/pool_impl.h"
+#include "pm/prefetch.h"
 #include "pmtree/status.h"
 #include "pmtree/tree.h"
 #include "trees/common/bulk_input.h"
@@ -879,7 +880,7 @@ class LeafListTree : public BasicTree<typename KP::Arg> {
     ok = ok && meta_->head == routes[0].second;
     constexpr size_t kAhead = 16;
     for (size_t li = 0; ok && li < routes.size(); li++) {
-      if (li + kAhead < routes.size()) __builtin_prefetch(LeafAt(routes[li + kAhead].second));
+      if (li + kAhead < routes.size()) pmtree::Prefetch(LeafAt(routes[li + kAhead].second));
       ok = LeafAt(routes[li].second)->next == (li + 1 < routes.size() ? routes[li + 1].second : 0);
     }
     forget();

@@ -268,7 +268,7 @@ class LbTree final : public BasicTree<K> {
   void PrefetchInner(const Inner* n) const {
     const char* base = reinterpret_cast<const char*>(n);
     auto run = [&](size_t begin, size_t end) {
-      for (size_t off = begin & ~size_t{kLineSize - 1}; off < end; off += kLineSize) __builtin_prefetch(base + off);
+      for (size_t off = begin & ~size_t{kLineSize - 1}; off < end; off += kLineSize) pmtree::Prefetch(base + off);
     };
     run(0, offsetof(Inner, keys));
     const size_t sep0 = KP::kInline ? offsetof(Inner, keys) : offsetof(Inner, heads);
@@ -640,7 +640,7 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
       if (node->level == 1) {
         // Start the leaf's misses now, under the leaf version's (the side
         // table is a separate miss): the caller reads the leaf next.
-        for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(c) + off);
+        for (uint32_t off = 0; off < node_size_; off += kLineSize) pmtree::Prefetch(LeafPtr(c) + off);
         uint64_t lv = LeafVer(c).Current();
         if (lv & 1) break;
         // The parent unchanged after the leaf version was read means no split
@@ -1204,8 +1204,8 @@ void LbTree<K>::LookupLanes(std::span<const K> keys, uint64_t* values, bool* fou
       l.parent = l.node;
       l.pv = l.v;
       if (l.node->level == 1) {
-        for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(c) + off);
-        __builtin_prefetch(&LeafVer(c));
+        for (uint32_t off = 0; off < node_size_; off += kLineSize) pmtree::Prefetch(LeafPtr(c) + off);
+        pmtree::Prefetch(&LeafVer(c));
         l.leaf = c;
       } else {
         l.node = reinterpret_cast<Inner*>(c);
@@ -1660,7 +1660,7 @@ void LbTree<K>::ScanSegment(uint64_t start, uint64_t stop, uint64_t max_steps, S
     // lines now, so their misses overlap (a prefetch of a bad offset is
     // harmless; L2 is checked above before any read).
     if (leaf != 0 && leaf != stop && pool_->InHeap(leaf, node_size_))
-      for (uint32_t off = 0; off < node_size_; off += kLineSize) __builtin_prefetch(LeafPtr(leaf) + off);
+      for (uint32_t off = 0; off < node_size_; off += kLineSize) pmtree::Prefetch(LeafPtr(leaf) + off);
   }
   out->reached_end = stop == 0;
 }
