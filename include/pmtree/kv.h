@@ -270,6 +270,12 @@ class Store {
   // True and *value set when the key has a plain value at the read point.
   // InvalidArgument when it holds a field record.
   Result<bool> Get(std::string_view key, std::string* value, const ReadOptions& ro = {});
+  // As Get, but calls fn with the value's bytes where they lie in the pool
+  // instead of copying them (fn is not called when the key is absent).  The
+  // view is valid only during the call: the read's epoch guard keeps the
+  // record allocated until fn returns.  fn must not call the store.
+  Result<bool> GetView(std::string_view key, const std::function<void(std::string_view)>& fn,
+                       const ReadOptions& ro = {});
   // Removes key; false when absent.
   Result<bool> Delete(std::string_view key);
   // Group commit: puts of distinct keys made durable together, each exactly

@@ -44,6 +44,17 @@ void ExpectRange(Store& s, const Model& m, const Snapshot* snap, const std::stri
 void ExpectKey(Store& s, const Model& m, const std::string& key, const Snapshot* snap) {
   auto mi = m.find(key);
   ReadOptions ro{snap};
+  // GetView answers as Get, with the bytes in place, and calls fn only for
+  // a plain value.
+  int calls = 0;
+  std::string viewed;
+  auto view = s.GetView(
+      key,
+      [&](std::string_view v) {
+        calls++;
+        viewed = v;
+      },
+      ro);
   if (mi == m.end() || !mi->second.is_fields) {
     std::string v;
     auto r = s.Get(key, &v, ro);
@@ -54,11 +65,21 @@ void ExpectKey(Store& s, const Model& m, const std::string& key, const Snapshot*
         ASSERT_EQ(v, mi->second.value) << key;
       }
     }
+    ASSERT_EQ(view.ok(), r.ok()) << key;
+    if (r.ok()) {
+      ASSERT_EQ(*view, *r) << key;
+      ASSERT_EQ(calls, *r ? 1 : 0) << key;
+      if (*r) {
+        ASSERT_EQ(viewed, v) << key;
+      }
+    }
   } else {
     FieldMap f;
     auto r = s.GetFields(key, {}, &f, ro);
     ASSERT_TRUE(r.ok() && *r) << key;
     ASSERT_EQ(f, mi->second.fields) << key;
+    ASSERT_EQ(view.status().code(), Status::Code::kInvalidArgument) << key;  // a field record
+    ASSERT_EQ(calls, 0) << key;
   }
 }
 

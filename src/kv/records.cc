@@ -160,10 +160,15 @@ void Store::Impl::DropVersion(uint64_t off, std::unordered_set<uint64_t>* done, 
   release(off, v->bytes);
 }
 
-Status Store::Impl::ReadValue(const VersionView& v, std::string* out) const {
+Result<std::string_view> Store::Impl::ValueView(const VersionView& v) const {
   if (v.kind != VersionKind::kValue)
     return Status::InvalidArgument("kv: the key holds a field record, not a plain value (use GetFields)");
-  out->assign(pool().base() + v.off + sizeof(VersionHeader), v.length);
+  return std::string_view(pool().base() + v.off + sizeof(VersionHeader), v.length);
+}
+
+Status Store::Impl::ReadValue(const VersionView& v, std::string* out) const {
+  PMTREE_ASSIGN_OR_RETURN(std::string_view bytes, ValueView(v));
+  out->assign(bytes);
   return Status::Ok();
 }
 

@@ -774,6 +774,17 @@ Result<bool> Store::Get(std::string_view key, std::string* value, const ReadOpti
   return true;
 }
 
+Result<bool> Store::GetView(std::string_view key, const std::function<void(std::string_view)>& fn,
+                            const ReadOptions& ro) {
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  auto guard = impl_->pool().epochs().Protect();  // K4: the viewed version stays allocated while fn runs
+  PMTREE_ASSIGN_OR_RETURN(auto v, impl_->Visible(key, ro));
+  if (!v) return false;
+  PMTREE_ASSIGN_OR_RETURN(std::string_view bytes, impl_->ValueView(*v));
+  fn(bytes);
+  return true;
+}
+
 Result<bool> Store::Delete(std::string_view key) {
   PMTREE_RETURN_IF_ERROR(CheckKey(key));
   bool found;

@@ -133,6 +133,8 @@ class Store::Impl {
   void PrefetchFieldBlocks(const std::vector<uint64_t>& blocks) const;
   uint64_t FieldBlockBytes(uint64_t block) const;
   Status ReadValue(const VersionView& v, std::string* out) const;
+  // A plain value's bytes in the pool (valid inside the caller's epoch guard).
+  Result<std::string_view> ValueView(const VersionView& v) const;
   Status ReadFields(const VersionView& v, const std::vector<std::string>& names, FieldMap* out) const;
 
   // ---- reads and writes (store.cc) ----

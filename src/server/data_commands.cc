@@ -60,9 +60,8 @@ bool Ok(Call& c, const Status& s) {
 // ---- strings ----
 
 void GetCmd(Call& c) {
-  std::optional<std::string> v;
-  if (!Ok(c, c.ks().Get(c.args[1], &v, c.txn))) return;
-  v ? AppendBulk(c.out, *v) : AppendNull(c.out);
+  auto reply = [&](std::optional<std::string_view> v) { v ? AppendBulk(c.out, *v) : AppendNull(c.out); };
+  (void)Ok(c, c.ks().GetView(c.args[1], reply, c.txn));
 }
 
 // SET key value [NX|XX] [GET] [KEEPTTL]; expiries are refused (no TTLs).

@@ -247,16 +247,22 @@ Status Keyspace::ReadHead(std::string_view head_key, Head* head, Txn* txn) {
     head->type = KeyType::kNone;
     return Status::Ok();
   }
-  if (head->value.empty()) return Status::Corruption("server: head record of a key without a type tag");
-  if (head->value[0] == kStringTag) {
+  PMTREE_RETURN_IF_ERROR(ParseHeadTag(head->value, head));
+  if (head->type == KeyType::kString) head->value.erase(0, 1);
+  return Status::Ok();
+}
+
+Status Keyspace::ParseHeadTag(std::string_view rec, Head* head) {
+  head->large_hash = false;
+  if (rec.empty()) return Status::Corruption("server: head record of a key without a type tag");
+  if (rec[0] == kStringTag) {
     head->type = KeyType::kString;
-    head->value.erase(0, 1);
     return Status::Ok();
   }
-  if ((head->value[0] == kZsetTag || head->value[0] == kHashTag) && head->value.size() == 9) {
-    head->type = head->value[0] == kZsetTag ? KeyType::kZset : KeyType::kHash;
+  if ((rec[0] == kZsetTag || rec[0] == kHashTag) && rec.size() == 9) {
+    head->type = rec[0] == kZsetTag ? KeyType::kZset : KeyType::kHash;
     head->large_hash = head->type == KeyType::kHash;
-    head->card = ReadBigEndian(std::string_view(head->value).substr(1));
+    head->card = ReadBigEndian(rec.substr(1));
     return Status::Ok();
   }
   return Status::Corruption("server: head record with an unknown type tag");
@@ -375,6 +381,29 @@ Status Keyspace::Get(std::string_view key, std::optional<std::string>* value, Tx
   if (h.type != KeyType::kString) return WrongType();
   *value = std::move(h.value);
   return Status::Ok();
+}
+
+Status Keyspace::GetView(std::string_view key, const std::function<void(std::optional<std::string_view>)>& fn,
+                         Txn* txn) {
+  if (txn) {  // a transaction's reads see its own buffered writes: Get's path
+    std::optional<std::string> v;
+    PMTREE_RETURN_IF_ERROR(Get(key, &v, txn));
+    fn(v ? std::optional<std::string_view>(*v) : std::nullopt);
+    return Status::Ok();
+  }
+  Status st = Status::Ok();
+  auto r = store_->GetView(
+      HeadKey(key),
+      [&](std::string_view rec) {
+        Head h;
+        st = ParseHeadTag(rec, &h);
+        if (st.ok() && h.type != KeyType::kString) st = WrongType();
+        if (st.ok()) fn(rec.substr(1));
+      },
+      {.unpublished = true});  // as Read: the newest complete write (VISIBILITY)
+  if (!r.ok()) return r.status().code() == Status::Code::kInvalidArgument ? WrongType() : r.status();  // a hash
+  if (!*r) fn(std::nullopt);
+  return st;
 }
 
 Status Keyspace::Set(std::string_view key, std::string_view value, SetCondition cond, bool* applied,

@@ -153,6 +153,13 @@ class Keyspace {
   enum class SetCondition { kAlways, kIfAbsent, kIfPresent };
   // Get: nullopt when absent; WRONGTYPE for a hash or sorted set.
   Status Get(std::string_view key, std::optional<std::string>* value, Txn* txn = nullptr);
+  // As Get, but calls fn with the value where it lies in the pool (nullopt
+  // when absent) instead of copying it: GET appends it to its reply, one copy
+  // where Get makes three (into a string, down over the type tag, into the
+  // reply).  The view is valid only during the call; fn must not call the
+  // keyspace.  On an error (WRONGTYPE, corruption) fn is not called.
+  Status GetView(std::string_view key, const std::function<void(std::optional<std::string_view>)>& fn,
+                 Txn* txn = nullptr);
   // SET: *applied false when the condition failed; *old (when asked) is the
   // previous string value.  Replaces a key of any type (as Redis), but with
   // old requested a non-string is WRONGTYPE.
@@ -229,6 +236,9 @@ class Keyspace {
     uint64_t card = 0;  // members of a sorted set, fields of a large hash
   };
   Status ReadHead(std::string_view head_key, Head* head, Txn* txn = nullptr);
+  // Sets head's type (and a sorted set's or large hash's count) from a head
+  // record's tag; Corruption for a record no writer makes.  Not head->value.
+  static Status ParseHeadTag(std::string_view rec, Head* head);
   // Adds to *batch the deletes of every member key of a sorted set or large
   // hash (nothing for other types).
   Status DeleteMembers(std::string_view key, const Head& head, kv::WriteBatch* batch, Txn* txn = nullptr);
