@@ -71,6 +71,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -149,6 +150,8 @@ struct ReadOptions {
 
 // Field name -> value.
 using FieldMap = std::map<std::string, std::string, std::less<>>;
+// A field's name and value where they lie in the pool (Store::GetFieldsView).
+using FieldView = std::pair<std::string_view, std::string_view>;
 
 // An atomic group of writes without reads: all or nothing, one commit.
 class WriteBatch {
@@ -326,6 +329,12 @@ class Store {
   // Reads all fields (names empty) or only the named ones into *out.
   Result<bool> GetFields(std::string_view key, const std::vector<std::string>& names, FieldMap* out,
                          const ReadOptions& ro = {});
+  // As GetFields of all fields, but calls fn once with every field's name
+  // and value in the pool, in name order, instead of copying them (fn is not
+  // called when the key is absent).  The views are valid only during the
+  // call (the read's epoch guard); fn must not call the store.
+  Result<bool> GetFieldsView(std::string_view key, const std::function<void(std::span<const FieldView>)>& fn,
+                             const ReadOptions& ro = {});
 
   // ---- snapshots, iteration, atomic groups ---------------------------------------
   const Snapshot* GetSnapshot();

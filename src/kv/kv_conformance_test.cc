@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <random>
 #include <string>
@@ -55,6 +57,22 @@ void ExpectKey(Store& s, const Model& m, const std::string& key, const Snapshot*
         viewed = v;
       },
       ro);
+  // GetFieldsView answers as GetFields of all fields, in name order.
+  int field_calls = 0;
+  FieldMap field_viewed;
+  std::vector<std::string> order;
+  auto fields_view = s.GetFieldsView(
+      key,
+      [&](std::span<const FieldView> f) {
+        field_calls++;
+        for (const auto& [n, v] : f) {
+          field_viewed.emplace(n, v);
+          order.emplace_back(n);
+        }
+      },
+      ro);
+  ASSERT_TRUE(std::is_sorted(order.begin(), order.end())) << key;
+  ASSERT_EQ(order.size(), field_viewed.size()) << key;  // no name twice
   if (mi == m.end() || !mi->second.is_fields) {
     std::string v;
     auto r = s.Get(key, &v, ro);
@@ -64,6 +82,12 @@ void ExpectKey(Store& s, const Model& m, const std::string& key, const Snapshot*
       if (*r) {
         ASSERT_EQ(v, mi->second.value) << key;
       }
+    }
+    ASSERT_EQ(field_calls, 0) << key;
+    if (mi != m.end()) {
+      ASSERT_EQ(fields_view.status().code(), Status::Code::kInvalidArgument) << key;  // a plain value
+    } else if (fields_view.ok()) {
+      ASSERT_FALSE(*fields_view) << key;
     }
     ASSERT_EQ(view.ok(), r.ok()) << key;
     if (r.ok()) {
@@ -80,6 +104,9 @@ void ExpectKey(Store& s, const Model& m, const std::string& key, const Snapshot*
     ASSERT_EQ(f, mi->second.fields) << key;
     ASSERT_EQ(view.status().code(), Status::Code::kInvalidArgument) << key;  // a field record
     ASSERT_EQ(calls, 0) << key;
+    ASSERT_TRUE(fields_view.ok() && *fields_view) << key;
+    ASSERT_EQ(field_calls, 1) << key;
+    ASSERT_EQ(field_viewed, mi->second.fields) << key;
   }
 }
 

@@ -172,18 +172,29 @@ Status Store::Impl::ReadValue(const VersionView& v, std::string* out) const {
   return Status::Ok();
 }
 
-Status Store::Impl::ReadFields(const VersionView& v, const std::vector<std::string>& names, FieldMap* out) const {
+Status Store::Impl::ViewFields(const VersionView& v, std::vector<FieldView>* out) const {
   if (v.kind != VersionKind::kFields)
     return Status::InvalidArgument("kv: the key holds a plain value, not a field record (use Get)");
-  out->clear();
   const char* base = pool().base();
   const std::vector<uint64_t> blocks = FieldBlocksOf(v);
   PrefetchFieldBlocks(blocks);
+  out->clear();
+  out->reserve(blocks.size());
   for (uint64_t b : blocks) {
     const auto* fh = pool().At<FieldBlockHeader>(b);
-    std::string_view name(base + b + sizeof(FieldBlockHeader), fh->name_len);
+    const char* name = base + b + sizeof(FieldBlockHeader);
+    out->emplace_back(std::string_view(name, fh->name_len), std::string_view(name + fh->name_len, fh->value_len));
+  }
+  return Status::Ok();
+}
+
+Status Store::Impl::ReadFields(const VersionView& v, const std::vector<std::string>& names, FieldMap* out) const {
+  std::vector<FieldView> fields;
+  PMTREE_RETURN_IF_ERROR(ViewFields(v, &fields));
+  out->clear();
+  for (const auto& [name, value] : fields) {
     if (!names.empty() && std::find(names.begin(), names.end(), name) == names.end()) continue;
-    out->emplace(std::string(name), std::string(name.data() + name.size(), fh->value_len));
+    out->emplace_hint(out->end(), name, value);  // the table is in name order
   }
   return Status::Ok();
 }

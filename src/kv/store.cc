@@ -823,6 +823,18 @@ Result<bool> Store::GetFields(std::string_view key, const std::vector<std::strin
   return true;
 }
 
+Result<bool> Store::GetFieldsView(std::string_view key, const std::function<void(std::span<const FieldView>)>& fn,
+                                  const ReadOptions& ro) {
+  PMTREE_RETURN_IF_ERROR(CheckKey(key));
+  auto guard = impl_->pool().epochs().Protect();  // K4: the viewed blocks stay allocated while fn runs
+  PMTREE_ASSIGN_OR_RETURN(auto v, impl_->Visible(key, ro));
+  if (!v) return false;
+  std::vector<FieldView> fields;
+  PMTREE_RETURN_IF_ERROR(impl_->ViewFields(*v, &fields));
+  fn(fields);
+  return true;
+}
+
 const Snapshot* Store::GetSnapshot() {
   uint64_t version;
   const uint64_t ts = impl_->AcquireSnapshotTs(&version);

@@ -135,6 +135,9 @@ class Store::Impl {
   Status ReadValue(const VersionView& v, std::string* out) const;
   // A plain value's bytes in the pool (valid inside the caller's epoch guard).
   Result<std::string_view> ValueView(const VersionView& v) const;
+  // Every field of a field record, name and value in the pool, in table
+  // (name) order; InvalidArgument for a plain value.
+  Status ViewFields(const VersionView& v, std::vector<FieldView>* out) const;
   Status ReadFields(const VersionView& v, const std::vector<std::string>& names, FieldMap* out) const;
 
   // ---- reads and writes (store.cc) ----

@@ -247,13 +247,14 @@ void HMGetCmd(Call& c) {
 }
 
 void HGetAllCmd(Call& c) {
-  kv::FieldMap f;
-  if (!ReadFields(c, {}, &f)) return;
-  AppendArray(c.out, static_cast<int64_t>(2 * f.size()));
-  for (const auto& [k, v] : f) {
-    AppendBulk(c.out, k);
-    AppendBulk(c.out, v);
-  }
+  auto reply = [&](std::span<const kv::FieldView> fields) {
+    AppendArray(c.out, static_cast<int64_t>(2 * fields.size()));
+    for (const auto& [name, value] : fields) {
+      AppendBulk(c.out, name);
+      AppendBulk(c.out, value);
+    }
+  };
+  (void)Ok(c, c.ks().HGetAllView(c.args[1], reply, c.txn));
 }
 
 void HDelCmd(Call& c) {

@@ -654,6 +654,31 @@ Status Keyspace::HSetLarge(std::string_view key, uint64_t card, const kv::FieldM
   return Commit(txn, batch);
 }
 
+Status Keyspace::HGetAllView(std::string_view key, const std::function<void(std::span<const kv::FieldView>)>& fn,
+                             Txn* txn) {
+  auto copied = [&]() -> Status {  // a transaction's own writes, or a large hash: HGet's copies
+    kv::FieldMap f;
+    bool found = false;
+    PMTREE_RETURN_IF_ERROR(HGet(key, {}, &f, &found, txn));
+    std::vector<kv::FieldView> views(f.begin(), f.end());
+    fn(views);
+    return Status::Ok();
+  };
+  if (txn) return copied();
+  auto r = store_->GetFieldsView(HeadKey(key), fn, {.unpublished = true});  // as ReadHash reads
+  if (r.ok()) {
+    if (!*r) fn({});
+    return Status::Ok();
+  }
+  // Keys are length-checked before they get here: InvalidArgument means
+  // "holds a plain value", i.e. a large hash's head or another type.
+  if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
+  Head h;
+  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h));
+  if (!h.large_hash) return WrongType();
+  return copied();
+}
+
 Status Keyspace::HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found,
                       Txn* txn) {
   Head h;

@@ -192,6 +192,12 @@ class Keyspace {
 
   // ---- hashes ----
   Status HSet(std::string_view key, const kv::FieldMap& fields, int64_t* added, Txn* txn = nullptr);
+  // HGETALL without copying: fn gets every field of hash `key`, name and
+  // value where they lie in the pool (nothing when absent), valid only during
+  // the call; fn must not call the keyspace.  A large hash or a transaction's
+  // read goes through HGet (copies).  WRONGTYPE for another type.
+  Status HGetAllView(std::string_view key, const std::function<void(std::span<const kv::FieldView>)>& fn,
+                     Txn* txn = nullptr);
   // All fields (names empty) or the named ones; false when the key is absent.
   Status HGet(std::string_view key, const std::vector<std::string>& names, kv::FieldMap* out, bool* found,
               Txn* txn = nullptr);
