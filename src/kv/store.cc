@@ -766,12 +766,7 @@ Status Store::UpdateMany(const std::vector<std::string_view>& keys, size_t* appl
 }
 
 Result<bool> Store::Get(std::string_view key, std::string* value, const ReadOptions& ro) {
-  PMTREE_RETURN_IF_ERROR(CheckKey(key));
-  auto guard = impl_->pool().epochs().Protect();  // K4: versions we read stay allocated
-  PMTREE_ASSIGN_OR_RETURN(auto v, impl_->Visible(key, ro));
-  if (!v) return false;
-  PMTREE_RETURN_IF_ERROR(impl_->ReadValue(*v, value));
-  return true;
+  return GetView(key, [value](std::string_view bytes) { value->assign(bytes); }, ro);
 }
 
 Result<bool> Store::GetView(std::string_view key, const std::function<void(std::string_view)>& fn,

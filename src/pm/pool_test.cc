@@ -475,4 +475,3 @@ TEST(PrefetchTest, NeverFaultsOnNullOrUnmappedAddresses) {
 
 }  // namespace
 }  // namespace pmtree
-

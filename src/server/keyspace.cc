@@ -665,7 +665,8 @@ Status Keyspace::HGetAllView(std::string_view key, const std::function<void(std:
     return Status::Ok();
   };
   if (txn) return copied();
-  auto r = store_->GetFieldsView(HeadKey(key), fn, {.unpublished = true});  // as ReadHash reads
+  const std::string hk = HeadKey(key);
+  auto r = store_->GetFieldsView(hk, fn, {.unpublished = true});  // as ReadHash reads
   if (r.ok()) {
     if (!*r) fn({});
     return Status::Ok();
@@ -674,7 +675,7 @@ Status Keyspace::HGetAllView(std::string_view key, const std::function<void(std:
   // "holds a plain value", i.e. a large hash's head or another type.
   if (r.status().code() != Status::Code::kInvalidArgument) return r.status();
   Head h;
-  PMTREE_RETURN_IF_ERROR(ReadHead(HeadKey(key), &h));
+  PMTREE_RETURN_IF_ERROR(ReadHead(hk, &h));
   if (!h.large_hash) return WrongType();
   return copied();
 }

@@ -275,6 +275,11 @@ class LbTree final : public BasicTree<K> {
     run(sep0, sep0 + sizeof(uint64_t) * inner_keys_);
     run(offsetof(Inner, child), offsetof(Inner, child) + sizeof(uint64_t) * (inner_keys_ + 1));
   }
+  // Prefetches every line of a leaf (a read looks at headers and slots
+  // across all of it).  A bad offset is harmless: prefetches never fault.
+  void PrefetchLeaf(uint64_t off) const {
+    for (uint32_t line = 0; line < node_size_; line += kLineSize) pmtree::Prefetch(LeafPtr(off) + line);
+  }
   Meta* meta() const { return pool_->At<Meta>(meta_off_); }
 
   // A copy of a leaf's headers: consistent for a writer holding the lock; a
@@ -640,7 +645,7 @@ typename LbTree<K>::LeafRef LbTree<K>::FindLeaf(typename KP::Arg key) {
       if (node->level == 1) {
         // Start the leaf's misses now, under the leaf version's (the side
         // table is a separate miss): the caller reads the leaf next.
-        for (uint32_t off = 0; off < node_size_; off += kLineSize) pmtree::Prefetch(LeafPtr(c) + off);
+        PrefetchLeaf(c);
         uint64_t lv = LeafVer(c).Current();
         if (lv & 1) break;
         // The parent unchanged after the leaf version was read means no split
@@ -1204,7 +1209,7 @@ void LbTree<K>::LookupLanes(std::span<const K> keys, uint64_t* values, bool* fou
       l.parent = l.node;
       l.pv = l.v;
       if (l.node->level == 1) {
-        for (uint32_t off = 0; off < node_size_; off += kLineSize) pmtree::Prefetch(LeafPtr(c) + off);
+        PrefetchLeaf(c);
         pmtree::Prefetch(&LeafVer(c));
         l.leaf = c;
       } else {
@@ -1660,7 +1665,7 @@ void LbTree<K>::ScanSegment(uint64_t start, uint64_t stop, uint64_t max_steps, S
     // lines now, so their misses overlap (a prefetch of a bad offset is
     // harmless; L2 is checked above before any read).
     if (leaf != 0 && leaf != stop && pool_->InHeap(leaf, node_size_))
-      for (uint32_t off = 0; off < node_size_; off += kLineSize) pmtree::Prefetch(LeafPtr(leaf) + off);
+      PrefetchLeaf(leaf);
   }
   out->reached_end = stop == 0;
 }
