@@ -117,6 +117,11 @@ struct Options {
   // its versions are in the tree and before it marks them installed (K6),
   // so a test can hold a writer there and see what waits for it.
   std::function<void(uint64_t ts)> testing_before_publish;
+  // TEST ONLY: Store::Clear stops as a crash would at step 1 (the new store
+  // is built beside the file, not yet renamed over it) or 2 (renamed, not
+  // yet adopted), returning Internal; the test then drops the store without
+  // Close and reopens the file.  0 (always, outside tests): no stop.
+  int testing_clear_crash_at = 0;
 };
 
 // A consistent read view (a commit timestamp).  Obtained from and released to
@@ -264,6 +269,19 @@ class Store {
   // Clean shutdown (no snapshot, iterator or transaction may remain).
   // Destroying a store without Close() is a simulated crash.
   Status Close();
+  // Removes every key at once, durably, in time independent of their number
+  // (a server's FLUSHALL): a new empty store (same engine, pool size and
+  // node size) is built beside the file as `path.creating` and renamed over
+  // it, then the old pool is unmapped.  The rename is the commit point: a
+  // crash before it keeps every key (the leftover is removed by the next
+  // open), after it none.  An anonymous store gets a new anonymous pool.
+  // Timestamps go on from where they were (acknowledgement timestamps stay
+  // meaningful).  QUIESCENT, like Close: no other call may run, and none may
+  // be holding a view.  Busy when a snapshot, iterator or transaction is
+  // open; OutOfSpace or IoError when the new file cannot be made: nothing
+  // changed then.  An error after the rename (the store could not open its
+  // new file) fails every later write with it: reopen the store.
+  Status Clear();
   ~Store();
 
   // ---- plain values --------------------------------------------------------

@@ -33,7 +33,10 @@ inline constexpr int kLogSlots = 16;
 //   12  4    log_slots      kLogSlots
 //   16  8    clock          newest commit timestamp, valid when the pool closed cleanly
 //   24  8    store_bytes    bytes of BlockOwner::kStore, valid when the pool closed cleanly
-//   32  32   reserved       zero
+//   32  4    node_size      TreeOptions::node_size the store was created with
+//                           (0: the engine's default, or a store made before
+//                           this field); Store::Clear builds its new tree so
+//   36  28   reserved       zero
 //   64  128  log_slot[16]   offset of a committed CommitLog being applied, else 0
 //   192 64   reserved       zero
 struct KvMeta {
@@ -42,12 +45,14 @@ struct KvMeta {
   uint32_t log_slots;
   uint64_t clock;
   uint64_t store_bytes;
-  uint64_t reserved0[4];
+  uint32_t node_size;
+  uint32_t reserved0[7];
   uint64_t log_slot[kLogSlots];
   uint64_t reserved1[8];
 };
 static_assert(sizeof(KvMeta) == 256);
 static_assert(offsetof(KvMeta, clock) == 16);
+static_assert(offsetof(KvMeta, node_size) == 32);
 static_assert(offsetof(KvMeta, log_slot) == 64);
 inline constexpr uint64_t kKvMagic = 0x315653564B544D50ull;  // "PMTKVSV1"
 inline constexpr uint32_t kKvFormat = 1;

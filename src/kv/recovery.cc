@@ -23,8 +23,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
+#include <utility>
 
 #include "kv/store_impl.h"
 
@@ -233,6 +235,72 @@ static Result<KvMeta*> CheckStorePool(const PoolImpl& pool, const std::string& p
   return meta;
 }
 
+namespace {
+
+// The name a store is built under before it is renamed into place (creation
+// and Clear).  The store owns it: a file there is what a crash left.
+std::string BuildingName(const std::string& path) { return path.empty() ? std::string() : path + ".creating"; }
+
+// A `.creating` leftover (possibly empty or half-written, which
+// Pool::Create's overwrite rule would refuse as "not a pmtree pool") is
+// removed before a build starts again.
+Status RemoveLeftover(const std::string& tmp) {
+  if (!tmp.empty() && unlink(tmp.c_str()) != 0 && errno != ENOENT)
+    return Status::IoError("kv: removing the leftover " + tmp + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+// A rename is durable once its directory is: on a file system that can
+// lose power (a DAX mount) that takes the directory's fsync; on tmpfs
+// (/dev/shm) it is a no-op.
+Status SyncDirectoryOf(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError("kv: opening the directory " + dir + ": " + std::strerror(errno));
+  const int r = fsync(fd);
+  const int err = errno;
+  close(fd);
+  if (r != 0) return Status::IoError("kv: syncing the directory " + dir + ": " + std::strerror(err));
+  return Status::Ok();
+}
+
+// An empty store in a new pool of pool_size bytes at `file` (empty: an
+// anonymous pool): the tree, then the meta block root slot 7 names.  The
+// handle is open; *meta points into its pool.
+Result<TreeHandle<BytesTree>> BuildEmptyStore(const std::string& file, uint64_t pool_size, const Options& o,
+                                              const TreeFactory* f, KvMeta** meta) {
+  PoolOptions po = o.pool_options;
+  po.overwrite = true;
+  PMTREE_ASSIGN_OR_RETURN(TreeHandle<BytesTree> h, CreateBytesTree(*f, file, pool_size, o.tree_options, po));
+  PoolImpl& pool = PoolImpl::Of(*h.pool);
+  auto meta_off = pool.allocator().Allocate(sizeof(KvMeta), kAllocGranule, BlockOwner::kStore);
+  if (!meta_off.ok()) return meta_off.status().Annotate("kv: allocating the meta block");
+  *meta = pool.At<KvMeta>(*meta_off);
+  KvMeta m{};
+  m.magic = kKvMagic;
+  m.format = kKvFormat;
+  m.log_slots = kLogSlots;
+  m.store_bytes = Allocator::RoundUp(sizeof(KvMeta));  // the store's only block so far (read after a clean close)
+  m.node_size = o.tree_options.node_size;
+  pool.Write(*meta, &m, sizeof(m));
+  // The meta block is complete before root slot 7 names it (K1's rule for
+  // the anchor); SetRoot persists the slot.
+  pool.Persist(*meta, sizeof(m));
+  pool.SetRoot(kKvRootSlot, *meta_off);
+  return h;
+}
+
+}  // namespace
+
+void Store::Impl::Configure(const std::string& path, const Options& o) {
+  path_ = path;
+  options_ = o;
+  skip_redo_ = o.testing_skip_redo;
+  skip_record_persist_ = o.testing_skip_record_persist;
+  before_publish_ = o.testing_before_publish;
+}
+
 Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string& path, const Options& o,
                                                                const TreeFactory* f) {
   {
@@ -247,6 +315,9 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string
   }
   PMTREE_ASSIGN_OR_RETURN(std::unique_ptr<PoolImpl> pool, PoolImpl::Open(path, f->name, o.pool_options));
   PMTREE_ASSIGN_OR_RETURN(KvMeta * meta, CheckStorePool(*pool, path, f));
+  // The store's file is ours (the pool lock is exclusive): a build that a
+  // crash interrupted before its rename left its file beside it.
+  if (!o.pool_options.private_mapping) PMTREE_RETURN_IF_ERROR(RemoveLeftover(BuildingName(path)));
   // Keep the store's blocks out of the tree's rebuild until we report them.
   pool->allocator().HoldRebuild();
   TreeOptions to = o.tree_options;
@@ -257,9 +328,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::OpenExisting(const std::string
   if (!tree.ok()) return tree.status().Annotate(path);
   h.tree = std::move(tree).value();
   auto impl = std::make_unique<Impl>(f, std::move(h), meta);
-  impl->skip_redo_ = o.testing_skip_redo;
-  impl->skip_record_persist_ = o.testing_skip_record_persist;
-  impl->before_publish_ = o.testing_before_publish;
+  impl->Configure(path, o);
   PMTREE_RETURN_IF_ERROR(Recover(*impl).Annotate(path));
   impl->InitVersions();
   return impl;
@@ -269,35 +338,13 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::CreateNew(const std::string& p
                                                             const TreeFactory* f) {
   // Built under a temporary name and renamed into place once complete, so a
   // crash during creation never leaves a half-made store at `path`.
-  const std::string tmp = path.empty() ? std::string() : path + ".creating";
-  // A `.creating` file is what an earlier creation of this store left when it
-  // crashed before its rename (possibly empty or half-written, which
-  // Pool::Create's overwrite rule would refuse as "not a pmtree pool"); the
-  // store owns that name, so it is removed and creation starts again.
-  if (!tmp.empty() && unlink(tmp.c_str()) != 0 && errno != ENOENT)
-    return Status::IoError("kv: removing the leftover " + tmp + ": " + std::strerror(errno));
-  PoolOptions po = o.pool_options;
-  po.overwrite = true;
-  TreeOptions to = o.tree_options;
-  PMTREE_ASSIGN_OR_RETURN(TreeHandle<BytesTree> h, CreateBytesTree(*f, tmp, o.pool_size, to, po));
-  PoolImpl& pool = PoolImpl::Of(*h.pool);
-  auto meta_off = pool.allocator().Allocate(sizeof(KvMeta), kAllocGranule, BlockOwner::kStore);
-  if (!meta_off.ok()) return meta_off.status().Annotate("kv: allocating the meta block");
-  auto* meta = pool.At<KvMeta>(*meta_off);
-  KvMeta m{};
-  m.magic = kKvMagic;
-  m.format = kKvFormat;
-  m.log_slots = kLogSlots;
-  m.store_bytes = Allocator::RoundUp(sizeof(KvMeta));  // the store's only block so far (read after a clean close)
-  pool.Write(meta, &m, sizeof(m));
-  // The meta block is complete before root slot 7 names it (K1's rule for
-  // the anchor); SetRoot persists the slot.
-  pool.Persist(meta, sizeof(m));
-  pool.SetRoot(kKvRootSlot, *meta_off);
+  const std::string tmp = BuildingName(path);
+  PMTREE_RETURN_IF_ERROR(RemoveLeftover(tmp));
+  KvMeta* meta = nullptr;
+  PMTREE_ASSIGN_OR_RETURN(TreeHandle<BytesTree> h, BuildEmptyStore(tmp, o.pool_size, o, f, &meta));
   if (path.empty()) {
     auto impl = std::make_unique<Impl>(f, std::move(h), meta);
-    impl->skip_record_persist_ = o.testing_skip_record_persist;
-    impl->before_publish_ = o.testing_before_publish;
+    impl->Configure(path, o);
     impl->InitVersions();
     return impl;
   }
@@ -310,7 +357,81 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::CreateNew(const std::string& p
     unlink(tmp.c_str());
     return s;
   }
+  PMTREE_RETURN_IF_ERROR(SyncDirectoryOf(path));
   return OpenExisting(path, o, f);
+}
+
+Status Store::Impl::Clear() {
+  if (closed_) return Status::Busy("kv: clear of a closed store");
+  PMTREE_RETURN_IF_ERROR(Failed());
+  {
+    std::lock_guard<std::mutex> g(snap_mu_);
+    if (!snapshots_.empty())
+      return Status::Busy("kv: clear with " + std::to_string(snapshots_.size()) +
+                          " snapshot(s), iterator(s) or transaction(s) open");
+  }
+  Options o = options_;
+  if (meta_->node_size != 0) o.tree_options.node_size = meta_->node_size;
+  const std::string tmp = BuildingName(path_);
+  PMTREE_RETURN_IF_ERROR(RemoveLeftover(tmp));
+  KvMeta* meta = nullptr;
+  Result<TreeHandle<BytesTree>> built = BuildEmptyStore(tmp, pool().size(), o, factory_, &meta);
+  if (!built.ok()) {
+    unlink(tmp.c_str());
+    return built.status().Annotate("kv: clear: building the empty store");
+  }
+  TreeHandle<BytesTree> fresh = std::move(built).value();
+  if (!path_.empty()) {
+    // Closed cleanly, so the open below restores it without a walk.
+    Status cs = fresh.tree->Close();
+    fresh = {};
+    if (!cs.ok() || o.testing_clear_crash_at == 1) {
+      if (cs.ok()) return Status::Internal("kv: clear stopped (test) before its rename");
+      unlink(tmp.c_str());
+      return cs.Annotate("kv: clear: closing the new store " + tmp);
+    }
+    // THE COMMIT POINT.  The rename replaces the store's file whole: a crash
+    // before it finds every key at path_ (and the leftover at tmp, removed
+    // by the next open), a crash after it the empty store.
+    if (rename(tmp.c_str(), path_.c_str()) != 0) {
+      Status s = Status::IoError("kv: clear: renaming " + tmp + " over " + path_ + ": " + std::strerror(errno));
+      unlink(tmp.c_str());
+      return s;
+    }
+    Status committed = SyncDirectoryOf(path_);
+    if (committed.ok() && o.testing_clear_crash_at == 2)
+      committed = Status::Internal("kv: clear stopped (test) after its rename");
+    Result<std::unique_ptr<Impl>> opened = committed.ok() ? OpenExisting(path_, o, factory_) : committed;
+    if (!opened.ok()) {
+      // The file is the empty store now; this one's pool is not the file.
+      SetFailed(opened.status().Annotate("kv: clear: after the rename"));
+      return Failed();
+    }
+    fresh = std::move((*opened)->h_);
+    meta = (*opened)->meta_;
+  }
+  // Nothing runs and no view is held (QUIESCENT): the old tree and pool are
+  // dropped without Close, as a crash would (their file is gone, or about to
+  // be, with the last reference), and the GC's queues with them.
+  TreeHandle<BytesTree> old = std::exchange(h_, std::move(fresh));
+  meta_ = meta;
+  vt_ = h_.tree->versions();
+  {
+    std::lock_guard<std::mutex> g(gc_mu_);
+    deferred_gc_.clear();
+    deferred_gc_count_.store(0, std::memory_order_relaxed);
+    gc_pending_.clear();
+    retiring_.clear();
+    deleted_at_.clear();
+    recollect_.store(false);
+  }
+  // Timestamps go on (next_ts_ and the ring are kept): the new records are
+  // stamped after every write the old pool held, so the acknowledgement
+  // timestamps callers still hold stay satisfied and ordered.
+  InitVersions();
+  old.tree.reset();
+  old.pool.reset();
+  return Status::Ok();
 }
 
 Status Store::Impl::Close() {

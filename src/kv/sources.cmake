@@ -14,6 +14,7 @@ target_link_libraries(pmtree_kv PUBLIC pmtree_trees)
 
 pmtree_test(kv_test
   src/kv/kv_test.cc
+  src/kv/kv_clear_test.cc
   src/kv/kv_conformance_test.cc
   src/kv/kv_crash_test.cc
   src/kv/kv_concurrent_test.cc

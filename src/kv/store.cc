@@ -878,6 +878,7 @@ std::unique_ptr<Transaction> Store::BeginTransaction() {
 }
 
 Status Store::Close() { return impl_->Close(); }
+Status Store::Clear() { return impl_->Clear(); }
 Status Store::Verify() { return impl_->Verify(); }
 StoreStats Store::Stats() { return impl_->Stats(); }
 

@@ -106,7 +106,13 @@ class Store::Impl {
   static Result<std::unique_ptr<Impl>> OpenExisting(const std::string& path, const Options& o,
                                                     const TreeFactory* f);
   static Result<std::unique_ptr<Impl>> CreateNew(const std::string& path, const Options& o, const TreeFactory* f);
+  // Keeps the path and options an open used (Clear builds from them) and
+  // takes the test hooks.
+  void Configure(const std::string& path, const Options& o);
   Status Close();
+  // Store::Clear (quiescent): a new empty store replaces the file and this
+  // one's tree, pool and GC state; timestamps go on.
+  Status Clear();
   Status Verify();
   StoreStats Stats();
 
@@ -244,6 +250,8 @@ class Store::Impl {
   BytesTree& tree() { return *h_.tree; }
   Allocator& alloc() { return pool().allocator(); }
 
+  std::string path_;  // the store's file ("": anonymous)
+  Options options_;   // as opened
   const uint64_t id_;  // unique in the process (the thread's acknowledgement ts is per store)
   const TreeFactory* factory_;
   TreeHandle<BytesTree> h_;
