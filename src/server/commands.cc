@@ -292,7 +292,7 @@ void FlushCmd(Call& c) {
   if (c.args.size() > 2) return AppendError(c.out, "ERR syntax error");
   if (c.args.size() == 2 && Lower(c.args[1]) != "sync" && Lower(c.args[1]) != "async")
     return AppendError(c.out, "ERR syntax error");
-  Status s = c.ks().FlushAll();
+  Status s = c.ks().FlushAll(StoreQuiescent(c.server));
   if (!s.ok()) return AppendStatusError(c.out, s);
   AppendSimple(c.out, "OK");
 }
@@ -333,8 +333,8 @@ const std::vector<CommandSpec>& ServerCommands() {
       {"command", CommandCmd, -1, 0},
       {"info", InfoCmd, -1, 0},
       {"dbsize", DbSizeCmd, 1, 0},
-      {"flushall", FlushCmd, -1, kWrite},
-      {"flushdb", FlushCmd, -1, kWrite},
+      {"flushall", FlushCmd, -1, kWrite | kStopsWorld},
+      {"flushdb", FlushCmd, -1, kWrite | kStopsWorld},
       {"shutdown", ShutdownCmd, -1, kNoQueue},
       {"multi", MultiCmd, 1, kNoQueue},
       {"exec", ExecCmd, 1, kNoQueue | kWrite},
@@ -495,8 +495,30 @@ void Execute(ServerState& server, ClientState& client, std::vector<std::string>&
     return AppendSimple(out, "QUEUED");
   }
   Call call{server, client, args, out};
-  if ((spec->flags & kWrite) && server.replication) return server.replication->ExecuteWrite(*spec, call);
-  spec->handler(call);
+  auto run = [&] {
+    if ((spec->flags & kWrite) && server.replication) return server.replication->ExecuteWrite(*spec, call);
+    spec->handler(call);
+  };
+  // Before ExecuteWrite takes the replication gate: world, then gate.
+  if (spec->flags & kStopsWorld) return RunStopped(server, run);
+  run();
+}
+
+namespace {
+thread_local bool t_in_stopped_world = false;
+}  // namespace
+
+bool InStoppedWorld() { return t_in_stopped_world; }
+StoppedWorldScope::StoppedWorldScope() : was_(t_in_stopped_world) { t_in_stopped_world = true; }
+StoppedWorldScope::~StoppedWorldScope() { t_in_stopped_world = was_; }
+
+void RunStopped(ServerState& server, const std::function<void()>& fn) {
+  if (InStoppedWorld() || !server.stop_the_world) return fn();
+  server.stop_the_world(fn);
+}
+
+bool StoreQuiescent(ServerState& server) {
+  return InStoppedWorld() && (server.replication == nullptr || !server.replication->BuildingRdb());
 }
 
 }  // namespace pmtree::server

@@ -90,7 +90,36 @@ struct ServerState {
   Replication* replication = nullptr;  // the master side of replication (set by the server)
   // Set by the server: SHUTDOWN calls it to stop every loop.
   std::function<void()> request_shutdown;
+  // Set by the server: runs fn while no event loop runs a command (each is
+  // asleep or waiting at the start of its next pass), for FLUSHALL, which
+  // replaces the store at once (kv::Store::Clear needs it to itself).  The
+  // caller holds no replication gate (the lock order is world, then gate).
+  // Inside fn a nested call just runs its argument.  Null (tests driving
+  // Execute alone): commands run as they come, FLUSHALL key by key.
+  std::function<void(const std::function<void()>& fn)> stop_the_world;
 };
+
+// True inside ServerState::stop_the_world's fn, on the thread running it.
+bool InStoppedWorld();
+// Marks this thread as running inside a stopped world (Server's
+// stop_the_world sets it around fn).
+class StoppedWorldScope {
+ public:
+  StoppedWorldScope();
+  ~StoppedWorldScope();
+  StoppedWorldScope(const StoppedWorldScope&) = delete;
+  StoppedWorldScope& operator=(const StoppedWorldScope&) = delete;
+
+ private:
+  bool was_;
+};
+// Runs fn inside server.stop_the_world (at once when already inside one, or
+// when the server set none).
+void RunStopped(ServerState& server, const std::function<void()>& fn);
+// Nothing but the calling thread can use the store now: the world is
+// stopped and no replica's RDB is being built from a snapshot (builders run
+// on threads of their own).  FLUSHALL then clears the store at once.
+bool StoreQuiescent(ServerState& server);
 
 // Runs one parsed command (args[0] is its name, any case) and appends its
 // reply to *out.  Inside MULTI it queues instead (replying +QUEUED).
@@ -113,6 +142,7 @@ enum CommandFlag : uint32_t {
   kNoQueue = 1u << 1,  // runs even inside MULTI (MULTI, EXEC, DISCARD, QUIT)
   kInTxn = 1u << 2,    // may be queued in MULTI: runs inside EXEC's kv transaction
   kWrite = 1u << 3,    // may change the data set: streamed to replicas (replication.h)
+  kStopsWorld = 1u << 4,  // runs inside ServerState::stop_the_world (FLUSHALL)
 };
 
 struct CommandSpec {

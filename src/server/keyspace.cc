@@ -6,6 +6,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -328,8 +329,14 @@ Status Keyspace::DbSize(int64_t* n) {
   return it->status();
 }
 
-Status Keyspace::FlushAll() {
+Status Keyspace::FlushAll(bool quiescent) {
   store_->AwaitPublished();  // every write acknowledged or not before it is gone after it
+  if (quiescent) {
+    Status s = store_->Clear();
+    if (s.ok()) return s;
+    std::fprintf(stderr, "pmtree serve: FLUSHALL could not replace the store at once (%s); deleting key by key\n",
+                 s.ToString().c_str());
+  }
   while (true) {
     kv::WriteBatch batch;
     {

@@ -140,8 +140,12 @@ class Keyspace {
   Status Del(const std::vector<std::string>& keys, int64_t* deleted, Txn* txn = nullptr);
   // Number of user keys (walks the 'k' range).
   Status DbSize(int64_t* n);
-  // Deletes every key in the pool, in batches (not atomic).
-  Status FlushAll();
+  // Deletes every key in the pool.  quiescent: the caller guarantees that
+  // nothing else uses the store meanwhile (StoreQuiescent, commands.h): it
+  // is cleared at once, atomically (kv::Store::Clear); else, or when the
+  // clear cannot be made (no room for the new file), key by key in batches
+  // (not atomic; other clients go on meanwhile).
+  Status FlushAll(bool quiescent = false);
   // User keys >= from in order (at most `count` visited), keeping those that
   // match `pattern` (glob, empty = all); *next = the key to resume at, or
   // nullopt at the end.  RANGE uses it with an upper bound.

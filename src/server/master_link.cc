@@ -256,8 +256,13 @@ Status Replication::SyncWithMaster(MasterConn& conn) {
 Status Replication::LoadRdb(std::string_view rdb, const std::string& replid, uint64_t offset) {
   Keyspace& ks = *server_->keyspace;
   uint64_t keys = 0;
-  gate_.Lock();
-  Status s = ks.FlushAll();
+  Status s;
+  // The world stops for the emptying alone (world, then gate: commands.h);
+  // the gate stays exclusive for the load.
+  RunStopped(*server_, [&] {
+    gate_.Lock();
+    s = ks.FlushAll(StoreQuiescent(*server_));
+  });
   RdbInfo info;
   if (s.ok()) {
     s = ReadRdb(rdb, &info, [&](RdbEntry& e) {
@@ -329,21 +334,31 @@ Status Replication::FollowStream(MasterConn& conn) {
       continue;
     }
     bool getack = args.size() >= 2 && IsLower(args[0], "replconf") && IsLower(args[1], "getack");
-    gate_.LockShared();
-    if (!getack) {
-      discard.clear();
-      Execute(*server_, master, args, &discard);
-      // The master applied it, so an error here (a full pool) is a
-      // divergence: say so loudly; the stream goes on, as Redis's replicas do.
-      if (!discard.empty() && discard[0] == '-')
-        std::fprintf(stderr, "pmtree serve: replica: the master's %s failed here: %s", args[0].c_str(),
-                     discard.c_str() + 1);
-    }
-    {
-      std::lock_guard<std::mutex> lock(stream_mu_);
-      AppendToStream(std::string_view(conn.buf).substr(0, pos));
-    }
-    gate_.Unlock();
+    auto apply = [&] {
+      gate_.LockShared();
+      if (!getack) {
+        discard.clear();
+        Execute(*server_, master, args, &discard);
+        // The master applied it, so an error here (a full pool) is a
+        // divergence: say so loudly; the stream goes on, as Redis's replicas do.
+        if (!discard.empty() && discard[0] == '-')
+          std::fprintf(stderr, "pmtree serve: replica: the master's %s failed here: %s", args[0].c_str(),
+                       discard.c_str() + 1);
+      }
+      {
+        std::lock_guard<std::mutex> lock(stream_mu_);
+        AppendToStream(std::string_view(conn.buf).substr(0, pos));
+      }
+      gate_.Unlock();
+    };
+    // FLUSHALL stops the world before it takes the gate (commands.h: world,
+    // then gate), or a loop holding its pass while it waits for the gate
+    // (a sub-replica's PSYNC) would wait for us as we wait for it.
+    const CommandSpec* spec = getack ? nullptr : FindCommand(args[0]);
+    if (spec != nullptr && (spec->flags & kStopsWorld))
+      RunStopped(*server_, apply);
+    else
+      apply();
     conn.buf.erase(0, pos);
     pos = 0;
     args.clear();

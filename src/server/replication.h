@@ -138,6 +138,12 @@ class Replication {
   // Joins the RDB builders and the cron thread; no wake-ups after it.
   void Shutdown();
 
+  // A replica's RDB is being built: a thread outside the event loops holds
+  // a kv snapshot and reads the store (so FLUSHALL cannot clear it at once).
+  bool BuildingRdb() {
+    std::lock_guard<std::mutex> lock(threads_mu_);
+    return builders_running_ != 0;
+  }
   // Runs a write command's handler under R1/R2 and streams it (R3).
   // `spec` is the command's table entry; EXEC streams its queued writes.
   void ExecuteWrite(const CommandSpec& spec, Call& call);

@@ -174,6 +174,7 @@ class Server::Loop {
   }
 
   void Run() {
+    current_loop_ = this;
     epoll_event events[kMaxEvents];
     while (true) {
       int n = epoll_wait(epfd_, events, kMaxEvents, -1);
@@ -182,6 +183,7 @@ class Server::Loop {
         std::fprintf(stderr, "pmtree serve: epoll_wait: %s\n", std::strerror(errno));
         return;
       }
+      std::lock_guard<std::mutex> pass(pass_mu_);  // STOPPING THE WORLD
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
         if (fd == server_->stop_fd_) return;
@@ -222,6 +224,10 @@ class Server::Loop {
     ssize_t r = write(wake_fd_, &one, sizeof one);
     (void)r;
   }
+
+  // Held while the loop handles what one epoll_wait returned, not while it
+  // sleeps (STOPPING THE WORLD).
+  std::mutex pass_mu_;
 
   // A connection accepted by loop 0 for this loop.
   void Handoff(int fd, const sockaddr_storage& peer) {
@@ -566,6 +572,34 @@ Server::Server(kv::Store* store, ServerOptions options)
     shutdown_by_client_.store(true);
     RequestStop();
   };
+  state_.stop_the_world = [this](const std::function<void()>& fn) { StopTheWorld(fn); };
+}
+
+thread_local Server::Loop* Server::current_loop_ = nullptr;
+
+// STOPPING THE WORLD.  Each loop holds its pass_mu_ while it handles what
+// one epoll_wait returned; a stopper releases its own loop's (if it runs on
+// one), takes world_mu_, then every loop's pass_mu_ in index order, runs fn,
+// and gives them back.  So fn runs while every loop sleeps in epoll_wait or
+// waits at the start of its next pass, holding nothing.  Lock order: world_mu_,
+// then the pass locks, then the replication gate (a loop takes the gate only
+// inside its own pass; the replica's applier stops the world before it takes
+// the gate): two stoppers, or a stopper and a loop waiting for the gate,
+// never wait for each other.  A loop's own state is untouched meanwhile: its
+// thread is the stopper, or asleep.
+void Server::StopTheWorld(const std::function<void()>& fn) {
+  Loop* self = current_loop_;
+  if (self != nullptr) self->pass_mu_.unlock();
+  {
+    std::lock_guard<std::mutex> world(world_mu_);
+    for (auto& loop : loops_) loop->pass_mu_.lock();
+    {
+      StoppedWorldScope scope;
+      fn();
+    }
+    for (auto it = loops_.rbegin(); it != loops_.rend(); ++it) (*it)->pass_mu_.unlock();
+  }
+  if (self != nullptr) self->pass_mu_.lock();
 }
 
 Server::~Server() {

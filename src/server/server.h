@@ -30,7 +30,9 @@
 #define PMTREE_SERVER_SERVER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +83,11 @@ class Server {
 
  private:
   class Loop;
+  // Runs fn with every loop paused between passes (ServerState::stop_the_world;
+  // server.cc, STOPPING THE WORLD).
+  void StopTheWorld(const std::function<void()>& fn);
+  static thread_local Loop* current_loop_;  // the loop this thread runs, or null
+  std::mutex world_mu_;                      // one stopper at a time
   Keyspace keyspace_;
   ServerOptions options_;
   std::unique_ptr<Replication> replication_;

@@ -160,6 +160,40 @@ TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) {
   unlink((pool + ".creating").c_str());
 }
 
+// FLUSHALL replaces the pool file (kv::Store::Clear, a rename): after a
+// SIGKILL the restarted server has the writes acknowledged after the
+// FLUSHALL and none from before it, and no leftover file beside the pool.
+TEST(ServerKillTest, AFlushAllAndTheWritesAfterItSurviveKill9) {
+  const std::string pool = testutil::TempPoolPath("kv");
+  unlink(pool.c_str());
+  {
+    ServeProcess serve(pool);
+    ASSERT_GT(serve.port(), 0) << serve.log();
+    Client a(serve.port());
+    std::string wire;
+    for (int i = 0; i < 3000; ++i) wire += Client::Encode({"SET", "old:" + std::to_string(i), "v"});
+    ASSERT_TRUE(a.SendRaw(wire));
+    for (int i = 0; i < 3000; ++i) ASSERT_EQ(a.Read(), "+OK");
+    ASSERT_EQ(a.Cmd({"HSET", "oldh", "f", "1"}), ":1");
+    ASSERT_EQ(a.Cmd({"FLUSHALL"}), "+OK");
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(a.Cmd({"SET", "new:" + std::to_string(i), std::to_string(i)}), "+OK");
+    ASSERT_EQ(a.Cmd({"HSET", "newh", "f", "2"}), ":1");
+    serve.Kill();
+  }
+  EXPECT_NE(access((pool + ".creating").c_str(), F_OK), 0);
+  ServeProcess again(pool);
+  ASSERT_GT(again.port(), 0) << again.log();
+  Client c(again.port());
+  EXPECT_EQ(c.Cmd({"DBSIZE"}), ":101");
+  EXPECT_EQ(c.Cmd({"GET", "old:0"}), "(nil)");
+  EXPECT_EQ(c.Cmd({"HGETALL", "oldh"}), "[]");
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(c.Cmd({"GET", "new:" + std::to_string(i)}), std::to_string(i));
+  EXPECT_EQ(c.Cmd({"HGET", "newh", "f"}), "2");
+  again.Kill();
+  unlink(pool.c_str());
+  unlink((pool + ".creating").c_str());
+}
+
 // SIGKILL during a pipelined stream of MULTI/EXECs of hash writes: each
 // transaction is whole or absent after restart.  Transaction i writes field
 // n = i and field f<i % 90> = i into the hashes ha, hb, hc (they grow past
@@ -259,6 +293,7 @@ TEST(ServeCliTest, BadOptionsExitTwoWithAMessage) {
 #else
 
 TEST(ServerKillTest, AcknowledgedWritesSurviveKill9) { GTEST_SKIP() << "built without the pmtree CLI"; }
+TEST(ServerKillTest, AFlushAllAndTheWritesAfterItSurviveKill9) { GTEST_SKIP() << "built without the pmtree CLI"; }
 
 #endif
 
