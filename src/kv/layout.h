@@ -35,7 +35,7 @@ inline constexpr int kLogSlots = 16;
 //   24  8    store_bytes    bytes of BlockOwner::kStore, valid when the pool closed cleanly
 //   32  4    node_size      TreeOptions::node_size the store was created with
 //                           (0: the engine's default, or a store made before
-//                           this field); Store::Clear builds its new tree so
+//                           this field); Store::Clear's new tree gets it
 //   36  28   reserved       zero
 //   64  128  log_slot[16]   offset of a committed CommitLog being applied, else 0
 //   192 64   reserved       zero

@@ -357,8 +357,40 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::CreateNew(const std::string& p
     unlink(tmp.c_str());
     return s;
   }
+  // Durable before anyone is told the store exists: a power loss must not
+  // take the name back from a store that has been written to.
   PMTREE_RETURN_IF_ERROR(SyncDirectoryOf(path));
   return OpenExisting(path, o, f);
+}
+
+Result<TreeHandle<BytesTree>> Store::Impl::ReplaceFile(const Options& o, KvMeta** meta) {
+  const std::string tmp = BuildingName(path_);
+  PMTREE_RETURN_IF_ERROR(RemoveLeftover(tmp));
+  Status made = [&]() -> Status {
+    PMTREE_ASSIGN_OR_RETURN(TreeHandle<BytesTree> h, BuildEmptyStore(tmp, pool().size(), o, factory_, meta));
+    return h.tree->Close();  // closed cleanly: the open below restores it without a walk
+  }();
+  if (made.ok() && o.testing_clear_crash_at == 1) return Status::Internal("kv: clear stopped (test) before its rename");
+  // THE COMMIT POINT.  The rename replaces the store's file whole: a crash
+  // before it finds every key at path_ (and the leftover at tmp, removed by
+  // the next open), a crash after it the empty store.
+  if (made.ok() && rename(tmp.c_str(), path_.c_str()) != 0)
+    made = Status::IoError("renaming " + tmp + " over " + path_ + ": " + std::strerror(errno));
+  if (!made.ok()) {
+    unlink(tmp.c_str());  // nothing changed: the store is still the old file
+    return made.Annotate("kv: clear");
+  }
+  Status committed = SyncDirectoryOf(path_);
+  if (committed.ok() && o.testing_clear_crash_at == 2)
+    committed = Status::Internal("kv: clear stopped (test) after its rename");
+  Result<std::unique_ptr<Impl>> opened = committed.ok() ? OpenExisting(path_, o, factory_) : committed;
+  if (!opened.ok()) {
+    // The file is the empty store now; this one's pool is not the file.
+    SetFailed(opened.status().Annotate("kv: clear: after the rename"));
+    return Failed();
+  }
+  *meta = (*opened)->meta_;
+  return std::move((*opened)->h_);
 }
 
 Status Store::Impl::Clear() {
@@ -372,43 +404,12 @@ Status Store::Impl::Clear() {
   }
   Options o = options_;
   if (meta_->node_size != 0) o.tree_options.node_size = meta_->node_size;
-  const std::string tmp = BuildingName(path_);
-  PMTREE_RETURN_IF_ERROR(RemoveLeftover(tmp));
   KvMeta* meta = nullptr;
-  Result<TreeHandle<BytesTree>> built = BuildEmptyStore(tmp, pool().size(), o, factory_, &meta);
-  if (!built.ok()) {
-    unlink(tmp.c_str());
-    return built.status().Annotate("kv: clear: building the empty store");
-  }
-  TreeHandle<BytesTree> fresh = std::move(built).value();
-  if (!path_.empty()) {
-    // Closed cleanly, so the open below restores it without a walk.
-    Status cs = fresh.tree->Close();
-    fresh = {};
-    if (!cs.ok() || o.testing_clear_crash_at == 1) {
-      if (cs.ok()) return Status::Internal("kv: clear stopped (test) before its rename");
-      unlink(tmp.c_str());
-      return cs.Annotate("kv: clear: closing the new store " + tmp);
-    }
-    // THE COMMIT POINT.  The rename replaces the store's file whole: a crash
-    // before it finds every key at path_ (and the leftover at tmp, removed
-    // by the next open), a crash after it the empty store.
-    if (rename(tmp.c_str(), path_.c_str()) != 0) {
-      Status s = Status::IoError("kv: clear: renaming " + tmp + " over " + path_ + ": " + std::strerror(errno));
-      unlink(tmp.c_str());
-      return s;
-    }
-    Status committed = SyncDirectoryOf(path_);
-    if (committed.ok() && o.testing_clear_crash_at == 2)
-      committed = Status::Internal("kv: clear stopped (test) after its rename");
-    Result<std::unique_ptr<Impl>> opened = committed.ok() ? OpenExisting(path_, o, factory_) : committed;
-    if (!opened.ok()) {
-      // The file is the empty store now; this one's pool is not the file.
-      SetFailed(opened.status().Annotate("kv: clear: after the rename"));
-      return Failed();
-    }
-    fresh = std::move((*opened)->h_);
-    meta = (*opened)->meta_;
+  TreeHandle<BytesTree> fresh;
+  if (path_.empty()) {
+    PMTREE_ASSIGN_OR_RETURN(fresh, BuildEmptyStore("", pool().size(), o, factory_, &meta));
+  } else {
+    PMTREE_ASSIGN_OR_RETURN(fresh, ReplaceFile(o, &meta));
   }
   // Nothing runs and no view is held (QUIESCENT): the old tree and pool are
   // dropped without Close, as a crash would (their file is gone, or about to

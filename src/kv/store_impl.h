@@ -113,6 +113,11 @@ class Store::Impl {
   // Store::Clear (quiescent): a new empty store replaces the file and this
   // one's tree, pool and GC state; timestamps go on.
   Status Clear();
+  // Clear's file half: the empty store built at path_.creating, closed,
+  // renamed over path_ (the commit point) and opened.  A failure before the
+  // rename removes the new file and changes nothing; after it the store is
+  // failed (SetFailed).
+  Result<TreeHandle<BytesTree>> ReplaceFile(const Options& o, KvMeta** meta);
   Status Verify();
   StoreStats Stats();
 

@@ -145,7 +145,7 @@ class Keyspace {
   // is cleared at once, atomically (kv::Store::Clear); else, or when the
   // clear cannot be made (no room for the new file), key by key in batches
   // (not atomic; other clients go on meanwhile).
-  Status FlushAll(bool quiescent = false);
+  Status FlushAll(bool quiescent);
   // User keys >= from in order (at most `count` visited), keeping those that
   // match `pattern` (glob, empty = all); *next = the key to resume at, or
   // nullopt at the end.  RANGE uses it with an upper bound.
